@@ -1,0 +1,43 @@
+"""How a proposer picks the children of one node from its processed law q.
+
+Shared by every proposer that drafts from a distribution, so that the `kind` it declares is
+true of the draws it made: "iid" keeps duplicates and draw order, "wor" draws without
+replacement in draw order, "point" takes the top-k by value (ties: lowest id first).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from framework.randomness import RandomSource
+
+
+def top_tokens(q: torch.Tensor, k: int, rng: RandomSource | None = None) -> torch.Tensor:
+    """q [B, V] -> the k most likely ids [B, k], stable on ties; uses no coins."""
+    return q.sort(dim=-1, descending=True, stable=True).indices[:, :k]
+
+
+def draw_iid(q: torch.Tensor, k: int, rng: RandomSource) -> torch.Tensor:
+    return rng.categorical(q[:, None, :].expand(-1, k, -1))  # [B, k]
+
+
+def draw_without_replacement(q: torch.Tensor, k: int, rng: RandomSource) -> torch.Tensor:
+    support = int((q > 0).sum(-1).min())
+    if k > support:
+        raise ValueError(f"cannot draw {k} distinct tokens without replacement from a law with support {support}")
+    draws = []
+    for _ in range(k):
+        token = rng.categorical(q)  # [B]
+        draws.append(token)
+        q = q.scatter(-1, token[:, None], 0.0)
+    return torch.stack(draws, dim=1)
+
+
+DRAWERS = {"point": top_tokens, "iid": draw_iid, "wor": draw_without_replacement}
+
+
+def draw_children(q: torch.Tensor, k: int, kind: str, rng: RandomSource) -> torch.Tensor:
+    """q [B, V] -> k children [B, k] of the given kind."""
+    if kind not in DRAWERS:
+        raise ValueError(f"unknown kind of children {kind!r} (have {sorted(DRAWERS)})")
+    return DRAWERS[kind](q, k, rng)

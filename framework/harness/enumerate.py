@@ -1,0 +1,155 @@
+"""The enumerating random source: the exact law of what real code emits, by trying every coin.
+
+The code under test runs unchanged on a batch of "worlds". Row b of every random call belongs
+to world b, which follows a trail of choices: given ones first, then the first option at each
+new branch point. After a run, every untried option beyond the given trail becomes a new
+world. Depth-first, each complete history is run exactly once, with its exact probability.
+
+Uniforms are lazy: a comparison `u < t` is the branch point, True with probability t given
+what earlier comparisons of the same u revealed (u's interval shrinks). `u <= t` differs from
+`u < t` only at t == 0 and u's lower end 0: torch.rand can return exactly 0.0, so `u <= 0` is
+True with a small positive weight, and a token of probability 0 then shows in the support.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Callable, Hashable, Sequence
+
+import numpy as np
+import torch
+
+ZERO_ATOM = 2.0**-24  # chance that float32 torch.rand returns exactly 0.0
+
+
+class EnumeratingSource:
+    def __init__(self, trails: Sequence[Sequence[int]]):
+        self.given = [list(t) for t in trails]
+        self.trails = [list(t) for t in trails]
+        self.fanout: list[list[int]] = [[] for _ in trails]  # options at each new branch point
+        self.weights = np.ones(len(trails))
+        self.cursor = [0] * len(trails)
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.given)
+
+    def choose(self, row: int, weights: Sequence[float]) -> int:
+        """Index of the option world `row` takes among options of positive weight."""
+        if len(weights) == 1:
+            self.weights[row] *= weights[0]
+            return 0
+        k = self.cursor[row]
+        self.cursor[row] += 1
+        if k < len(self.given[row]):
+            pick = self.given[row][k]
+        else:
+            pick = 0
+            self.trails[row].append(0)
+            self.fanout[row].append(len(weights))
+        self.weights[row] *= weights[pick]
+        return pick
+
+    def branches(self) -> list[list[int]]:
+        """Trails of the worlds this run opened but did not take."""
+        out = []
+        for given, trail, fanout in zip(self.given, self.trails, self.fanout):
+            for j, n in enumerate(fanout):
+                depth = len(given) + j
+                out.extend(trail[:depth] + [alt] for alt in range(1, n))
+        return out
+
+    def _check_batch(self, shape) -> None:
+        if len(shape) == 0 or shape[0] != self.batch_size:
+            raise ValueError(f"random calls must lead with the batch ({self.batch_size}), got shape {tuple(shape)}")
+
+    # ---- RandomSource ---------------------------------------------------------------------
+
+    def uniform(self, shape, device="cpu") -> LazyUniform:
+        shape = tuple(shape)
+        self._check_batch(shape)
+        rows = np.broadcast_to(np.arange(shape[0]).reshape((-1,) + (1,) * (len(shape) - 1)), shape)
+        return LazyUniform(self, np.zeros(shape), np.ones(shape), np.zeros(shape, dtype=bool), rows.copy())
+
+    def categorical(self, probs: torch.Tensor) -> torch.Tensor:
+        self._check_batch(probs.shape[:-1])
+        flat = probs.detach().to("cpu", torch.float64).reshape(-1, probs.shape[-1]).numpy()
+        per_row = flat.shape[0] // self.batch_size
+        totals = flat.sum(-1)
+        if not np.isfinite(totals).all() or (totals <= 0).any() or (flat < 0).any():
+            raise ValueError("categorical: a law is not a distribution (NaN, negative or all zero)")
+        out = (flat > 0).argmax(-1)
+        branching = np.flatnonzero((flat > 0).sum(-1) > 1)
+        for i, law, total in zip(branching.tolist(), flat[branching].tolist(), totals[branching].tolist()):
+            support = [v for v, w in enumerate(law) if w > 0]
+            out[i] = support[self.choose(i // per_row, [law[v] / total for v in support])]
+        return torch.from_numpy(out.reshape(probs.shape[:-1])).to(probs.device)
+
+
+class LazyUniform:
+    """Uniforms that are only known through the comparisons made with them.
+
+    Each element lives in [lo, hi) (or sits exactly at lo when `atom`). Indexing with
+    integers and slices gives a view sharing that state.
+    """
+
+    def __init__(self, source, lo, hi, atom, rows):
+        self.source, self.lo, self.hi, self.atom, self.rows = source, lo, hi, atom, rows
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.lo.shape
+
+    def __getitem__(self, index) -> LazyUniform:
+        return LazyUniform(self.source, self.lo[index], self.hi[index], self.atom[index], self.rows[index])
+
+    def _compare(self, threshold, strict: bool) -> torch.Tensor:
+        t = np.broadcast_to(torch.as_tensor(threshold).detach().cpu().double().numpy(), self.shape)
+        width = np.where(self.atom, 1.0, self.hi - self.lo)
+        p_true = np.clip((t - self.lo) / width, 0.0, 1.0)
+        out = p_true >= 1.0
+        zero_atom = ~strict & ~self.atom & (t == 0.0) & (self.lo == 0.0)
+        at_atom = self.atom & ((self.lo < t) if strict else (self.lo <= t))
+        out = np.where(self.atom, at_atom, out)
+        branching = ~self.atom & (((p_true > 0) & (p_true < 1)) | zero_atom)
+        for idx in zip(*np.nonzero(branching)):
+            lo, hi, tt = self.lo[idx], self.hi[idx], float(t[idx])
+            if zero_atom[idx]:  # u <= 0: only the generator's exact 0.0 passes
+                options = [(True, ZERO_ATOM, (0.0, 0.0, True)), (False, 1.0 - ZERO_ATOM, (lo, hi, False))]
+            else:
+                pt = float(p_true[idx])
+                options = [(True, pt, (lo, tt, False)), (False, 1.0 - pt, (tt, hi, False))]
+            pick = self.source.choose(int(self.rows[idx]), [w for _, w, _ in options])
+            out[idx], _, (self.lo[idx], self.hi[idx], self.atom[idx]) = options[pick]
+        # Deterministic outcomes still narrow nothing: u already lies wholly on one side.
+        return torch.from_numpy(np.ascontiguousarray(out))
+
+    def __lt__(self, threshold) -> torch.Tensor:
+        return self._compare(threshold, strict=True)
+
+    def __le__(self, threshold) -> torch.Tensor:
+        return self._compare(threshold, strict=False)
+
+    def __gt__(self, threshold) -> torch.Tensor:
+        return ~self._compare(threshold, strict=False)
+
+    def __ge__(self, threshold) -> torch.Tensor:
+        return ~self._compare(threshold, strict=True)
+
+
+def enumerate_law(
+    run: Callable[[EnumeratingSource], Sequence[Hashable]], batch_size: int = 512
+) -> dict[Hashable, float]:
+    """Exact law of run's outcome: run(source) plays len(source trails) worlds, one outcome each."""
+    law: dict[Hashable, float] = defaultdict(float)
+    pending: list[list[int]] = [[]]
+    while pending:
+        trails, pending = pending[-batch_size:], pending[:-batch_size]
+        source = EnumeratingSource(trails)
+        outcomes = run(source)
+        if len(outcomes) != len(trails):
+            raise ValueError(f"run returned {len(outcomes)} outcomes for {len(trails)} worlds")
+        for outcome, weight in zip(outcomes, source.weights):
+            law[outcome] += float(weight)
+        pending.extend(source.branches())
+    return dict(law)

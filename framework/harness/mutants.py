@@ -1,0 +1,181 @@
+"""Realistic bugs planted in one part of the pipeline each: the harness must catch every one.
+
+Each mutant is the clean Pipeline with exactly one part replaced by a buggy twin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from framework.drafting import draw_children
+from framework.harness.exact import Pipeline
+from framework.sampling import process_logits
+from verifiers import LOSSLESS_RULES, NodeLaw, TreeVerifier
+from verifiers.rules import IidRule, PointRule, WorRule, normalize_or_keep
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    bug: str
+    pipeline: Pipeline
+
+
+def _rules(**kinds):
+    return {**LOSSLESS_RULES, **kinds}
+
+
+# ---- bugs in the rules ----------------------------------------------------------------------
+
+
+class SiblingsTestedWithP(IidRule):
+    """Later siblings are tested against the node's full p, not the renormalised residual."""
+
+    def accept_probability(self, law, token):
+        return super().accept_probability(NodeLaw(law.p, law.p, law.q), token)
+
+
+class PointSiblingsTestedWithP(PointRule):
+    def accept_probability(self, law, token):
+        return law.p.gather(-1, token[:, None]).squeeze(-1)
+
+
+class RejectedLeftInResidual(PointRule):
+    """A rejected point child keeps its mass: it can come back as the recovered token."""
+
+    def after_reject(self, law, token):
+        return law
+
+
+class IidRejectedLeftInResidual(IidRule):
+    def after_reject(self, law, token):
+        return law
+
+
+class WorWithoutQUpdate(WorRule):
+    """Without-replacement children verified as if q never lost the rejected ones."""
+
+    def after_reject(self, law, token):
+        return IidRule.after_reject(self, law, token)
+
+
+class ResidualNotNormalised(IidRule):
+    def after_reject(self, law, token):
+        return replace(law, r=(law.r - law.q).clamp_min(0))
+
+
+class PointResidualNotNormalised(PointRule):
+    def after_reject(self, law, token):
+        return replace(law, r=law.r.scatter(-1, token[:, None], 0.0))
+
+
+class WorResidualNotNormalised(WorRule):
+    def after_reject(self, law, token):
+        q = normalize_or_keep(law.q.scatter(-1, token[:, None], 0.0), law.q)
+        return replace(law, r=(law.r - law.q).clamp_min(0), q=q)
+
+
+# ---- bugs in the walk -----------------------------------------------------------------------
+
+
+class CoinReusedAcrossDepths(TreeVerifier):
+    def coin(self, uniforms, level, slot):
+        return uniforms[:, 0, slot]
+
+
+class LessOrEqualCoin(TreeVerifier):
+    """`u <= ratio`: a child with ratio 0 (p = 0) is accepted when the generator returns 0.0."""
+
+    def accepts(self, u, ratio):
+        return u <= ratio
+
+
+class BonusFromResidual(TreeVerifier):
+    """At a leaf, the bonus is drawn from norm(max(p - q, 0)) instead of the leaf's full p."""
+
+    def final_law(self, law, at_leaf):
+        if law.q is None:
+            return law.r
+        residual = normalize_or_keep((law.p - law.q).clamp_min(0), law.p)
+        return torch.where(at_leaf[:, None], residual, law.r)
+
+
+class IgnoresEos(TreeVerifier):
+    """Keeps accepting, and adds a bonus, after an accepted EOS."""
+
+    def __call__(self, tree, target_probs, rng, eos_token_id=None):
+        return super().__call__(tree, target_probs, rng, None)
+
+
+# ---- bugs in the pipeline around the verifier -----------------------------------------------
+
+
+def raw_softmax(logits, cfg, seen=None, q=None):
+    return torch.softmax(logits, dim=-1)
+
+
+def target_without_temperature(logits, cfg, seen=None):
+    return process_logits(logits, replace(cfg, temperature=1.0) if cfg.temperature > 0 else cfg, seen)
+
+
+def draw_sorted_by_q(q, k, kind, rng):
+    """iid children reordered by their q (most likely first) before verification."""
+    drawn = draw_children(q, k, kind, rng)
+    if kind != "iid":
+        return drawn
+    order = q.gather(-1, drawn).argsort(dim=-1, descending=True, stable=True)
+    return drawn.gather(-1, order)
+
+
+def draw_deduplicated(q, k, kind, rng):
+    """iid duplicates replaced by the most likely tokens not drawn yet, still labelled iid."""
+    drawn = draw_children(q, k, kind, rng)
+    if kind != "iid":
+        return drawn
+    out = drawn.clone()
+    for b in range(drawn.shape[0]):
+        seen: list[int] = []
+        spare = [t for t in q[b].argsort(descending=True, stable=True).tolist() if q[b, t] > 0]
+        for j, t in enumerate(drawn[b].tolist()):
+            if t in seen:
+                t = next((s for s in spare if s not in seen and s not in drawn[b].tolist()), t)
+            seen.append(t)
+            out[b, j] = t
+    return out
+
+
+CLEAN = Pipeline()
+
+
+def mutants() -> list[Mutant]:
+    m = Mutant
+    return [
+        m("raw-logits-q", "q taken from the draft's raw logits, not the law it sampled from",
+          replace(CLEAN, reported_q=raw_softmax)),
+        m("raw-logits-p", "p taken from the target's raw logits, not the processed law",
+          replace(CLEAN, target_law=raw_softmax)),
+        m("temperature-on-q-not-p", "temperature applied to the draft's q but not the target's p",
+          replace(CLEAN, target_law=target_without_temperature)),
+        m("bonus-from-residual", "bonus token drawn from the residual instead of the leaf's p",
+          replace(CLEAN, verifier=BonusFromResidual())),
+        m("siblings-with-p", "siblings accepted with p instead of the renormalised residual",
+          replace(CLEAN, verifier=TreeVerifier(_rules(iid=SiblingsTestedWithP(), point=PointSiblingsTestedWithP())))),
+        m("rejected-left-in-residual", "rejected children left in the final residual",
+          replace(CLEAN, verifier=TreeVerifier(_rules(point=RejectedLeftInResidual(), iid=IidRejectedLeftInResidual())))),
+        m("iid-deduplicated", "duplicate iid children dropped (replaced by unseen tokens)",
+          replace(CLEAN, draw=draw_deduplicated)),
+        m("iid-sorted-by-q", "iid children sorted by q before verification",
+          replace(CLEAN, draw=draw_sorted_by_q)),
+        m("wor-no-q-update", "wor children verified without removing rejected ones from q",
+          replace(CLEAN, verifier=TreeVerifier(_rules(wor=WorWithoutQUpdate())))),
+        m("coin-reused", "one coin reused across depths",
+          replace(CLEAN, verifier=CoinReusedAcrossDepths())),
+        m("u-le-ratio", "`u <= ratio` accepts a p = 0 token when u is exactly 0",
+          replace(CLEAN, verifier=LessOrEqualCoin())),
+        m("residual-not-normalised", "residual not renormalised after a rejection",
+          replace(CLEAN, verifier=TreeVerifier(_rules(point=PointResidualNotNormalised(), iid=ResidualNotNormalised(), wor=WorResidualNotNormalised())))),
+        m("bonus-after-eos", "tokens emitted after an accepted EOS",
+          replace(CLEAN, verifier=IgnoresEos())),
+    ]
