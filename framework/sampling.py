@@ -53,7 +53,7 @@ def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: 
 def _keep_top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """Mask of the smallest set of most likely tokens whose mass reaches top_p."""
     sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
-    mass_before = sorted_probs.cumsum(-1) - sorted_probs
+    mass_before = torch.nn.functional.pad(sorted_probs.cumsum(-1)[..., :-1], (1, 0))
     keep_sorted = mass_before < top_p
     keep_sorted[..., 0] = True
     return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)

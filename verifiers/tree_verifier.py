@@ -35,9 +35,17 @@ class Verification:
 
 
 def _select(mask: torch.Tensor, new: NodeLaw, old: NodeLaw) -> NodeLaw:
+    """Rows in mask take `new`. Fields a rule left untouched are not copied ([B, V] passes are
+    the verifier's whole cost)."""
     m = mask[:, None]
-    q = None if old.q is None else torch.where(m, new.q, old.q)
-    return NodeLaw(torch.where(m, new.p, old.p), torch.where(m, new.r, old.r), q)
+
+    def pick(a, b):
+        return b if a is b else torch.where(m, a, b)
+
+    r = pick(new.r, old.r)
+    p = r if new.p is new.r and old.p is old.r else pick(new.p, old.p)
+    q = None if old.q is None else pick(new.q, old.q)
+    return NodeLaw(p, r, q)
 
 
 class TreeVerifier:

@@ -104,7 +104,9 @@ class LazyUniform:
         return LazyUniform(self.source, self.lo[index], self.hi[index], self.atom[index], self.rows[index])
 
     def _compare(self, threshold, strict: bool) -> torch.Tensor:
-        t = np.broadcast_to(torch.as_tensor(threshold).detach().cpu().double().numpy(), self.shape)
+        if isinstance(threshold, torch.Tensor):
+            threshold = threshold.detach().cpu().double().numpy()
+        t = np.broadcast_to(np.asarray(threshold, dtype=np.float64), self.shape)
         width = np.where(self.atom, 1.0, self.hi - self.lo)
         p_true = np.clip((t - self.lo) / width, 0.0, 1.0)
         out = p_true >= 1.0

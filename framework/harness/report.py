@@ -61,7 +61,7 @@ def cases_table(results: list[CaseResult]) -> str:
 
 
 def mutants_table(results: list[MutantResult]) -> str:
-    lines = ["| bug | worst TV | first failing case | caught |", "|---|---|---|---|"]
+    lines = ["| bug | worst TV over the cases run | first failing case | caught |", "|---|---|---|---|"]
     for r in results:
         lines.append(f"| {r.mutant.name}: {r.mutant.bug} | {r.worst_tv:.2e} | {r.worst_case} | {'yes' if r.caught else 'NO'} |")
     return "\n".join(lines)

@@ -1,0 +1,141 @@
+"""Benchmark: batched verifications per second of the lossless verifier on CPU.
+
+    python -m experiments.bench_verifier                     # V = 8192, 1e5 verifications per setting
+    python -m experiments.bench_verifier --total 20000 --threads 1 --json bench.json
+
+Settings: a chain of 4 and a 32-node binary tree, each with "point" and "iid" children.
+Inputs are one prebuilt batch per shape (p and q: softmax of random logits, scale 3, float32),
+verified again and again until --total verifications are done (the last call takes a slice).
+Timing uses validate=False, as an engine would; the chain/iid setting is also timed with
+validate=True and the ratio (with / without) is printed as a side figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from framework import CandidateTree
+from verifiers import verify
+
+LOGIT_SCALE = 3.0
+CHAIN_LEN = 4
+TREE_NODES = 32
+# (shape name, parents [N], batch size): batches keep p and q together under ~1.4 GB.
+SHAPES = [
+    ("chain-4", torch.arange(-1, CHAIN_LEN - 1), 4096),
+    # First 32 nodes of a full binary tree in breadth-first order: depths 1..5, root's children -1.
+    ("tree-32", torch.arange(TREE_NODES) // 2 - 1, 512),
+]
+KINDS = ("point", "iid")
+
+
+def random_law(shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    """softmax of scale-3 Gaussian logits, float32.  # shape [..., V]"""
+    return torch.softmax(torch.randn(shape, generator=gen) * LOGIT_SCALE, dim=-1)
+
+
+def make_inputs(parents: torch.Tensor, batch: int, vocab: int, gen: torch.Generator):
+    """Target p, draft q and tokens drawn from q at each node's parent row (valid for iid)."""
+    n = parents.numel()
+    p = random_law((batch, n + 1, vocab), gen)  # [B, N+1, V]
+    q = random_law((batch, n + 1, vocab), gen)  # [B, N+1, V]
+    parent_rows = q[:, parents + 1].reshape(batch * n, vocab)  # [B*N, V]
+    tokens = torch.multinomial(parent_rows, 1, generator=gen).view(batch, n)  # [B, N]
+    return p, q, tokens
+
+
+def build_tree(kind: str, tokens, parents, q) -> CandidateTree:
+    if kind == "point":
+        return CandidateTree.from_parents(tokens, parents, draft_probs=None, kind="point")
+    return CandidateTree.from_parents(tokens, parents, draft_probs=q, kind=kind)
+
+
+def time_setting(kind, parents, p, q, tokens, total, validate, gen) -> float:
+    """Seconds to run `total` verifications in batches of p.shape[0], after one warm-up call."""
+    batch = p.shape[0]
+    full = build_tree(kind, tokens, parents, q)
+    rest = total % batch
+    last = build_tree(kind, tokens[:rest], parents, q[:rest]) if rest else None  # views, no copy
+    verify(full, p, generator=gen, validate=validate)  # warm-up
+    start = time.perf_counter()
+    for _ in range(total // batch):
+        verify(full, p, generator=gen, validate=validate)
+    if last is not None:
+        verify(last, p[:rest], generator=gen, validate=validate)
+    return time.perf_counter() - start
+
+
+def read_once_seconds(p: torch.Tensor, total: int) -> float:
+    """Seconds to read p once per verification (p.sum()): the memory-bound floor, same run."""
+    p.sum()
+    start = time.perf_counter()
+    for _ in range(max(1, total // p.shape[0])):
+        p.sum()
+    return (time.perf_counter() - start) * total / (max(1, total // p.shape[0]) * p.shape[0])
+
+
+def result(shape, kind, batch, nodes, vocab, total, seconds, validate, floor) -> dict:
+    return {
+        "shape": shape, "kind": kind, "batch": batch, "nodes": nodes, "vocab": vocab,
+        "total": total, "validate": validate, "seconds": seconds,
+        "verifications_per_s": total / seconds, "us_per_verification": seconds / total * 1e6,
+        "x_read_p_once": seconds / floor,
+    }
+
+
+def markdown_table(rows: list[dict]) -> str:
+    lines = [
+        "| shape | kind | batch | verifications/s | µs per verification | time / one read of p |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['shape']} | {r['kind']} | {r['batch']} | "
+            f"{r['verifications_per_s']:,.0f} | {r['us_per_verification']:.2f} | {r['x_read_p_once']:.1f}x |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--total", type=int, default=100_000, help="verifications per setting")
+    parser.add_argument("--vocab", type=int, default=8192, help="vocabulary size V")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as a JSON list")
+    args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, V = {args.vocab}, "
+          f"{args.total} verifications per setting\n")
+
+    gen = torch.Generator().manual_seed(0)
+    rows, validated = [], None
+    for shape, parents, batch in SHAPES:
+        batch = min(batch, args.total)
+        p, q, tokens = make_inputs(parents, batch, args.vocab, gen)
+        floor = read_once_seconds(p, args.total)
+        for kind in KINDS:
+            seconds = time_setting(kind, parents, p, q, tokens, args.total, False, gen)
+            rows.append(result(shape, kind, batch, parents.numel(), args.vocab, args.total, seconds, False, floor))
+            if shape == "chain-4" and kind == "iid":
+                seconds = time_setting(kind, parents, p, q, tokens, args.total, True, gen)
+                validated = result(shape, kind, batch, parents.numel(), args.vocab, args.total, seconds, True, floor)
+        del p, q, tokens
+
+    print(markdown_table(rows))
+    plain = next(r for r in rows if r["shape"] == "chain-4" and r["kind"] == "iid")
+    ratio = validated["verifications_per_s"] / plain["verifications_per_s"]
+    print(f"\nchain-4/iid with validate=True: {validated['verifications_per_s']:,.0f} verifications/s, "
+          f"{ratio:.2f}x the rate without validation")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows + [validated], f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

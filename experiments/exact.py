@@ -1,0 +1,37 @@
+"""Exact harness table: every lossless case against the target's own law, plus the lossy baseline.
+
+    python -m experiments.exact            # the default matrix (~10 s)
+    python -m experiments.exact --all      # adds the heavy cases (minutes)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from framework.harness.cases import exact_cases
+from framework.harness.exact import Pipeline
+from framework.harness.report import cases_table, run_case
+from verifiers import typical_verifier
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--all", action="store_true", help="include the heavy cases")
+    args = parser.parse_args(argv)
+    cases = exact_cases(heavy=args.all)
+    results = [run_case(case) for case in cases]
+    print("## Lossless verifier: exact law of the first D tokens vs the target's\n")
+    print(cases_table(results))
+    lossy = Pipeline(verifier=typical_verifier())
+    lossy_results = [run_case(case, lossy) for case in cases if case.name.startswith("chain3/")]
+    print("\n## Typical acceptance (lossy baseline; must fail)\n")
+    print(cases_table(lossy_results))
+    passed = sum(r.passed for r in results)
+    caught = sum(not r.passed for r in lossy_results)
+    print(f"\nlossless: {passed}/{len(results)} cases exact; typical acceptance: fails {caught}/{len(lossy_results)}")
+    return 0 if passed == len(results) and caught > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

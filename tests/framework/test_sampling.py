@@ -1,0 +1,79 @@
+import pytest
+import torch
+
+from framework import SamplingConfig, process_logits
+from framework.sampling import seen_along_tree, process_tree_logits
+
+
+def test_greedy_is_first_argmax_on_ties():
+    p = process_logits(torch.tensor([[1.0, 3.0, 3.0, 0.0]]), SamplingConfig(temperature=0))
+    assert p.tolist() == [[0.0, 1.0, 0.0, 0.0]]
+
+
+def test_temperature_and_top_k():
+    logits = torch.tensor([[0.0, 1.0, 2.0, 3.0]], dtype=torch.float64)
+    p = process_logits(logits, SamplingConfig(temperature=0.5, top_k=2))
+    expected = torch.softmax(torch.tensor([4.0, 6.0], dtype=torch.float64), -1)
+    assert torch.allclose(p[0, 2:], expected) and p[0, :2].eq(0).all()
+
+
+def test_top_p_keeps_smallest_set_reaching_mass():
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]], dtype=torch.float64)
+    p = process_logits(probs.log(), SamplingConfig(top_p=0.75))
+    assert torch.allclose(p, torch.tensor([[0.625, 0.375, 0, 0]], dtype=torch.float64))
+    p = process_logits(probs.log(), SamplingConfig(top_p=0.85))
+    assert (p > 0).tolist() == [[True, True, True, False]]
+
+
+def test_min_p():
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]], dtype=torch.float64)
+    p = process_logits(probs.log(), SamplingConfig(min_p=0.35))
+    assert (p > 0).tolist() == [[True, True, False, False]]
+
+
+def test_repetition_penalty_along_each_path():
+    V = 5
+    logits = torch.randn(1, 4, V, dtype=torch.float64)
+    context = torch.tensor([[0]])
+    tokens, parents = torch.tensor([[1, 2, 3]]), torch.tensor([-1, 0, -1])
+    cfg = SamplingConfig(repetition_penalty=2.0)
+    got = process_tree_logits(logits, cfg, context, tokens, parents)
+    # Node 1's own sequence is context + (node 0, node 1) = [0, 1, 2]; node 2's is [0, 3].
+    for row, seq in [(0, [0]), (1, [0, 1]), (2, [0, 1, 2]), (3, [0, 3])]:
+        seen = torch.zeros(1, V, dtype=torch.bool)
+        seen[0, seq] = True
+        assert torch.allclose(got[:, row], process_logits(logits[:, row], cfg, seen))
+    assert seen_along_tree(context, tokens, parents, V)[0, 3].nonzero().flatten().tolist() == [0, 3]
+
+
+def test_penalty_changes_the_law():
+    logits = torch.tensor([[2.0, 1.0, -1.0]])
+    seen = torch.tensor([[True, False, True]])
+    p = process_logits(logits, SamplingConfig(repetition_penalty=2.0), seen)
+    assert torch.allclose(p, torch.softmax(torch.tensor([[1.0, 1.0, -2.0]]), -1))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(temperature=-0.1), "temperature"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(top_k=-1), "top_k"),
+        (dict(min_p=1.0), "min_p"),
+        (dict(repetition_penalty=0.0), "repetition_penalty"),
+    ],
+)
+def test_bad_config_is_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingConfig(**kwargs)
+
+
+def test_nan_logits_are_an_error():
+    with pytest.raises(ValueError, match="NaN"):
+        process_logits(torch.tensor([[0.0, float("nan")]]), SamplingConfig())
+
+
+def test_penalty_without_history_is_an_error():
+    with pytest.raises(ValueError, match="seen"):
+        process_logits(torch.zeros(1, 3), SamplingConfig(repetition_penalty=1.2))

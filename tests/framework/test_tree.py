@@ -1,0 +1,64 @@
+import pytest
+import torch
+
+from framework import CandidateTree, TreeShape
+
+
+def test_chain_views():
+    tree = CandidateTree.chain(torch.tensor([[5, 6, 7]]))
+    assert tree.parents.tolist() == [-1, 0, 1]
+    assert tree.depth().tolist() == [1, 2, 3]
+    assert tree.paths() == [[0, 1, 2]]
+    mask = tree.ancestor_mask()
+    assert mask.tolist() == [[i >= j for j in range(4)] for i in range(4)]
+
+
+def test_from_parents_views():
+    #      root
+    #     /    \
+    #    0      1
+    #   / \     |
+    #  2   3    4
+    tree = CandidateTree.from_parents(torch.tensor([[1, 2, 3, 4, 5]]), [-1, -1, 0, 0, 1])
+    assert tree.depth().tolist() == [1, 1, 2, 2, 2]
+    assert tree.paths() == [[0, 2], [0, 3], [1, 4]]
+    mask = tree.ancestor_mask()
+    assert mask[3 + 1].nonzero().flatten().tolist() == [0, 1, 4]  # root, node 0, node 3
+    assert mask[4 + 1].nonzero().flatten().tolist() == [0, 2, 5]
+
+
+def test_from_paths_medusa_choices():
+    topk = torch.tensor([[[10, 11, 12], [20, 21, 22]]])  # [B=1, D=2, K=3]
+    tree = CandidateTree.from_paths([(1,), (0,), (0, 2), (0, 0)], topk)
+    # ordered by depth then lexicographically: (0,), (1,), (0,0), (0,2)
+    assert tree.tokens.tolist() == [[10, 11, 20, 22]]
+    assert tree.parents.tolist() == [-1, -1, 0, 0]
+    assert tree.kind == "point"
+
+
+def test_shapes():
+    assert TreeShape.full(2, 3).num_nodes == 14
+    assert TreeShape.full(8, 1).parents.tolist() == [-1] * 8
+    assert TreeShape.chain(0).num_nodes == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(tokens=torch.tensor([[1, 2]]), parents=torch.tensor([-1, 1])), "not topological"),
+        (dict(tokens=torch.tensor([[1, 2]]), parents=torch.tensor([-1, -2])), "not topological"),
+        (dict(tokens=torch.tensor([[1, 2]]), parents=torch.tensor([-1])), "parents has 1"),
+        (dict(tokens=torch.tensor([1, 2]), parents=torch.tensor([-1, 0])), "tokens must be"),
+        (dict(tokens=torch.tensor([[1]]), parents=torch.tensor([-1]), kind="iid"), "needs draft_probs"),
+        (dict(tokens=torch.tensor([[1]]), parents=torch.tensor([-1]), kind="sampled"), "kind must be"),
+        (dict(tokens=torch.tensor([[1]]), parents=torch.tensor([-1]), draft_probs=torch.ones(1, 1, 3) / 3), r"\[B, N\+1, V\]"),
+    ],
+)
+def test_bad_trees_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        CandidateTree(**kwargs)
+
+
+def test_bad_choices():
+    with pytest.raises(ValueError, match="no parent choice"):
+        TreeShape.from_choices([(0,), (1, 0)])

@@ -1,0 +1,41 @@
+import math
+
+import torch
+
+from framework.harness.enumerate import ZERO_ATOM, enumerate_law
+
+
+def test_categorical_law_is_exact():
+    probs = torch.tensor([0.1, 0.0, 0.6, 0.3], dtype=torch.float64)
+    law = enumerate_law(lambda rng: rng.categorical(probs.expand(rng.batch_size, 4)).tolist())
+    assert set(law) == {0, 2, 3}
+    assert all(math.isclose(law[k], probs[k].item(), abs_tol=1e-15) for k in law)
+
+
+def test_reused_uniform_is_conditioned():
+    def run(rng):
+        u = rng.uniform((rng.batch_size,))
+        first, second = u < 0.3, u < 0.5
+        return list(zip(first.tolist(), second.tolist()))
+
+    law = enumerate_law(run)
+    assert law == {(True, True): 0.3, (False, True): law[(False, True)], (False, False): law[(False, False)]}
+    assert math.isclose(law[(False, True)], 0.2) and math.isclose(law[(False, False)], 0.5)
+
+
+def test_less_or_equal_zero_has_an_atom():
+    law = enumerate_law(lambda rng: (rng.uniform((rng.batch_size,)) <= 0.0).tolist())
+    assert law[True] == ZERO_ATOM
+    strict = enumerate_law(lambda rng: (rng.uniform((rng.batch_size,)) < 0.0).tolist())
+    assert strict == {False: 1.0}
+
+
+def test_every_world_runs_once():
+    def run(rng):
+        a = rng.categorical(torch.full((rng.batch_size, 3), 1 / 3))
+        b = rng.uniform((rng.batch_size, 2))
+        return list(zip(a.tolist(), (b[:, 0] < 0.5).tolist(), (b[:, 1] < 0.25).tolist()))
+
+    law = enumerate_law(run, batch_size=2)
+    assert len(law) == 12 and math.isclose(sum(law.values()), 1.0)
+    assert math.isclose(law[(1, True, False)], 1 / 3 * 0.5 * 0.75)
