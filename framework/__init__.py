@@ -1,11 +1,33 @@
-"""Speculum core: types, sampling, randomness, the target adapter, the loop and the harness."""
+"""Speculum core: types, sampling, randomness, the target adapter, the loop and the harness.
+
+The target adapter and the loop load lazily: importing the types (as verifiers do) pulls in
+neither transformers nor the engine.
+"""
+
+from importlib import import_module
 
 from framework.randomness import RandomSource, ReplaySource, TorchSource
 from framework.sampling import SamplingConfig, process_logits, process_tree_logits
 from framework.tree import CandidateTree
 from framework.tree_shape import TreeShape
 
+_LAZY = {
+    "HFTarget": "framework.target",
+    "generate": "framework.engine",
+    "GenerationOutput": "framework.engine",
+    "Decoder": "framework.engine",
+    "DecodeState": "framework.proposer",
+    "Proposer": "framework.proposer",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'framework' has no attribute {name!r}")
+
+
 __all__ = [
     "CandidateTree", "TreeShape", "SamplingConfig", "process_logits", "process_tree_logits",
-    "RandomSource", "TorchSource", "ReplaySource",
+    "RandomSource", "TorchSource", "ReplaySource", *_LAZY,
 ]

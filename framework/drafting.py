@@ -22,11 +22,14 @@ def draw_iid(q: torch.Tensor, k: int, rng: RandomSource) -> torch.Tensor:
 
 
 def draw_without_replacement(q: torch.Tensor, k: int, rng: RandomSource) -> torch.Tensor:
-    support = int((q > 0).sum(-1).min())
-    if k > support:
-        raise ValueError(f"cannot draw {k} distinct tokens without replacement from a law with support {support}")
-    draws = []
+    """k draws without replacement, in draw order. Where q's support runs out (greedy, top-k),
+    the remaining slots repeat the last draw: the verifier treats them as dead (q_k(c) = 0)."""
+    draws: list[torch.Tensor] = []
     for _ in range(k):
+        if draws:
+            exhausted = q.sum(-1, keepdim=True) <= 0  # [B, 1]
+            repeat_last = torch.nn.functional.one_hot(draws[-1], q.shape[-1]).to(q.dtype)
+            q = torch.where(exhausted, repeat_last, q)
         token = rng.categorical(q)  # [B]
         draws.append(token)
         q = q.scatter(-1, token[:, None], 0.0)

@@ -94,22 +94,38 @@ def process_logits(
     return probs
 
 
-def seen_along_tree(context: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, vocab: int) -> torch.Tensor:
-    """Which tokens each tree row's own sequence holds: the context plus its path.
+def seen_tokens(context: torch.Tensor, vocab: int) -> torch.Tensor:
+    """context [B, L] -> which ids each row holds [B, V] bool."""
+    seen = torch.zeros(context.shape[0], vocab, dtype=torch.bool, device=context.device)
+    return seen.scatter_(1, context, True)
 
-    context [B, L], tokens [B, N] -> seen [B, N+1, V] bool (row 0 = root = context alone).
+
+def mark_seen(seen: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """seen [B, V] plus tokens [B, K] (-1 = padding, ignored)."""
+    vocab = seen.shape[-1]
+    ids = torch.where(tokens >= 0, tokens, vocab)
+    extended = torch.zeros(seen.shape[0], vocab + 1, dtype=torch.bool, device=seen.device).scatter_(1, ids, True)
+    return seen | extended[:, :vocab]
+
+
+def seen_along_tree(seen_context: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+    """Which tokens each tree row's own sequence holds: the context's plus its path's.
+
+    seen_context [B, V], tokens [B, N] -> seen [B, N+1, V] bool (row 0 = root = context alone).
     """
-    seen_ctx = torch.zeros(context.shape[0], vocab, dtype=torch.bool, device=context.device)
-    seen_ctx.scatter_(1, context, True)
+    vocab = seen_context.shape[-1]
     onehot = torch.nn.functional.one_hot(tokens, vocab).to(torch.float32)  # [B, N, V]
     anc = tree_shape.ancestor_mask(parents)[:, 1:].to(device=tokens.device, dtype=torch.float32)  # [N+1, N]
     seen_nodes = torch.einsum("rn,bnv->brv", anc, onehot) > 0
-    return seen_nodes | seen_ctx[:, None, :]
+    return seen_nodes | seen_context[:, None, :]
 
 
 def process_tree_logits(
-    logits: torch.Tensor, cfg: SamplingConfig, context: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor
+    logits: torch.Tensor, cfg: SamplingConfig, seen_context: torch.Tensor | None, tokens: torch.Tensor, parents: torch.Tensor
 ) -> torch.Tensor:
-    """logits [B, N+1, V] at the root and every node -> laws [B, N+1, V], each along its own path."""
-    seen = seen_along_tree(context, tokens, parents, logits.shape[-1]) if cfg.uses_history else None
+    """logits [B, N+1, V] at the root and every node -> laws [B, N+1, V], each along its own path.
+
+    seen_context [B, V]: tokens already in each row's sequence (needed for the repetition penalty).
+    """
+    seen = seen_along_tree(seen_context, tokens, parents) if cfg.uses_history else None
     return process_logits(logits, cfg, seen)

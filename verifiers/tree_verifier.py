@@ -101,8 +101,10 @@ class TreeVerifier:
         final[:, 0] = 1  # placeholder law for rows that end on EOS: one certain outcome, ignored
 
         for level in range(max_depth + 1):
+            if level and not bool((~done).any()):
+                break  # every row has stopped (one host sync per level saves the deeper ones)
             moved = torch.zeros(B, dtype=torch.bool, device=device)
-            for slot in range(children.shape[1]):
+            for slot in range(children.shape[1] if N else 0):
                 child = children[row, slot]  # [B] node index, -1 = no such child
                 testing = ~done & ~moved & (child >= 0)
                 node = child.clamp_min(0)

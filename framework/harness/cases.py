@@ -77,6 +77,11 @@ def exact_cases(heavy: bool = False) -> list[ExactCase]:
                   SAMPLINGS["T0.7"], draft_sampling=SamplingConfig()))
     add(ExactCase("greedy-target-sampled-draft/iid/chain3", t4, d4, TreeShape.chain(3), "iid",
                   SAMPLINGS["greedy"], draft_sampling=SamplingConfig()))
+    # A without-replacement drafter whose law runs out of support pads with dead children.
+    add(ExactCase("wor-support-runs-out/root3/draft-topk1", t4, d4, TreeShape.full(3, 1), "wor",
+                  draft_sampling=SamplingConfig(top_k=1)))
+    add(ExactCase("wor-support-runs-out/binary2/draft-topk2/V4", t4, d4, TreeShape.full(3, 2), "wor",
+                  SamplingConfig(temperature=0.7), draft_sampling=SamplingConfig(top_k=2), depth=2))
     # EOS (token 0): nothing may follow an accepted EOS.
     for kind in KINDS:
         add(ExactCase(f"eos/{kind}/chain3", t4, d4, TreeShape.chain(3), kind, eos_token_id=0))

@@ -29,13 +29,22 @@ class EnumeratingSource:
         self.fanout: list[list[int]] = [[] for _ in trails]  # options at each new branch point
         self.weights = np.ones(len(trails))
         self.cursor = [0] * len(trails)
+        self.retired = [False] * len(trails)
 
     @property
     def batch_size(self) -> int:
         return len(self.given)
 
+    def retire(self, rows: Sequence[int]) -> None:
+        """These worlds' outcomes are settled: later draws no longer branch or weigh (their
+        options sum to one, so taking the first without weighing marginalises them out)."""
+        for row in rows:
+            self.retired[row] = True
+
     def choose(self, row: int, weights: Sequence[float]) -> int:
         """Index of the option world `row` takes among options of positive weight."""
+        if self.retired[row]:
+            return 0
         if len(weights) == 1:
             self.weights[row] *= weights[0]
             return 0

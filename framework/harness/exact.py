@@ -17,7 +17,7 @@ import torch
 from framework.drafting import draw_children
 from framework.harness.enumerate import EnumeratingSource, enumerate_law
 from framework.harness.toy import ToyLM
-from framework.sampling import SamplingConfig, process_logits, seen_along_tree
+from framework.sampling import SamplingConfig, process_logits, seen_along_tree, seen_tokens
 from framework.tree import CandidateTree
 from framework.tree_shape import TreeShape
 from verifiers import LOSSLESS, TreeVerifier, verify
@@ -55,9 +55,7 @@ class Pipeline:
 
 
 def _seen(cfg: SamplingConfig, context: torch.Tensor, vocab: int):
-    if not cfg.uses_history:
-        return None
-    return torch.zeros(context.shape[0], vocab, dtype=torch.bool).scatter(1, context, True)
+    return seen_tokens(context, vocab) if cfg.uses_history else None
 
 
 def propose(case: ExactCase, pipeline: Pipeline, context: torch.Tensor, rng) -> CandidateTree:
@@ -73,13 +71,14 @@ def propose(case: ExactCase, pipeline: Pipeline, context: torch.Tensor, rng) -> 
             path.append(parents[path[-1]])
         sequence = torch.cat([context, tokens[:, path[::-1]]], dim=1)
         logits = case.draft.logits(sequence)
-        q = pipeline.draft_law(logits, cfg, _seen(cfg, sequence, V))
+        seen = _seen(cfg, sequence, V)
+        q = pipeline.draft_law(logits, cfg, seen)
         kids = [i for i in range(N) if parents[i] == row - 1]
         if kids:
             drawn = pipeline.draw(q, max(ranks[i] for i in kids) + 1, case.kind, rng)
             for i in kids:
                 tokens[:, i] = drawn[:, ranks[i]]
-        q_rows.append(pipeline.reported_q(logits, cfg, _seen(cfg, sequence, V), q))
+        q_rows.append(pipeline.reported_q(logits, cfg, seen, q))
     draft_probs = torch.stack(q_rows, dim=1) if case.kind != "point" else None
     return CandidateTree(tokens, case.shape.parents, draft_probs, case.kind)
 
@@ -89,7 +88,7 @@ def step_tokens(case: ExactCase, pipeline: Pipeline, context: tuple[int, ...], r
     ctx = torch.tensor([context], dtype=torch.long).expand(rng.batch_size, -1)
     tree = propose(case, pipeline, ctx, rng)
     logits = case.target.tree_logits(ctx, tree.tokens, tree.parents)
-    seen = seen_along_tree(ctx, tree.tokens, tree.parents, case.target.vocab) if case.sampling.uses_history else None
+    seen = seen_along_tree(seen_tokens(ctx, case.target.vocab), tree.tokens, tree.parents) if case.sampling.uses_history else None
     p = pipeline.target_law(logits, case.sampling, seen)
     result = verify(tree, p, rng=rng, eos_token_id=case.eos_token_id, verifier=pipeline.verifier)
     return [tuple(t for t in row if t >= 0) for row in result.tokens.tolist()]

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from framework import SamplingConfig, process_logits
-from framework.sampling import seen_along_tree, process_tree_logits
+from framework.sampling import process_tree_logits, seen_along_tree, seen_tokens
 
 
 def test_greedy_is_first_argmax_on_ties():
@@ -37,13 +37,13 @@ def test_repetition_penalty_along_each_path():
     context = torch.tensor([[0]])
     tokens, parents = torch.tensor([[1, 2, 3]]), torch.tensor([-1, 0, -1])
     cfg = SamplingConfig(repetition_penalty=2.0)
-    got = process_tree_logits(logits, cfg, context, tokens, parents)
+    got = process_tree_logits(logits, cfg, seen_tokens(context, V), tokens, parents)
     # Node 1's own sequence is context + (node 0, node 1) = [0, 1, 2]; node 2's is [0, 3].
     for row, seq in [(0, [0]), (1, [0, 1]), (2, [0, 1, 2]), (3, [0, 3])]:
         seen = torch.zeros(1, V, dtype=torch.bool)
         seen[0, seq] = True
         assert torch.allclose(got[:, row], process_logits(logits[:, row], cfg, seen))
-    assert seen_along_tree(context, tokens, parents, V)[0, 3].nonzero().flatten().tolist() == [0, 3]
+    assert seen_along_tree(seen_tokens(context, V), tokens, parents)[0, 3].nonzero().flatten().tolist() == [0, 3]
 
 
 def test_penalty_changes_the_law():

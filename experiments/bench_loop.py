@@ -1,0 +1,189 @@
+"""Benchmark: the decoding loop's own overhead, tree-forward cost, and draft-model speedup (CPU).
+
+    python -m experiments.bench_loop                       # defaults below; ~25 s with --threads 1 on 2 cores
+    python -m experiments.bench_loop --threads 1 --json loop.json   # on a busy shared machine
+
+Torch's default thread count collapses when other processes hold the cores (forwards 30-100x
+slower, ms per call swinging run to run): on a shared machine pass --threads 1.
+
+Models are random-weight llamas from `tiny_random_model` (float32): the target has --hidden,
+--layers, --vocab; the draft has one layer and the same vocabulary. Matrices are drawn with
+std --init-std (0.3 by default, so next-token laws are peaked; HF's own 0.02 gives near-uniform
+laws, where any two models agree at temperature 1). "self-draft" drafts with an exact copy of
+the target (acceptance ~100%): the best case for the machinery, with a draft as costly as the target.
+
+1. Loop time outside model forwards: verify_s + other_s per step (goal <= 10% of the step).
+2. `forward_tree` ms per call after a --tree-prompt token prefill, for the first N nodes of a
+   full binary tree (breadth first), N = 0 (root alone) .. 64; ratio to N = 1 (root + 1 node).
+   After each call the pending slots are dropped, so every call sees the same cache.
+3. Tokens per forward and wall-clock speedup (median of --repeats runs) of a gamma-4 iid chain
+   against plain decoding of the same target, at temperature 1 and greedy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from framework import CandidateTree, SamplingConfig, TreeShape
+from framework.engine import generate
+from framework.models import tiny_random_model
+from framework.target import HFTarget
+from proposers.draft_model import DraftModelProposer
+
+TREE_SIZES = (0, 1, 8, 32, 64)
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--draft-layers", type=int, default=1)
+    ap.add_argument("--init-std", type=float, default=0.3)
+    ap.add_argument("--prompt", type=int, default=64, help="prompt length for generation")
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--gamma", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=3, help="generation runs per setting (median)")
+    ap.add_argument("--tree-prompt", type=int, default=256, help="prefill length before forward_tree timing")
+    ap.add_argument("--tree-repeats", type=int, default=30, help="forward_tree calls per size (median)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=str, default=None, help="also write the results here")
+    return ap.parse_args()
+
+
+def make_model(args, layers: int, seed: int):
+    max_positions = max(args.prompt + args.new_tokens + args.gamma + 2, args.tree_prompt + 8)
+    return tiny_random_model("llama", args.vocab, args.hidden, layers, args.heads, args.kv_heads,
+                             max_positions, seed=seed, dtype="float32", init_std=args.init_std)
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows])
+
+
+def run_generation(args, target_model, draft_model, sampling: SamplingConfig, prompt, seed: int) -> dict:
+    """One generate call on fresh adapters; wall clock plus the engine's split, per step."""
+    target = HFTarget(target_model)
+    proposer = None if draft_model is None else DraftModelProposer(draft_model, gamma=args.gamma, kind="iid")
+    start = time.perf_counter()
+    out = generate(target, proposer, prompt, args.new_tokens, sampling, seed=seed)
+    wall = time.perf_counter() - start
+    s = out.stats.summary()
+    outside = [st.verify_s + st.other_s for st in out.stats.steps]
+    share = [o / (st.draft_s + st.target_s + o) for o, st in zip(outside, out.stats.steps)]
+    return {"wall_s": wall, "untimed_s": wall - s["prefill_s"] - s["loop_s"],
+            "outside_p50_ms": 1e3 * statistics.median(outside), "outside_p50_share": statistics.median(share), **s}
+
+
+def bench_generation(args, target_model, drafts: dict, prompt) -> dict:
+    """results[temperature][setting] = list of run dicts; settings interleaved run by run.
+    drafts: setting -> draft model (None = plain decoding)."""
+    results = {}
+    for temperature in (1.0, 0.0):
+        sampling = SamplingConfig(temperature=temperature)
+        runs = {name: [] for name in drafts}
+        for r in range(args.repeats + 1):  # round 0 warms up and is not recorded
+            for name, draft in drafts.items():
+                run = run_generation(args, target_model, draft, sampling, prompt, args.seed + r)
+                if r > 0:
+                    runs[name].append(run)
+        results[temperature] = runs
+    return results
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median wall clock (keeps every figure of one real run together)."""
+    return sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
+
+
+def bench_tree_forward(args, target_model) -> dict:
+    """ms per forward_tree for each tree size, sizes interleaved call by call; cache rolled back."""
+    gen = torch.Generator().manual_seed(args.seed)
+    target = HFTarget(target_model)
+    target.prefill(torch.randint(args.vocab, (1, args.tree_prompt), generator=gen))
+    target.set_root(torch.randint(args.vocab, (1,), generator=gen))
+    binary = TreeShape.full(2, 6).parents  # 126 nodes in breadth-first order: any prefix is a tree
+    trees = {n: CandidateTree.from_parents(torch.randint(args.vocab, (1, n), generator=gen), binary[:n])
+             for n in TREE_SIZES}
+    times = {n: [] for n in TREE_SIZES}
+    for rep in range(args.tree_repeats + 2):  # two warm-up rounds
+        for n, tree in trees.items():
+            start = time.perf_counter()
+            target.forward_tree(tree)
+            elapsed = time.perf_counter() - start
+            target.lm.keep(torch.zeros(1, 0, dtype=torch.long), torch.zeros(1, dtype=torch.long))  # drop pending
+            if rep >= 2:
+                times[n].append(elapsed)
+    return {n: 1e3 * statistics.median(t) for n, t in times.items()}
+
+
+def main() -> None:
+    args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    prompt = torch.randint(args.vocab, (1, args.prompt), generator=gen)
+    target_model = make_model(args, args.layers, args.seed)
+    drafts = {"plain": None,
+              "draft (indep.)": make_model(args, args.draft_layers, args.seed + 100),
+              "self-draft": make_model(args, args.layers, args.seed)}  # same seed: identical weights
+    assert all(torch.equal(a, b) for a, b in zip(target_model.parameters(), drafts["self-draft"].parameters()))
+    print(f"target: llama V={args.vocab} H={args.hidden} L={args.layers} heads={args.heads}/{args.kv_heads} "
+          f"float32 init_std={args.init_std}; draft: {args.draft_layers} layer(s); prompt {args.prompt}, "
+          f"{args.new_tokens} new tokens, gamma {args.gamma} iid; torch threads {torch.get_num_threads()}\n")
+    print("Per-step columns are means over the steps of the median-wall run; p50 columns are medians over its steps.\n")
+
+    gen_results = bench_generation(args, target_model, drafts, prompt)
+    tree_ms = bench_tree_forward(args, target_model)
+
+    print("## 1. Loop time outside model forwards (temperature 1.0)\n")
+    rows = []
+    for name, runs in gen_results[1.0].items():
+        s = median_run(runs)
+        per = lambda k: 1e3 * s[k] / s["steps"]
+        outside = per("verify_s") + per("other_s")
+        rows.append([name, s["steps"], per("loop_s"), per("draft_s"), per("target_s"), per("verify_s"),
+                     per("other_s"), outside, f"{100 * outside / per('loop_s'):.1f}%", s["outside_p50_ms"],
+                     f"{100 * s['outside_p50_share']:.1f}%", 1e3 * s["untimed_s"]])
+    print(table(["setting", "steps", "step ms", "draft ms", "target ms", "verify ms", "other ms",
+                 "verify+other ms", "% of step (goal <= 10%)", "p50 verify+other ms", "p50 % of step",
+                 "untimed ms (whole run)"], rows))
+    print("\n(untimed: wall clock of generate outside prefill and the timed steps, e.g. emitting tokens)")
+
+    print(f"\n## 2. forward_tree cost after a {args.tree_prompt}-token prefill "
+          f"(median of {args.tree_repeats}; N nodes + the root; N = 0 is plain decoding)\n")
+    print(table(["tree nodes N", "rows in forward", "ms per call", "ratio to N = 1"],
+                [[n, n + 1, ms, ms / tree_ms[1]] for n, ms in tree_ms.items()]))
+
+    print(f"\n## 3. Draft-model chain (gamma {args.gamma}, iid) vs plain decoding "
+          f"(median wall of {args.repeats} runs, {args.new_tokens} tokens)\n")
+    rows = []
+    for temperature, runs in gen_results.items():
+        plain_wall = statistics.median(r["wall_s"] for r in runs["plain"])
+        for name, rs in runs.items():
+            wall = statistics.median(r["wall_s"] for r in rs)
+            rows.append([f"{temperature:g}" if temperature else "greedy", name,
+                         statistics.median(r["tokens_per_forward"] for r in rs),
+                         statistics.median(r["steps"] for r in rs), wall, 1e3 * wall / args.new_tokens,
+                         f"{plain_wall / wall:.2f}x"])
+    print(table(["temperature", "setting", "tokens/forward", "target forwards", "wall s",
+                 "ms/token", "speedup vs plain"], rows))
+
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "tree_forward_ms": tree_ms,
+                       "generation": {str(t): runs for t, runs in gen_results.items()}}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""One method against plain decoding of the same target, in the same run (DESIGN section 9).
+
+    python -m experiments.run                                        # draft model, temperature 1
+    python -m experiments.run proposer=draft_model sampling=t07
+    python -m experiments.run -m proposer=none,draft_model,draft_model_tree sampling=greedy,t1
+
+Hydra builds every object (target model, proposer factory, sampling law) from conf/; this file
+never branches on a method's name. Timing: `experiment.warmup` untimed rounds, then
+`experiment.repeats` rounds of speculative and plain decoding, interleaved; the reported wall
+time of each is the median over the rounds. Speedup = plain median / speculative median.
+Writes <output_dir>/result.json (one per multirun job).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+import hydra
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from framework.engine import GenerationOutput, generate
+from framework.target import HFTarget
+
+
+def timed_generate(target: HFTarget, proposer, prompt: torch.Tensor, cfg: DictConfig, sampling) -> tuple[GenerationOutput, float]:
+    start = time.perf_counter()
+    out = generate(target, proposer, prompt, cfg.max_new_tokens, sampling=sampling, seed=cfg.seed,
+                   eos_token_id=cfg.eos_token_id)
+    return out, time.perf_counter() - start  # generate returns CPU tokens: device work is done
+
+
+def emitted(out: GenerationOutput) -> list[int]:
+    """Row 0's new tokens, without the -1 padding."""
+    return [t for t in out.tokens[0].tolist() if t >= 0]
+
+
+def run(cfg: DictConfig) -> dict:
+    """Build from cfg, decode speculatively and plainly, write and return the result dict."""
+    threads = torch.get_num_threads()
+    if cfg.experiment.num_threads is not None:
+        torch.set_num_threads(cfg.experiment.num_threads)
+    try:
+        return _run(cfg)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(cfg: DictConfig) -> dict:
+    target = HFTarget(instantiate(cfg.target))
+    make_proposer = instantiate(cfg.proposer)  # a factory (partial), or None for proposer=none
+    sampling = instantiate(cfg.sampling)
+    prompt = torch.tensor([list(cfg.prompt)], dtype=torch.long)  # [1, L]
+
+    spec_s, plain_s = [], []
+    for round_ in range(cfg.experiment.warmup + cfg.experiment.repeats):
+        proposer = make_proposer() if make_proposer is not None else None  # fresh proposer state
+        spec, t_spec = timed_generate(target, proposer, prompt, cfg, sampling)
+        plain, t_plain = timed_generate(target, None, prompt, cfg, sampling)
+        if round_ >= cfg.experiment.warmup:
+            spec_s.append(t_spec)
+            plain_s.append(t_plain)
+
+    tokens = emitted(spec)
+    spec_median, plain_median = statistics.median(spec_s), statistics.median(plain_s)
+    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    result = {
+        "choices": {k: v for k, v in choices.items() if not k.startswith("hydra")},
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "prompt": prompt[0].tolist(),
+        "tokens": tokens,
+        "plain_tokens": emitted(plain),
+        "stats": spec.stats.summary(),
+        "plain_stats": plain.stats.summary(),
+        "timing": "median",
+        "wall_s": spec_median,
+        "plain_wall_s": plain_median,
+        "wall_s_all": spec_s,
+        "plain_wall_s_all": plain_s,
+        "tokens_per_s": len(tokens) / spec_median,
+        "plain_tokens_per_s": len(emitted(plain)) / plain_median,
+        "speedup": plain_median / spec_median,
+    }
+    path = Path(cfg.output_dir) / "result.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
+    result["path"] = str(path)
+    return result
+
+
+def report(result: dict) -> str:
+    s = result["stats"]
+    setting = " | ".join(f"{k} {v}" for k, v in result["choices"].items())
+    split = " | ".join(f"{k} {100 * s[f'{k}_frac']:.0f}%" for k in ("draft", "target", "verify", "other"))
+    n = len(result["wall_s_all"])
+    return "\n".join([
+        setting or "(composed without the Hydra CLI)",
+        f"prompt (ids):        {result['prompt']}",
+        f"speculative (ids):   {result['tokens']}",
+        f"plain (ids):         {result['plain_tokens']}",
+        f"tokens per forward:  {s['tokens_per_forward']:.2f} (mean accepted {s['mean_accepted']:.2f} over {s['steps']} target forwards)",
+        f"wall time (median of {n}): speculative {result['wall_s']:.4f} s, plain {result['plain_wall_s']:.4f} s"
+        f" -> speedup {result['speedup']:.2f}x ({result['tokens_per_s']:.0f} vs {result['plain_tokens_per_s']:.0f} tokens/s)",
+        f"time split (speculative loop {s['loop_s']:.4f} s, prefill {s['prefill_s']:.4f} s): {split}",
+        f"result: {result['path']}",
+    ])
+
+
+@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> float:
+    result = run(cfg)
+    print(report(result))
+    return result["speedup"]  # for sweepers that optimise a return value
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""The decoding loop: prefill -> propose -> forward_tree -> verify -> commit -> repeat.
+
+Plain decoding is the same loop with an empty tree. The engine never looks at which method
+proposed: any Proposer goes. One random source serves every coin, so a seed reproduces the text.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from framework.proposer import DecodeState, Proposer
+from framework.randomness import RandomSource, TorchSource
+from framework.sampling import SamplingConfig, mark_seen, process_logits, process_tree_logits, seen_tokens
+from framework.target import HFTarget
+from framework.tree import CandidateTree
+from verifiers import LOSSLESS, TreeVerifier, verify
+
+
+@dataclass
+class StepStats:
+    accepted: torch.Tensor  # [B] accepted tree nodes this step
+    draft_s: float
+    target_s: float
+    verify_s: float
+    other_s: float
+
+
+@dataclass
+class GenerationStats:
+    prefill_s: float = 0.0
+    steps: list[StepStats] = field(default_factory=list)
+
+    @property
+    def target_forwards(self) -> int:
+        """Verification forwards after the prefill."""
+        return len(self.steps)
+
+    def summary(self) -> dict:
+        accepted = torch.stack([s.accepted.float() for s in self.steps]) if self.steps else torch.zeros(0, 1)
+        split = {k: sum(getattr(s, k) for s in self.steps) for k in ("draft_s", "target_s", "verify_s", "other_s")}
+        total = sum(split.values())
+        return {
+            "steps": len(self.steps),
+            "mean_accepted": float(accepted.mean()) if self.steps else 0.0,
+            "tokens_per_forward": float(accepted.mean() + 1) if self.steps else 0.0,
+            "prefill_s": self.prefill_s,
+            "loop_s": total,
+            **split,
+            **{k.replace("_s", "_frac"): (v / total if total else 0.0) for k, v in split.items()},
+        }
+
+
+@dataclass
+class GenerationOutput:
+    tokens: torch.Tensor  # [B, T] new tokens; -1 after a row's EOS or its budget
+    stats: GenerationStats
+
+
+def _clock(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # a split of GPU time needs the queue drained
+    return time.perf_counter()
+
+
+def empty_tree(batch_size: int, device) -> CandidateTree:
+    return CandidateTree(torch.zeros(batch_size, 0, dtype=torch.long, device=device), torch.zeros(0, dtype=torch.long))
+
+
+class Decoder:
+    """One decoding session over a target, with or without a proposer."""
+
+    def __init__(
+        self,
+        target: HFTarget,
+        proposer: Proposer | None,
+        sampling: SamplingConfig,
+        rng: RandomSource,
+        eos_token_id: int | None = None,
+        verifier: TreeVerifier = LOSSLESS,
+    ):
+        self.target, self.proposer, self.sampling, self.rng = target, proposer, sampling, rng
+        self.eos_token_id, self.verifier = eos_token_id, verifier
+        self.stats = GenerationStats()
+        self.state: DecodeState | None = None
+
+    def prefill(self, input_ids: torch.Tensor, copies: int = 1) -> torch.Tensor:
+        """Run the prompt [B, L]; returns the first new token [B], sampled from the target.
+
+        copies > 1 (with B = 1) shares this one prefill among `copies` independent rows.
+        """
+        if copies > 1 and input_ids.shape[0] != 1:
+            raise ValueError("prefill copies need a single-row prompt")
+        start = _clock(self.target.device)
+        out = self.target.prefill(input_ids)
+        if self.proposer is not None:
+            self.proposer.prefill(input_ids, self.target)
+        logits, hidden = out.logits[:, -1], None if out.hidden is None else out.hidden[:, -1]
+        seen = seen_tokens(input_ids.to(self.target.device), self.target.vocab_size)
+        if copies > 1:
+            self.target.expand(copies)
+            if self.proposer is not None:
+                self.proposer.expand(copies)
+            logits, seen = logits.expand(copies, -1), seen.expand(copies, -1)
+            hidden = None if hidden is None else hidden.expand(copies, *hidden.shape[1:])
+        root = self.rng.categorical(process_logits(logits, self.sampling, seen))
+        self.target.set_root(root)
+        self.state = DecodeState(root, mark_seen(seen, root[:, None]), self.sampling, self.rng, hidden)
+        self.stats.prefill_s += _clock(self.target.device) - start
+        return root
+
+    def step(self) -> torch.Tensor:
+        """One speculative step; returns the emitted tokens [B, N+1], -1 padded."""
+        device = self.target.device
+        t0 = _clock(device)
+        state = self.state
+        tree = self.proposer.propose(state) if self.proposer is not None else empty_tree(state.root.shape[0], device)
+        t1 = _clock(device)
+        out = self.target.forward_tree(tree)
+        t2 = _clock(device)
+        p = process_tree_logits(out.logits, self.sampling, state.seen, tree.tokens, tree.parents)
+        result = verify(tree, p, rng=self.rng, eos_token_id=self.eos_token_id, verifier=self.verifier, validate=False)
+        t3 = _clock(device)
+        self.target.commit(result.path, result.num_accepted)
+        if self.proposer is not None:
+            self.proposer.commit(result.path, result.num_accepted)
+        emitted = result.tokens
+        root = emitted.gather(1, result.num_accepted[:, None]).squeeze(1)  # recovered/bonus, or -1 after EOS
+        root = torch.where(root >= 0, root, self.eos_token_id if self.eos_token_id is not None else 0)
+        self.target.set_root(root)
+        seen = mark_seen(state.seen, emitted)
+        hidden = None if out.hidden is None else out.hidden.gather(
+            1, result.num_accepted[:, None, None, None].expand(-1, 1, *out.hidden.shape[2:])).squeeze(1)
+        self.state = DecodeState(root, seen, self.sampling, self.rng, hidden)
+        t4 = _clock(device)
+        self.stats.steps.append(StepStats(result.num_accepted, t1 - t0, t2 - t1, t3 - t2, t4 - t3))
+        return emitted
+
+
+def check_prompt(target: HFTarget, input_ids: torch.Tensor, max_new_tokens: int) -> None:
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
+        raise ValueError("input_ids must be a LongTensor [B, L]")
+    if input_ids.shape[1] == 0:
+        raise ValueError("the prompt is empty: give at least one token")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if int(input_ids.min()) < 0 or int(input_ids.max()) >= target.vocab_size:
+        raise ValueError(f"prompt token ids must lie in [0, {target.vocab_size})")
+    limit = target.max_positions
+    if limit is not None and input_ids.shape[1] + max_new_tokens > limit:
+        raise ValueError(
+            f"the prompt ({input_ids.shape[1]} tokens) plus max_new_tokens ({max_new_tokens}) "
+            f"exceeds the model's context of {limit} tokens"
+        )
+
+
+def generate(
+    target: HFTarget,
+    proposer: Proposer | None,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    sampling: SamplingConfig = SamplingConfig(),
+    seed: int | None = None,
+    eos_token_id: int | None = None,
+    rng: RandomSource | None = None,
+    verifier: TreeVerifier = LOSSLESS,
+) -> GenerationOutput:
+    """Speculative decoding (plain decoding when proposer is None). input_ids [B, L]."""
+    check_prompt(target, input_ids, max_new_tokens)
+    B = input_ids.shape[0]
+    decoder = Decoder(target, proposer, sampling, rng or TorchSource(seed=seed), eos_token_id, verifier)
+    out = torch.full((B, max_new_tokens), -1, dtype=torch.long)
+    if max_new_tokens == 0:
+        return GenerationOutput(out, decoder.stats)
+    count = torch.zeros(B, dtype=torch.long)
+    done = torch.zeros(B, dtype=torch.bool)
+
+    def emit(tokens: torch.Tensor) -> None:  # tokens [B, K], -1 padded
+        nonlocal count, done
+        for b in range(B):
+            for t in tokens[b].tolist():
+                if done[b] or t < 0:
+                    break
+                out[b, count[b]] = t
+                count[b] += 1
+                done[b] = bool(count[b] >= max_new_tokens or t == eos_token_id)
+
+    emit(decoder.prefill(input_ids)[:, None].cpu())
+    while not bool(done.all()):
+        emit(decoder.step().cpu())
+    return GenerationOutput(out, decoder.stats)

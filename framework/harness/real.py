@@ -1,0 +1,177 @@
+"""The harness on real Hugging Face models, through the real loop (DESIGN section 7).
+
+- exact_loop_law: the enumerating source drives the whole Decoder (HFTarget, the proposer,
+  the verifier) over a batch of worlds: the exact law of the first D tokens of a tiny model.
+- teacher_forced_law: the target's own law of the first D tokens, by forwarding prefixes;
+  prefixes below min_prob are lumped into OTHER.
+- sample_first_tokens + statistical_check: a G-test of N sampled runs against that law;
+  one prefill is shared by all samples (the caches are expanded to the batch).
+- greedy_identity: token-for-token equality with plain greedy decoding.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from framework.engine import Decoder, generate
+from framework.harness.enumerate import enumerate_law
+from framework.harness.stats import GTest, g_test
+from framework.randomness import RandomSource, TorchSource
+from framework.sampling import SamplingConfig, process_logits, seen_tokens
+from framework.target import HFTarget
+from verifiers import LOSSLESS, TreeVerifier
+
+OTHER = ("other",)
+ProposerFactory = Callable[[], object] | None
+
+
+def _first_tokens(rows: list[list[int]], depth: int, eos_token_id: int | None) -> list[tuple[int, ...]]:
+    out = []
+    for row in rows:
+        row = row[:depth]
+        if eos_token_id is not None and eos_token_id in row:
+            row = row[: row.index(eos_token_id) + 1]
+        out.append(tuple(row))
+    return out
+
+
+def run_first_tokens(
+    decoder: Decoder, prompt: torch.Tensor, batch: int, depth: int, expand: bool, on_finished=None
+) -> list[tuple[int, ...]]:
+    """Decode until every row has `depth` tokens (or an EOS); the first `depth` tokens per row.
+
+    on_finished(rows) hears which rows are settled after each step (the enumerator retires them).
+    """
+    roots = decoder.prefill(prompt, copies=batch) if expand else decoder.prefill(prompt.expand(batch, -1))
+    rows = [[t] for t in roots.tolist()]
+    eos = decoder.eos_token_id
+
+    def finished(row):
+        return len(row) >= depth or (eos is not None and eos in row)
+
+    while not all(finished(r) for r in rows):
+        if on_finished is not None:
+            on_finished([i for i, r in enumerate(rows) if finished(r)])
+        for row, emitted in zip(rows, decoder.step().tolist()):
+            row.extend(t for t in emitted if t >= 0)
+    return _first_tokens(rows, depth, eos)
+
+
+def exact_loop_law(
+    target_model,
+    proposer_factory: ProposerFactory,
+    prompt: torch.Tensor,
+    depth: int,
+    sampling: SamplingConfig,
+    eos_token_id: int | None = None,
+    verifier: TreeVerifier = LOSSLESS,
+    batch_size: int = 1024,
+    target_factory: Callable = HFTarget,
+) -> dict[tuple[int, ...], float]:
+    """Exact law of the first `depth` tokens emitted by the real loop (enumerating every coin)."""
+
+    def run(rng) -> list[tuple[int, ...]]:
+        proposer = proposer_factory() if proposer_factory else None
+        decoder = Decoder(target_factory(target_model), proposer, sampling, rng, eos_token_id, verifier)
+        return run_first_tokens(decoder, prompt, rng.batch_size, depth, expand=False, on_finished=rng.retire)
+
+    return enumerate_law(run, batch_size)
+
+
+@torch.no_grad()
+def teacher_forced_law(
+    model, prompt: torch.Tensor, depth: int, sampling: SamplingConfig,
+    eos_token_id: int | None = None, min_prob: float = 0.0,
+) -> dict[tuple, float]:
+    """The target's law of its first `depth` tokens; prefixes under min_prob go to OTHER."""
+    law: dict[tuple, float] = {}
+    frontier = {(): 1.0}
+    device = next(model.parameters()).device
+    vocab = model.get_output_embeddings().weight.shape[0]
+    for _ in range(depth):
+        prefixes = list(frontier)
+        ids = torch.cat([prompt.expand(len(prefixes), -1).to(device), torch.tensor(prefixes, dtype=torch.long, device=device).reshape(len(prefixes), -1)], 1)
+        logits = model(ids).logits[:, -1].double()
+        p = process_logits(logits, sampling, seen_tokens(ids, vocab) if sampling.uses_history else None)
+        nxt: dict[tuple, float] = {}
+        for i, prefix in enumerate(prefixes):
+            for token in torch.nonzero(p[i] > 0).flatten().tolist():
+                prob = frontier[prefix] * float(p[i, token])
+                seq = prefix + (token,)
+                if prob < min_prob:
+                    law[OTHER] = law.get(OTHER, 0.0) + prob
+                elif token == eos_token_id:
+                    law[seq] = prob
+                else:
+                    nxt[seq] = prob
+        frontier = nxt
+        if not frontier:
+            break
+    law.update(frontier)
+    return law
+
+
+def sample_first_tokens(
+    target_model, proposer_factory: ProposerFactory, prompt: torch.Tensor, depth: int,
+    sampling: SamplingConfig, n: int, batch: int = 2048, seed: int = 0,
+    eos_token_id: int | None = None, verifier: TreeVerifier = LOSSLESS,
+) -> Counter:
+    """Counts of the first `depth` tokens over n independent runs, `batch` at a time."""
+    rng = TorchSource(seed=seed)
+    counts: Counter = Counter()
+    while sum(counts.values()) < n:
+        b = min(batch, n - sum(counts.values()))
+        proposer = proposer_factory() if proposer_factory else None
+        decoder = Decoder(HFTarget(target_model), proposer, sampling, rng, eos_token_id, verifier)
+        counts.update(run_first_tokens(decoder, prompt, b, depth, expand=True))
+    return counts
+
+
+def lump(counts: Counter, law: dict[tuple, float]) -> Counter:
+    """Outcomes the law lumped into OTHER are counted there too."""
+    out: Counter = Counter()
+    for outcome, c in counts.items():
+        out[outcome if outcome in law else OTHER] += c
+    return out
+
+
+@dataclass
+class StatisticalResult:
+    test: GTest
+    n: int
+
+    def passes(self, alpha: float = 1e-3) -> bool:
+        return self.test.passes(alpha)
+
+
+def statistical_check(
+    target_model, proposer_factory: ProposerFactory, prompt: torch.Tensor, sampling: SamplingConfig,
+    n: int, depth: int = 3, seed: int = 0, batch: int = 2048, min_prob: float = 1e-7,
+    eos_token_id: int | None = None, verifier: TreeVerifier = LOSSLESS,
+) -> StatisticalResult:
+    law = teacher_forced_law(target_model, prompt, depth, sampling, eos_token_id, min_prob)
+    counts = sample_first_tokens(target_model, proposer_factory, prompt, depth, sampling, n, batch, seed, eos_token_id, verifier)
+    return StatisticalResult(g_test(lump(counts, law), law), n)
+
+
+@dataclass
+class GreedyReport:
+    equal: bool
+    first_difference: int | None  # index of the first differing new token
+    baseline: list[int]
+    speculative: list[int]
+
+
+def greedy_identity(
+    target_model, proposer_factory: ProposerFactory, prompt: torch.Tensor, max_new_tokens: int,
+    eos_token_id: int | None = None,
+) -> GreedyReport:
+    greedy = SamplingConfig(temperature=0)
+    base = generate(HFTarget(target_model), None, prompt, max_new_tokens, greedy, eos_token_id=eos_token_id).tokens[0].tolist()
+    spec = generate(HFTarget(target_model), proposer_factory(), prompt, max_new_tokens, greedy, eos_token_id=eos_token_id).tokens[0].tolist()
+    diff = next((i for i, (a, b) in enumerate(zip(base, spec)) if a != b), None)
+    return GreedyReport(base == spec, diff, base, spec)

@@ -1,0 +1,51 @@
+"""Tiny random-weight Hugging Face models built from configs (tests, and defaults until the zoo).
+
+No hub access: every model is made from a config, with seeded weights. `init_std` widens the
+weights so that next-token laws are peaked like a trained model's rather than near uniform.
+"""
+
+from __future__ import annotations
+
+import torch
+import transformers
+
+ARCHITECTURES = {
+    "llama": lambda v, h, l, nh, kv, pos: transformers.LlamaConfig(
+        vocab_size=v, hidden_size=h, intermediate_size=2 * h, num_hidden_layers=l,
+        num_attention_heads=nh, num_key_value_heads=kv, max_position_embeddings=pos),
+    "qwen2": lambda v, h, l, nh, kv, pos: transformers.Qwen2Config(
+        vocab_size=v, hidden_size=h, intermediate_size=2 * h, num_hidden_layers=l,
+        num_attention_heads=nh, num_key_value_heads=kv, max_position_embeddings=pos),
+    "mistral": lambda v, h, l, nh, kv, pos: transformers.MistralConfig(
+        vocab_size=v, hidden_size=h, intermediate_size=2 * h, num_hidden_layers=l,
+        num_attention_heads=nh, num_key_value_heads=kv, max_position_embeddings=pos, sliding_window=None),
+    "gpt2": lambda v, h, l, nh, kv, pos: transformers.GPT2Config(
+        vocab_size=v, n_embd=h, n_layer=l, n_head=nh, n_positions=pos,
+        bos_token_id=0, eos_token_id=0),
+}
+
+
+def tiny_random_model(
+    arch: str = "llama",
+    vocab_size: int = 64,
+    hidden_size: int = 32,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    max_positions: int = 256,
+    seed: int = 0,
+    dtype: str = "float32",
+    init_std: float | None = None,
+):
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"unknown architecture {arch!r} (have {sorted(ARCHITECTURES)})")
+    config = ARCHITECTURES[arch](vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, max_positions)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    if init_std is not None:
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if param.dim() >= 2:
+                    param.copy_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * init_std)
+    return model.eval()

@@ -1,0 +1,77 @@
+"""HFTarget: any Hugging Face causal LM as the target of speculative decoding (DESIGN section 5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from framework import tree_attention
+from framework.cached_lm import CachedLM
+from framework.tree import CandidateTree
+
+
+@dataclass
+class TargetOutput:
+    logits: torch.Tensor  # [B, M, V]: M = 1 after prefill, N+1 after forward_tree (row 0 = root)
+    hidden: torch.Tensor | None  # [B, M, L, H] for the requested layers, else None
+
+
+class HFTarget:
+    """prefill -> forward_tree -> commit, on the model's own KV cache.
+
+    attention: the attention implementation to run the model with; the default routes every
+    forward through the registered tree attention (PyTorch reference here). None keeps the
+    model's own implementation, which also honours the 4D masks.
+    hidden_layers: hidden-state layers to return with the logits (for heads: Medusa, EAGLE).
+    """
+
+    def __init__(self, model, attention: str | None = tree_attention.ATTENTION_NAME, hidden_layers: tuple[int, ...] = ()):
+        if attention is not None:
+            model.set_attn_implementation(attention)
+        self.lm = CachedLM(model, hidden_layers)
+        self.root = torch.zeros(0, dtype=torch.long)  # [B] last emitted token, not yet in the cache
+
+    @property
+    def vocab_size(self) -> int:
+        return self.lm.vocab_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm.dtype
+
+    @property
+    def max_positions(self) -> int | None:
+        return self.lm.max_positions
+
+    def prefill(self, input_ids: torch.Tensor) -> TargetOutput:
+        """Run the prompt [B, L]; returns the logits for the first new token [B, 1, V]."""
+        B, L = input_ids.shape
+        self.lm.reset(B)
+        causal = torch.ones(L, L, dtype=torch.bool).tril()
+        out = self.lm.forward(input_ids, torch.arange(L), causal, logits_rows=torch.tensor([L - 1]))
+        self.lm.keep(torch.arange(L).expand(B, L), torch.full((B,), L))
+        return TargetOutput(out.logits, out.hidden)
+
+    def set_root(self, root: torch.Tensor) -> None:
+        """root [B]: the last emitted token, fed at the next forward_tree."""
+        self.root = root
+
+    def forward_tree(self, tree: CandidateTree) -> TargetOutput:
+        """Root plus N nodes in one forward; position = committed length + depth."""
+        tokens = torch.cat([self.root[:, None], tree.tokens.to(self.root.device)], dim=1)  # [B, N+1]
+        depth = torch.cat([torch.zeros(1, dtype=torch.long), tree.depth()])  # [N+1]
+        out = self.lm.forward(tokens, depth, tree.ancestor_mask())
+        return TargetOutput(out.logits, out.hidden)
+
+    def commit(self, path: torch.Tensor, num_accepted: torch.Tensor) -> None:
+        """Keep the root and the accepted nodes' KV (path [B, depth], node indices) per row."""
+        self.lm.keep_path(path, num_accepted)
+
+    def expand(self, batch_size: int) -> None:
+        """Replicate the one-row prefill into batch_size rows (set the roots afterwards)."""
+        self.lm.expand(batch_size)

@@ -1,0 +1,87 @@
+"""An independent draft model proposes a chain or a tree (DESIGN section 8).
+
+Level by level: the draft reads the nodes of one depth in a single forward (each node sees the
+committed past and its own ancestors), processes its logits with the sampling law, and draws
+the next depth's children from that exact law q: "iid" (duplicates kept), "wor" (without
+replacement, in draw order) or "point" (top-k). The leaves are read too, so every accepted
+node already sits in the draft's cache and commit is a gather, never a re-run.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from framework import tree_attention
+from framework.cached_lm import CachedLM
+from framework.drafting import draw_children
+from framework.proposer import DecodeState
+from framework.sampling import SamplingConfig, process_logits, seen_along_tree
+from framework.tree import CandidateTree
+from framework.tree_shape import TreeShape, ancestor_mask, depths
+
+
+class DraftModelProposer:
+    def __init__(
+        self,
+        draft_model,
+        gamma: int = 4,
+        branching: int = 1,
+        depth: int | None = None,
+        kind: str = "iid",
+        sampling: SamplingConfig | None = None,
+        attention: str | None = tree_attention.ATTENTION_NAME,
+    ):
+        """gamma: chain length (branching=1); else a full tree of `branching` children per node
+        down to `depth` (default gamma). sampling: the draft's own law (default: the target's)."""
+        if gamma < 1 or branching < 1:
+            raise ValueError(f"need gamma >= 1 and branching >= 1, got {gamma}, {branching}")
+        if kind not in ("iid", "wor", "point"):
+            raise ValueError(f"kind must be iid, wor or point, got {kind!r}")
+        self.shape = TreeShape.chain(gamma) if branching == 1 else TreeShape.full(branching, depth or gamma)
+        self.kind, self.sampling = kind, sampling
+        if attention is not None:
+            draft_model.set_attn_implementation(attention)
+        self.lm = CachedLM(draft_model)
+        node_depth = depths(self.shape.parents)
+        self.levels = [torch.nonzero(node_depth == d).flatten() for d in range(1, int(node_depth.max()) + 1)]
+        self.mask = ancestor_mask(self.shape.parents)  # [N+1, N+1]; slot of node i is i + 1 (level order)
+
+    def prefill(self, input_ids: torch.Tensor, target) -> None:
+        if self.lm.vocab_size != target.vocab_size:
+            raise ValueError(f"draft vocabulary ({self.lm.vocab_size}) differs from the target's ({target.vocab_size})")
+        if self.lm.device != target.device or self.lm.dtype != target.dtype:
+            raise ValueError(
+                f"draft on {self.lm.device}/{self.lm.dtype} but target on {target.device}/{target.dtype}: "
+                "put both on the same device and dtype"
+            )
+        B, L = input_ids.shape
+        self.lm.reset(B)
+        self.lm.forward(input_ids, torch.arange(L), torch.ones(L, L, dtype=torch.bool).tril(), logits_rows=torch.tensor([L - 1]))
+        self.lm.keep(torch.arange(L).expand(B, L), torch.full((B,), L))
+
+    def propose(self, state: DecodeState) -> CandidateTree:
+        cfg = self.sampling or state.sampling
+        B, N = state.root.shape[0], self.shape.num_nodes
+        tokens = torch.zeros(B, N, dtype=torch.long, device=state.root.device)
+        q = torch.empty(B, N + 1, state.seen.shape[-1], dtype=torch.float64 if self.lm.dtype == torch.float64 else torch.float32, device=state.root.device)
+        parents = self.shape.parents.tolist()
+        fed = 0  # pending slots written so far (root = slot 0)
+        for level in range(len(self.levels) + 1):
+            rows = torch.tensor([0]) if level == 0 else self.levels[level - 1] + 1  # tree rows read now
+            inputs = state.root[:, None] if level == 0 else tokens[:, rows - 1]
+            out = self.lm.forward(inputs, torch.full((rows.numel(),), level), self.mask[rows][:, : fed + rows.numel()])
+            fed += rows.numel()
+            seen = seen_along_tree(state.seen, tokens, self.shape.parents)[:, rows] if cfg.uses_history else None
+            q[:, rows] = process_logits(out.logits, cfg, seen).to(q.dtype)
+            for row in rows.tolist():  # draw each node's children from its own law
+                kids = [i for i in range(N) if parents[i] == row - 1]
+                if kids:
+                    drawn = draw_children(q[:, row], len(kids), self.kind, state.rng)
+                    tokens[:, kids] = drawn
+        return CandidateTree(tokens, self.shape.parents, q if self.kind != "point" else None, self.kind)
+
+    def commit(self, path: torch.Tensor, num_accepted: torch.Tensor) -> None:
+        self.lm.keep_path(path, num_accepted)
+
+    def expand(self, batch_size: int) -> None:
+        self.lm.expand(batch_size)

@@ -1,0 +1,106 @@
+"""The loop: greedy identity with plain decoding, stopping rules, seeds, and bad input."""
+
+import pytest
+import torch
+
+from framework import HFTarget, SamplingConfig, generate
+from framework.harness.real import greedy_identity
+from framework.models import tiny_random_model
+from proposers import DraftModelProposer
+
+ARCHS = ["llama", "qwen2", "mistral", "gpt2"]
+PROMPTS = [[1, 2, 3], [40, 7, 7, 19, 2, 60, 33], [5]]
+
+
+def pair(arch, dtype, seed=0):
+    target = tiny_random_model(arch, seed=seed, dtype=dtype, init_std=0.3)
+    draft = tiny_random_model(arch, seed=seed + 1, num_layers=1, dtype=dtype, init_std=0.3)
+    return target, draft
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_identity(arch, dtype):
+    target, draft = pair(arch, dtype, seed=ARCHS.index(arch))
+    proposers = [
+        lambda: DraftModelProposer(draft, gamma=4),
+        lambda: DraftModelProposer(draft, branching=2, depth=2, kind="point"),
+        lambda: DraftModelProposer(target, gamma=3),  # self-draft: every node accepted
+    ]
+    for prompt in PROMPTS:
+        for make in proposers:
+            report = greedy_identity(target, make, torch.tensor([prompt]), 64)
+            assert report.equal, (arch, dtype, prompt, report.first_difference)
+            assert len(report.baseline) == 64
+
+
+def test_self_draft_accepts_everything():
+    target, _ = pair("llama", "float64")
+    out = generate(HFTarget(target), DraftModelProposer(target, gamma=4), torch.tensor([[1, 2]]), 21,
+                   SamplingConfig(), seed=0)
+    assert out.stats.summary()["tokens_per_forward"] == 5.0
+
+
+def test_same_seed_same_text():
+    target, draft = pair("llama", "float32")
+    runs = [generate(HFTarget(target), DraftModelProposer(draft, branching=2, depth=2, kind="wor"),
+                     torch.tensor([[3, 4]]), 30, SamplingConfig(temperature=0.8), seed=s).tokens for s in (5, 5, 6)]
+    assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], runs[2])
+
+
+def test_stops_at_eos_and_budget():
+    target, draft = pair("llama", "float64")
+    free = generate(HFTarget(target), DraftModelProposer(draft), torch.tensor([[1, 2, 3]]), 40, SamplingConfig(), seed=1)
+    eos = int(free.tokens[0, 5])
+    first = free.tokens[0].tolist().index(eos)
+    out = generate(HFTarget(target), DraftModelProposer(draft), torch.tensor([[1, 2, 3]]), 40, SamplingConfig(), seed=1, eos_token_id=eos)
+    assert out.tokens[0, : first + 1].tolist() == free.tokens[0, : first + 1].tolist()
+    assert (out.tokens[0, first + 1 :] == -1).all()
+    for budget in (1, 2, 7):
+        out = generate(HFTarget(target), DraftModelProposer(draft, gamma=5), torch.tensor([[1]]), budget, SamplingConfig(), seed=2)
+        assert out.tokens.shape == (1, budget) and (out.tokens >= 0).all()
+
+
+def test_zero_new_tokens_returns_nothing():
+    target, draft = pair("llama", "float32")
+    out = generate(HFTarget(target), DraftModelProposer(draft), torch.tensor([[1, 2]]), 0)
+    assert out.tokens.shape == (1, 0)
+
+
+def test_stats_split():
+    target, draft = pair("llama", "float32")
+    stats = generate(HFTarget(target), DraftModelProposer(draft), torch.tensor([[1, 2]]), 20, seed=0).stats.summary()
+    assert stats["steps"] >= 1 and stats["tokens_per_forward"] >= 1
+    assert all(stats[k] >= 0 for k in ("draft_s", "target_s", "verify_s", "other_s"))
+    assert abs(sum(stats[k] for k in ("draft_frac", "target_frac", "verify_frac", "other_frac")) - 1) < 1e-9
+
+
+def test_bad_input_is_named():
+    target, draft = pair("llama", "float32")
+    t = HFTarget(target)
+    with pytest.raises(ValueError, match="empty"):
+        generate(t, None, torch.zeros(1, 0, dtype=torch.long), 5)
+    with pytest.raises(ValueError, match="context"):
+        generate(t, None, torch.ones(1, 300, dtype=torch.long), 5)
+    with pytest.raises(ValueError, match="context"):
+        generate(t, None, torch.ones(1, 250, dtype=torch.long), 10)
+    with pytest.raises(ValueError, match="temperature"):
+        generate(t, None, torch.tensor([[1]]), 5, SamplingConfig(temperature=-1))
+    with pytest.raises(ValueError, match="top_p"):
+        generate(t, None, torch.tensor([[1]]), 5, SamplingConfig(top_p=0))
+    with pytest.raises(ValueError, match="token ids"):
+        generate(t, None, torch.tensor([[1000]]), 5)
+    with pytest.raises(ValueError, match="vocabulary"):
+        generate(t, DraftModelProposer(tiny_random_model("llama", vocab_size=65)), torch.tensor([[1]]), 5)
+    with pytest.raises(ValueError, match="dtype"):
+        generate(t, DraftModelProposer(tiny_random_model("llama", dtype="float64")), torch.tensor([[1]]), 5)
+    with pytest.raises(ValueError, match="gamma"):
+        DraftModelProposer(draft, gamma=0)
+
+
+def test_nan_logits_are_named():
+    broken = tiny_random_model("llama", seed=0)
+    with torch.no_grad():
+        broken.get_output_embeddings().weight.fill_(float("nan"))
+    with pytest.raises(ValueError, match="NaN"):
+        generate(HFTarget(broken), None, torch.tensor([[1, 2]]), 5)

@@ -1,0 +1,87 @@
+"""The harness on real (tiny) Hugging Face models, through HFTarget, the loop and DraftModelProposer."""
+
+import pytest
+import torch
+
+from framework import HFTarget, SamplingConfig
+from framework.target import TargetOutput
+from framework.harness.exact import compare
+from framework.harness.real import exact_loop_law, statistical_check, teacher_forced_law
+from framework.harness.stats import sample_size_for_tv
+from framework.models import tiny_random_model
+from framework.tree import CandidateTree
+from proposers import DraftModelProposer
+from verifiers import typical_verifier
+
+TOY = dict(vocab_size=3, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, dtype="float64", init_std=0.3)
+TARGET, DRAFT = tiny_random_model("llama", seed=0, **TOY), tiny_random_model("llama", seed=1, **TOY)
+PROMPT = torch.tensor([[1, 2, 0]])
+SAMPLINGS = {"T1": SamplingConfig(), "T0.7-topk2": SamplingConfig(temperature=0.7, top_k=2),
+             "penalty1.5": SamplingConfig(repetition_penalty=1.5)}
+PROPOSERS = {"chain2-iid": dict(gamma=2, kind="iid"), "chain2-wor": dict(gamma=2, kind="wor"),
+             "chain3-point": dict(gamma=3, kind="point"), "tree2x2-point": dict(branching=2, depth=2, kind="point")}
+
+
+def tv_of(sampling, verifier=None, target_factory=HFTarget, depth=3, **proposer):
+    extra = {} if verifier is None else {"verifier": verifier}
+    spec = exact_loop_law(TARGET, lambda: DraftModelProposer(DRAFT, **proposer), PROMPT, depth, sampling,
+                          target_factory=target_factory, **extra)
+    return compare(spec, teacher_forced_law(TARGET, PROMPT, depth, sampling))
+
+
+@pytest.mark.parametrize("sname", SAMPLINGS)
+@pytest.mark.parametrize("pname", PROPOSERS)
+def test_exact_law_through_the_real_loop(pname, sname):
+    result = tv_of(SAMPLINGS[sname], **PROPOSERS[pname])
+    assert result.passes(1e-9), (pname, sname, result.tv)
+
+
+@pytest.mark.slow
+def test_exact_law_wor_tree():
+    assert tv_of(SAMPLINGS["T1"], branching=2, depth=2, kind="wor").passes(1e-9)
+
+
+def test_plain_decoding_law_is_exact():
+    spec = exact_loop_law(TARGET, None, PROMPT, 3, SAMPLINGS["T1"])
+    assert compare(spec, teacher_forced_law(TARGET, PROMPT, 3, SAMPLINGS["T1"])).passes(1e-9)
+
+
+def test_typical_acceptance_fails_through_the_loop():
+    assert tv_of(SAMPLINGS["T1"], verifier=typical_verifier(), gamma=2, kind="iid").tv > 1e-3
+
+
+class WrongPositions(HFTarget):
+    """Bug: tree rows numbered as a chain (past + row index) instead of past + depth."""
+
+    def forward_tree(self, tree):
+        tokens = torch.cat([self.root[:, None], tree.tokens], dim=1)
+        out = self.lm.forward(tokens, torch.arange(tree.num_nodes + 1), tree.ancestor_mask())
+        return TargetOutput(out.logits, out.hidden)
+
+
+class CropInsteadOfGather(HFTarget):
+    """Bug: commit keeps the first accepted-count tree slots (a scalar rewind) instead of the path."""
+
+    def commit(self, path, num_accepted):
+        slots = torch.arange(path.shape[1] + 1).expand(path.shape[0], -1)
+        self.lm.keep(slots, num_accepted + 1)
+
+
+@pytest.mark.parametrize("bug", [WrongPositions, CropInsteadOfGather], ids=lambda b: b.__name__)
+def test_target_bugs_are_caught(bug):
+    # Four tokens: the first comes from the prefill, so a corrupt commit shows from the second step on.
+    assert tv_of(SAMPLINGS["T1"], target_factory=bug, depth=4, branching=3, kind="point", gamma=1).tv > 1e-6
+
+
+@pytest.mark.stat
+def test_statistical_check_real_models():
+    """G-test of the first 3 tokens of a vocab-64 model; the lossy baseline fails at the same N."""
+    target = tiny_random_model("llama", seed=0, dtype="float32", init_std=0.3)
+    draft = tiny_random_model("llama", seed=1, num_layers=1, dtype="float32", init_std=0.3)
+    n = sample_size_for_tv(0.05)
+    prompt = torch.tensor([[1, 2, 3]])
+    exact = statistical_check(target, lambda: DraftModelProposer(draft, gamma=3), prompt, SamplingConfig(), n, seed=0)
+    lossy = statistical_check(target, lambda: DraftModelProposer(draft, gamma=3), prompt, SamplingConfig(), n, seed=0,
+                              verifier=typical_verifier())
+    assert exact.passes(), exact.test
+    assert not lossy.passes(), lossy.test
