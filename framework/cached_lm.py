@@ -1,9 +1,10 @@
 """A Hugging Face causal LM with a KV cache that keeps or drops rows per batch row.
 
 The cache holds committed slots, then the pending slots of the forwards since the last
-`keep`. Every forward passes a 4D boolean mask [B, 1, M, S+M]: committed slots by the row's
-`valid` mask, pending and new slots by a tree mask, and explicit position ids, so rows may
-commit different numbers of tokens (holes stay masked) and tree nodes see only their own path.
+`keep`. Every forward passes a TreeMask (committed slots by the row's `valid` mask, pending and
+new slots by a tree mask) and explicit position ids, so rows may commit different numbers of
+tokens (holes stay masked) and tree nodes see only their own path. The mask goes compactly to
+the registered tree attention, or dense (4D) to any other attention implementation.
 Driven only through public transformers APIs: `cache=`, 4D masks, `cache.layers[i].keys/values`.
 """
 
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
+
+from framework.tree_mask import TreeMask
 
 
 @dataclass
@@ -38,10 +41,14 @@ def context_length(config) -> int | None:
 
 
 class CachedLM:
-    def __init__(self, model, hidden_layers: tuple[int, ...] = ()):
+    def __init__(self, model, hidden_layers: tuple[int, ...] = (), tree_backend: str | None = None):
+        """tree_backend: None passes a dense 4D mask (any attention implementation); a backend
+        name ("auto", "triton", "reference") passes the compact TreeMask to the registered
+        tree attention, which the model must be running."""
         if not hasattr(model, "config") or not callable(model):
             raise ValueError("expected a Hugging Face causal LM (AutoModelForCausalLM)")
         self.model = model
+        self.tree_backend = tree_backend
         self.hidden_layers = tuple(hidden_layers)
         self.max_positions = context_length(model.config)
         self.window = sliding_window(model.config)
@@ -92,11 +99,14 @@ class CachedLM:
                 f"position {int(positions.max())} reaches the model's sliding window of {self.window}: "
                 "windowed attention is not supported by the tree mask"
             )
-        pending = pending_mask.to(self.device)[None].expand(B, -1, -1)
-        mask = torch.cat([self.valid[:, None, :].expand(B, M, S0), pending], dim=-1)[:, None]  # [B, 1, M, S+M]
+        tree_mask = TreeMask(self.valid, pending_mask.to(self.device))
+        if self.tree_backend is None:
+            masks = {"attention_mask": tree_mask.dense()}  # [B, 1, M, S+M] for any attention
+        else:
+            masks = {"speculum_mask": tree_mask, "speculum_backend": self.tree_backend}
         out = self.model(
             input_ids=input_ids.to(self.device),
-            attention_mask=mask,
+            **masks,
             position_ids=positions,
             cache=self.cache,
             use_cache=True,

@@ -20,16 +20,16 @@ class TargetOutput:
 class HFTarget:
     """prefill -> forward_tree -> commit, on the model's own KV cache.
 
-    attention: the attention implementation to run the model with; the default routes every
-    forward through the registered tree attention (PyTorch reference here). None keeps the
-    model's own implementation, which also honours the 4D masks.
+    backend: the tree attention: "auto" (the Triton kernel on CUDA, the PyTorch reference
+    elsewhere), "triton" or "reference" (forced); the model is switched to the registered
+    `speculum_tree` attention. None keeps the model's own attention implementation, fed dense
+    4D masks.
     hidden_layers: hidden-state layers to return with the logits (for heads: Medusa, EAGLE).
     """
 
-    def __init__(self, model, attention: str | None = tree_attention.ATTENTION_NAME, hidden_layers: tuple[int, ...] = ()):
-        if attention is not None:
-            model.set_attn_implementation(attention)
-        self.lm = CachedLM(model, hidden_layers)
+    def __init__(self, model, backend: str | None = "auto", hidden_layers: tuple[int, ...] = ()):
+        tree_attention.use_tree_attention(model, backend)
+        self.lm = CachedLM(model, hidden_layers, backend)
         self.root = torch.zeros(0, dtype=torch.long)  # [B] last emitted token, not yet in the cache
 
     @property

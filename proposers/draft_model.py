@@ -29,7 +29,7 @@ class DraftModelProposer:
         depth: int | None = None,
         kind: str = "iid",
         sampling: SamplingConfig | None = None,
-        attention: str | None = tree_attention.ATTENTION_NAME,
+        backend: str | None = "auto",
     ):
         """gamma: chain length (branching=1); else a full tree of `branching` children per node
         down to `depth` (default gamma). sampling: the draft's own law (default: the target's)."""
@@ -39,9 +39,8 @@ class DraftModelProposer:
             raise ValueError(f"kind must be iid, wor or point, got {kind!r}")
         self.shape = TreeShape.chain(gamma) if branching == 1 else TreeShape.full(branching, depth or gamma)
         self.kind, self.sampling = kind, sampling
-        if attention is not None:
-            draft_model.set_attn_implementation(attention)
-        self.lm = CachedLM(draft_model)
+        tree_attention.use_tree_attention(draft_model, backend)
+        self.lm = CachedLM(draft_model, tree_backend=backend)
         node_depth = depths(self.shape.parents)
         self.levels = [torch.nonzero(node_depth == d).flatten() for d in range(1, int(node_depth.max()) + 1)]
         self.mask = ancestor_mask(self.shape.parents)  # [N+1, N+1]; slot of node i is i + 1 (level order)

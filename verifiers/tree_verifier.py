@@ -84,6 +84,10 @@ class TreeVerifier:
         rule = self.rules[tree.kind]
         B, N = tree.tokens.shape
         V, device = target_probs.shape[-1], target_probs.device
+        if N == 0:  # plain decoding: the bonus token alone, without the walk's bookkeeping
+            bonus = rng.categorical(target_probs[:, 0])  # [B]
+            empty = torch.zeros(B, 0, dtype=torch.long, device=device)
+            return Verification(bonus[:, None], torch.zeros(B, dtype=torch.long, device=device), empty)
         children = children_table(tree.parents).to(device)  # [N+1, C]
         max_depth = int(depths(tree.parents).max()) if N else 0
         batch = torch.arange(B, device=device)

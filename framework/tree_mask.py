@@ -1,0 +1,37 @@
+"""The compact tree-attention mask: who each query row may see, without a dense [M, S] mask.
+
+Keys are laid out as [committed past (S0 slots) | tree part (T slots)]. A query sees a past slot
+iff that slot is valid for its batch row (holes left by ragged commits are not), and a tree slot
+iff the tree part says so (its ancestors and itself). The tree part is shared by the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class TreeMask:
+    past_valid: torch.Tensor  # [B, S0] bool
+    tree: torch.Tensor  # [M, T] bool: query row i may see tree slot j
+
+    @property
+    def num_keys(self) -> int:
+        return self.past_valid.shape[1] + self.tree.shape[1]
+
+    def dense(self) -> torch.Tensor:
+        """[B, 1, M, S0+T] bool: the same pattern, materialised (reference path only)."""
+        B, M = self.past_valid.shape[0], self.tree.shape[0]
+        past = self.past_valid[:, None, :].expand(B, M, -1)
+        return torch.cat([past, self.tree[None].expand(B, -1, -1)], dim=-1)[:, None]
+
+    def packed_tree(self) -> torch.Tensor:
+        """[M, ceil(T/32)] int32 bitmask words: bit j % 32 of word j // 32 is tree[i, j]."""
+        M, T = self.tree.shape
+        words = max(1, -(-T // 32))
+        bits = torch.zeros(M, words * 32, dtype=torch.int64, device=self.tree.device)
+        bits[:, :T] = self.tree.to(torch.int64)
+        packed = (bits.view(M, words, 32) << torch.arange(32, device=self.tree.device)).sum(-1)  # [M, W] < 2^32
+        return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)

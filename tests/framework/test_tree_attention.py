@@ -1,0 +1,120 @@
+"""The Triton tree-attention kernel against its PyTorch reference (CPU: TRITON_INTERPRET=1)."""
+
+import itertools
+
+import pytest
+import torch
+
+from framework import CandidateTree, HFTarget
+from framework.models import tiny_random_model
+from framework.tree_attention import tree_attention_reference
+from framework.tree_attention_triton import tree_attention_triton
+from framework.tree_mask import TreeMask
+from framework.tree_shape import ancestor_mask
+
+
+def random_parents(n: int, generator: torch.Generator) -> torch.Tensor:
+    """A random topologically ordered tree of n nodes."""
+    return torch.tensor([int(torch.randint(-1, i, (1,), generator=generator)) for i in range(n)], dtype=torch.long)
+
+
+def case(prefix, nodes, group, head_dim, dtype, seed=0, batch=2, kv_heads=2):
+    g = torch.Generator().manual_seed(seed)
+    tree = ancestor_mask(random_parents(nodes, g))  # [M, M], M = nodes + 1
+    M = nodes + 1
+    past_valid = torch.rand(batch, prefix, generator=g) > 0.25  # holes, as after ragged commits
+    q = torch.randn(batch, kv_heads * group, M, head_dim, generator=g)
+    k = torch.randn(batch, kv_heads, prefix + M, head_dim, generator=g)
+    v = torch.randn(batch, kv_heads, prefix + M, head_dim, generator=g)
+    return [x.to(dtype) for x in (q, k, v)], TreeMask(past_valid, tree), head_dim**-0.5
+
+
+def compare(prefix, nodes, group, head_dim, split=None):
+    (q, k, v), mask, scale = case(prefix, nodes, group, head_dim, torch.float32)
+    out = tree_attention_triton(q, k, v, mask, scale, split_size=split)
+    ref = tree_attention_reference(q, k, v, mask.dense(), scale)
+    assert out.shape == ref.shape
+    assert (out - ref).abs().max() <= 2e-5, (prefix, nodes, group, head_dim)
+
+
+# Every value of every axis appears; the full cross product runs under -m slow.
+COVER = [
+    (0, 1, 1, 16), (1, 8, 2, 16), (17, 3, 4, 64), (300, 64, 2, 16), (17, 64, 1, 64),
+    (300, 1, 4, 16), (0, 33, 2, 64), (1, 64, 4, 16), (300, 16, 1, 64),
+]
+
+
+@pytest.mark.parametrize("prefix, nodes, group, head_dim", COVER)
+def test_kernel_equals_reference_fp32(prefix, nodes, group, head_dim):
+    compare(prefix, nodes, group, head_dim)
+
+
+def test_prefix_split_across_programs():
+    compare(300, 8, 2, 16, split=64)  # five key splits, merged by log-sum-exp
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prefix, nodes, group, head_dim",
+                         list(itertools.product([0, 1, 17, 300], [1, 7, 32, 64], [1, 2, 4], [16, 64])))
+def test_kernel_equals_reference_full_grid(prefix, nodes, group, head_dim):
+    compare(prefix, nodes, group, head_dim)
+
+
+@pytest.mark.parametrize("prefix, nodes, group, head_dim", [(17, 8, 2, 64), (300, 32, 4, 16), (0, 64, 1, 64)])
+def test_fp16_error_within_twice_pytorch(prefix, nodes, group, head_dim):
+    (q, k, v), mask, scale = case(prefix, nodes, group, head_dim, torch.float32, seed=1)
+    exact = tree_attention_reference(q, k, v, mask.dense(), scale)  # fp32 ground truth
+    q16, k16, v16 = (x.half() for x in (q, k, v))
+    kernel = tree_attention_triton(q16, k16, v16, mask, scale)
+    rep = lambda x: x.repeat_interleave(group, dim=1)  # plain PyTorch at fp16 repeats K/V
+    torch_fp16 = torch.nn.functional.scaled_dot_product_attention(q16, rep(k16), rep(v16), attn_mask=mask.dense(), scale=scale)
+    kernel_err = (kernel.float() - exact).abs().max()
+    torch_err = (torch_fp16.float() - exact).abs().max()
+    assert kernel.dtype == torch.float16
+    assert kernel_err <= 2 * torch_err + 1e-3, (kernel_err, torch_err)
+
+
+def test_packed_bits_round_trip():
+    g = torch.Generator().manual_seed(3)
+    tree = torch.rand(5, 70, generator=g) > 0.5
+    words = TreeMask(torch.zeros(1, 0, dtype=torch.bool), tree).packed_tree()
+    assert words.shape == (5, 3) and words.dtype == torch.int32
+    unpacked = ((words.to(torch.int64)[:, :, None] >> torch.arange(32)) & 1).reshape(5, 96)[:, :70].bool()
+    assert torch.equal(unpacked, tree)
+
+
+def test_hf_target_on_the_triton_path():
+    """A tiny Llama forced onto the kernel gives the reference path's tree logits."""
+    model = tiny_random_model("llama", seed=4, init_std=0.3)
+    logits = {}
+    for backend in ("reference", "triton"):
+        target = HFTarget(model, backend=backend)
+        target.prefill(torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]]))
+        target.set_root(torch.tensor([5]))
+        tree = CandidateTree.from_parents(torch.tensor([[10, 11, 12, 13, 14]]), [-1, -1, 0, 0, 2])
+        logits[backend] = target.forward_tree(tree).logits
+        target.commit(torch.tensor([[0, 2, 4]]), torch.tensor([3]))
+        target.set_root(torch.tensor([7]))
+        logits[backend + "/after commit"] = target.forward_tree(CandidateTree.chain(torch.tensor([[8, 9]]))).logits
+    assert (logits["triton"] - logits["reference"]).abs().max() <= 1e-4
+    assert (logits["triton/after commit"] - logits["reference/after commit"]).abs().max() <= 1e-4
+
+
+def test_unknown_backend_is_named():
+    with pytest.raises(ValueError, match="backend"):
+        HFTarget(tiny_random_model("llama"), backend="cuda-magic")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_kernel_on_gpu_full_size(dtype):
+    """On a GPU (compiled, not interpreted): 32/8 heads, head dim 128, an 8k prefix, 64 nodes."""
+    (q, k, v), mask, scale = case(8192, 64, 4, 128, torch.float32, batch=1, kv_heads=8)
+    q, k, v = (x.cuda() for x in (q, k, v))
+    mask = TreeMask(mask.past_valid.cuda(), mask.tree.cuda())
+    exact = tree_attention_reference(q, k, v, mask.dense(), scale)
+    kernel = tree_attention_triton(q.to(dtype), k.to(dtype), v.to(dtype), mask, scale).float()
+    rep = lambda x: x.to(dtype).repeat_interleave(4, dim=1)
+    plain = torch.nn.functional.scaled_dot_product_attention(q.to(dtype), rep(k), rep(v), attn_mask=mask.dense(), scale=scale).float()
+    assert (kernel - exact).abs().max() <= 2 * (plain - exact).abs().max() + 1e-3

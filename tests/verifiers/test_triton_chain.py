@@ -1,0 +1,79 @@
+"""The Triton verifier path matches the PyTorch verifier and passes the exact harness (interpreter)."""
+
+import pytest
+import torch
+
+from framework import CandidateTree, ReplaySource
+from framework.harness.cases import exact_cases
+from framework.harness.exact import Pipeline, check_case
+from verifiers import LOSSLESS, verify
+from verifiers.triton_chain import TritonChainVerifier
+
+TRITON = TritonChainVerifier()
+
+
+def inputs(B, K, V, kind, seed, peaked=False, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    scale = 6.0 if peaked else 2.0
+    p = torch.softmax(torch.randn(B, K + 1, V, generator=g) * scale, -1).to(dtype)
+    q = torch.softmax(torch.randn(B, K + 1, V, generator=g) * scale, -1).to(dtype)
+    tokens = torch.multinomial(q[:, :K].reshape(-1, V).float(), 1, generator=g).reshape(B, K)
+    if kind == "point":
+        p[:, 1] = q[:, 1]  # some rows accept often, some reject
+        return CandidateTree.chain(tokens), p
+    return CandidateTree.chain(tokens, q, kind), p
+
+
+@pytest.mark.parametrize("kind", ["point", "iid"])
+@pytest.mark.parametrize("K, V", [(1, 7), (4, 50), (3, 300)])
+@pytest.mark.parametrize("eos", [None, 3])
+def test_same_uniforms_same_tokens(kind, K, V, eos):
+    tree, p = inputs(64, K, V, kind, seed=K * V)
+    g = torch.Generator().manual_seed(1)
+    draws = [torch.rand(64, K + 1, 1, generator=g, dtype=torch.float64), torch.rand(64, generator=g, dtype=torch.float64)]
+    ours = verify(tree, p, rng=ReplaySource(list(draws)), eos_token_id=eos, verifier=TRITON)
+    ref = verify(tree, p, rng=ReplaySource(list(draws)), eos_token_id=eos, verifier=LOSSLESS)
+    assert torch.equal(ours.tokens, ref.tokens)
+    assert torch.equal(ours.num_accepted, ref.num_accepted)
+    assert torch.equal(ours.path, ref.path)
+
+
+def test_p_equals_q_never_nan():
+    tree, p = inputs(16, 3, 20, "iid", seed=5)
+    res = verify(CandidateTree.chain(tree.tokens, p, "iid"), p, generator=torch.Generator().manual_seed(0), verifier=TRITON)
+    assert (res.num_accepted == 3).all() and (res.tokens >= 0).all()
+
+
+def test_trees_and_wor_are_refused():
+    tree, p = inputs(2, 2, 5, "iid", seed=0)
+    with pytest.raises(ValueError, match="chains with point or iid"):
+        verify(CandidateTree(tree.tokens, torch.tensor([-1, -1]), tree.draft_probs, "iid"), p, verifier=TRITON)
+    with pytest.raises(ValueError, match="chains with point or iid"):
+        verify(CandidateTree.chain(tree.tokens, tree.draft_probs, "wor"), p, verifier=TRITON)
+
+
+CHAIN_CASES = [c for c in exact_cases() if c.kind in ("point", "iid") and c.shape.num_nodes
+               and bool((c.shape.parents == torch.arange(-1, c.shape.num_nodes - 1)).all())]
+
+
+# The interpreter runs every program in Python: the default run takes the point chains and a
+# spread of iid ones; -m slow takes them all.
+QUICK_IID = {"chain1/iid/T1", "chain2/iid/T1", "chain3/iid/topk2", "chain3/iid/greedy", "p==q/iid/chain3",
+             "zeros-in-p/iid/chain3", "eos/iid/chain3"}
+QUICK = [c for c in CHAIN_CASES if c.kind == "point" or c.name in QUICK_IID]
+
+
+def check_on_triton(case):
+    result = check_case(case, Pipeline(verifier=TRITON))
+    assert result.passes(1e-9), (case.name, result.tv)
+
+
+@pytest.mark.parametrize("case", QUICK, ids=lambda c: c.name)
+def test_exact_harness_on_the_triton_path(case):
+    check_on_triton(case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [c for c in CHAIN_CASES if c not in QUICK], ids=lambda c: c.name)
+def test_exact_harness_on_the_triton_path_all(case):
+    check_on_triton(case)
