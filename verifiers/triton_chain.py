@@ -39,6 +39,17 @@ def _chain_ratios(P, Q, TOKENS, RATIO, K, V, stride_pb, stride_pk, stride_qb, st
 
 
 @triton.jit
+def _residual_block(p_row, q_row, offs, c, V, MODE: tl.constexpr, COMPUTE: tl.constexpr):
+    """p and the unnormalised residual on one block: p without c (point), max(p - q, 0) (iid)."""
+    p = tl.load(p_row + offs, mask=offs < V, other=0.0).to(COMPUTE)
+    if MODE == 0:
+        residual = tl.where(offs == c, 0.0, p)
+    else:
+        residual = tl.maximum(p - tl.load(q_row + offs, mask=offs < V, other=0.0).to(COMPUTE), 0.0)
+    return p, residual
+
+
+@triton.jit
 def _chain_final_law(P, Q, TOKENS, LEVEL, REJECTED, OUT, K, V, stride_pb, stride_pk, stride_qb, stride_qk,
                      MODE: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_V: tl.constexpr):
     b = tl.program_id(0)
@@ -50,21 +61,13 @@ def _chain_final_law(P, Q, TOKENS, LEVEL, REJECTED, OUT, K, V, stride_pb, stride
     total = tl.zeros([BLOCK_V], COMPUTE)
     for v0 in range(0, V, BLOCK_V):  # pass 1: the residual's mass
         offs = v0 + tl.arange(0, BLOCK_V)
-        p = tl.load(p_row + offs, mask=offs < V, other=0.0).to(COMPUTE)
-        if MODE == 0:
-            residual = tl.where(offs == c, 0.0, p)
-        else:
-            residual = tl.maximum(p - tl.load(q_row + offs, mask=offs < V, other=0.0).to(COMPUTE), 0.0)
+        p, residual = _residual_block(p_row, q_row, offs, c, V, MODE, COMPUTE)
         total += residual
     mass = tl.sum(total, 0)
     use_residual = rejected & (mass > 0)  # a zero-mass residual is unreachable: keep p
     for v0 in range(0, V, BLOCK_V):  # pass 2: write the final law
         offs = v0 + tl.arange(0, BLOCK_V)
-        p = tl.load(p_row + offs, mask=offs < V, other=0.0).to(COMPUTE)
-        if MODE == 0:
-            residual = tl.where(offs == c, 0.0, p)
-        else:
-            residual = tl.maximum(p - tl.load(q_row + offs, mask=offs < V, other=0.0).to(COMPUTE), 0.0)
+        p, residual = _residual_block(p_row, q_row, offs, c, V, MODE, COMPUTE)
         law = tl.where(use_residual, residual / tl.where(mass > 0, mass, 1.0), p)
         tl.store(OUT + b * V + offs, law, mask=offs < V)
 
