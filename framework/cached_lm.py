@@ -88,7 +88,6 @@ class CachedLM:
         logits_rows: torch.Tensor | None = None,  # [M'] rows whose logits are needed (None: all)
     ) -> LMOutput:
         B, M = input_ids.shape
-        S0 = self.committed_slots
         positions = self.length[:, None] + depth.to(self.device)[None, :]  # [B, M]
         if self.max_positions is not None and int(positions.max()) >= self.max_positions:
             raise ValueError(

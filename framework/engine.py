@@ -131,12 +131,18 @@ class Decoder:
         root = torch.where(root >= 0, root, self.eos_token_id if self.eos_token_id is not None else 0)
         self.target.set_root(root)
         seen = mark_seen(state.seen, emitted)
-        hidden = None if out.hidden is None else out.hidden.gather(
-            1, result.num_accepted[:, None, None, None].expand(-1, 1, *out.hidden.shape[2:])).squeeze(1)
+        hidden = None if out.hidden is None else last_accepted_rows(out.hidden, result.path, result.num_accepted)
         self.state = DecodeState(root, seen, self.sampling, self.rng, hidden)
         t4 = _clock(device)
         self.stats.steps.append(StepStats(result.num_accepted, t1 - t0, t2 - t1, t3 - t2, t4 - t3))
         return emitted
+
+
+def last_accepted_rows(per_row: torch.Tensor, path: torch.Tensor, num_accepted: torch.Tensor) -> torch.Tensor:
+    """per_row [B, N+1, ...] -> the rows of each batch row's last accepted node (the root if none)."""
+    last = path.gather(1, (num_accepted - 1).clamp_min(0)[:, None]).squeeze(1) if path.shape[1] else num_accepted
+    row = torch.where(num_accepted > 0, last + 1, 0)  # tree row = node index + 1
+    return per_row[torch.arange(per_row.shape[0], device=per_row.device), row]
 
 
 def check_prompt(target: HFTarget, input_ids: torch.Tensor, max_new_tokens: int) -> None:

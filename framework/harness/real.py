@@ -20,7 +20,7 @@ import torch
 from framework.engine import Decoder, generate
 from framework.harness.enumerate import enumerate_law
 from framework.harness.stats import GTest, g_test
-from framework.randomness import RandomSource, TorchSource
+from framework.randomness import TorchSource
 from framework.sampling import SamplingConfig, process_logits, seen_tokens
 from framework.target import HFTarget
 from verifiers import LOSSLESS, TreeVerifier

@@ -104,3 +104,12 @@ def test_nan_logits_are_named():
         broken.get_output_embeddings().weight.fill_(float("nan"))
     with pytest.raises(ValueError, match="NaN"):
         generate(HFTarget(broken), None, torch.tensor([[1, 2]]), 5)
+
+
+def test_hidden_state_follows_the_accepted_path():
+    from framework.engine import last_accepted_rows
+
+    per_row = torch.arange(2 * 5).reshape(2, 5, 1)  # [B, N+1, 1]: row r holds its index
+    path = torch.tensor([[1, 3], [-1, -1]])  # row 0 accepted nodes 1 then 3; row 1 none
+    rows = last_accepted_rows(per_row, path, torch.tensor([2, 0]))
+    assert rows[:, 0].tolist() == [4, 5]  # node 3 -> tree row 4; none -> the root row (5 = 1 * 5 + 0)

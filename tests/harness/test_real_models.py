@@ -9,7 +9,6 @@ from framework.harness.exact import compare
 from framework.harness.real import exact_loop_law, statistical_check, teacher_forced_law
 from framework.harness.stats import sample_size_for_tv
 from framework.models import tiny_random_model
-from framework.tree import CandidateTree
 from proposers import DraftModelProposer
 from verifiers import typical_verifier
 
