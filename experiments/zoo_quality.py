@@ -1,0 +1,157 @@
+"""How good are the zoo models, and how well does the draft predict the target?
+
+    python -m experiments.zoo_quality --target zoo_runs/target/final --draft zoo_runs/draft/final
+    python -m experiments.zoo_quality --target T --draft D --max-files 5 --json quality.json
+
+On the held-out stdlib files: bits per character of each model, top-1 agreement of draft and
+target (teacher-forced), and greedy chain tokens per target forward for several gammas on
+code_continuation prompts. Scoring reads each file as [EOS, tokens...] (as training packs it) in
+NON-overlapping windows of --window tokens: the context restarts at every window boundary, so
+the numbers are a little worse than with a sliding window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import transformers
+
+from framework import HFTarget, SamplingConfig, generate
+from framework.zoo.corpus import build_corpus, stdlib_files
+from framework.zoo.prompts import build_prompt_sets
+from framework.zoo.tokenizer import load_tokenizer
+from proposers import DraftModelProposer
+
+
+@dataclass
+class Scores:
+    nll_bits: float  # summed over every scored token
+    tokens: int
+    argmax: list[torch.Tensor]  # per window [T]: the model's top-1 next token at each position
+
+
+def windows(tokenizer, texts: list[str], window: int) -> list[torch.Tensor]:
+    """Per text, [EOS, *ids] cut into pieces of window + 1 ids: window inputs, window targets."""
+    out = []
+    for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:
+        seq = torch.tensor([tokenizer.eos_token_id, *ids], dtype=torch.long)  # [N + 1]
+        out += [seq[i : i + window + 1] for i in range(0, len(seq) - 1, window)]  # each [<= window + 1]
+    return out
+
+
+@torch.no_grad()
+def score(model, pieces: list[torch.Tensor], batch_size: int = 8) -> Scores:
+    """Teacher-forced NLL (bits) and argmax; pieces are batched with others of the same length."""
+    nll, count, argmax = 0.0, 0, [torch.empty(0, dtype=torch.long)] * len(pieces)
+    by_length: dict[int, list[int]] = {}
+    for i, piece in enumerate(pieces):
+        by_length.setdefault(len(piece), []).append(i)
+    for group in by_length.values():
+        for start in range(0, len(group), batch_size):
+            idx = group[start : start + batch_size]
+            batch = torch.stack([pieces[i] for i in idx])  # [B, T + 1]
+            logits = model(batch[:, :-1]).logits.float()  # [B, T, V]
+            nll += torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(), reduction="sum").item()
+            count += batch[:, 1:].numel()
+            for row, i in enumerate(idx):
+                argmax[i] = logits[row].argmax(-1)  # [T]
+    return Scores(nll / math.log(2), count, argmax)
+
+
+def bits_per_char(scores: Scores, texts: list[str]) -> float:
+    return scores.nll_bits / sum(len(t) for t in texts)
+
+
+def agreement(a: Scores, b: Scores) -> float:
+    """Fraction of positions where the two models' top-1 next tokens agree."""
+    same = sum(int((x == y).sum()) for x, y in zip(a.argmax, b.argmax))
+    return same / sum(len(x) for x in a.argmax)
+
+
+def tokens_per_forward(target_model, draft_model, tokenizer, prompts: list[str], gamma: int,
+                       max_new_tokens: int = 64) -> float:
+    """Greedy chain speculation: new tokens per target verification forward, over all prompts."""
+    target = HFTarget(target_model)
+    proposer = DraftModelProposer(draft_model, gamma=gamma)
+    limit = target_model.config.max_position_embeddings - max_new_tokens - gamma - 1
+    emitted, forwards = 0, 0
+    for prompt in prompts:
+        ids = torch.tensor([tokenizer(prompt, add_special_tokens=False)["input_ids"][-limit:]])  # [1, L]
+        out = generate(target, proposer, ids, max_new_tokens, sampling=SamplingConfig(temperature=0), seed=0)
+        steps = out.stats.steps
+        emitted += sum(int(s.accepted.sum()) + 1 for s in steps)  # accepted + the target's own token
+        forwards += len(steps)
+    return emitted / forwards if forwards else 0.0
+
+
+@dataclass
+class Report:
+    files: int
+    characters: int
+    window: int
+    target_bits_per_char: float
+    draft_bits_per_char: float
+    top1_agreement: float
+    tokens_per_forward: dict[int, float]  # gamma -> greedy chain tokens per target forward
+
+    def markdown(self) -> str:
+        rows = [
+            f"Held-out: {self.files} files, {self.characters} characters, non-overlapping {self.window}-token windows",
+            "", "| metric | value |", "|---|---|",
+            f"| target bits/char | {self.target_bits_per_char:.4f} |",
+            f"| draft bits/char | {self.draft_bits_per_char:.4f} |",
+            f"| top-1 agreement (draft vs target) | {self.top1_agreement:.4f} |",
+            "", "| gamma | greedy tokens/forward |", "|---|---|",
+            *(f"| {g} | {t:.3f} |" for g, t in self.tokens_per_forward.items()),
+        ]
+        return "\n".join(rows)
+
+
+def load_model(path: str):
+    return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def main(argv: list[str] | None = None) -> Report:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", required=True, help="HF checkpoint folder of the target")
+    parser.add_argument("--draft", required=True, help="HF checkpoint folder of the draft")
+    parser.add_argument("--tokenizer", help="tokenizer folder (default: the target's folder)")
+    parser.add_argument("--max-files", type=int, help="score only the first N held-out files (sorted by path)")
+    parser.add_argument("--window", type=int, default=256, help="tokens per non-overlapping scoring window")
+    parser.add_argument("--gammas", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--prompts", type=int, default=10, help="code_continuation prompts for tokens/forward")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--heldout-fraction", type=float, default=0.05, help="must match training's split")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--json", help="also write the report as JSON to this path")
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    tokenizer = load_tokenizer(args.tokenizer or args.target)
+    target, draft = load_model(args.target), load_model(args.draft)
+    heldout = build_corpus(stdlib_files(), heldout_fraction=args.heldout_fraction)["heldout"]  # sorted by path
+    texts = heldout["text"][: args.max_files]
+
+    pieces = windows(tokenizer, texts, args.window)
+    target_scores, draft_scores = score(target, pieces), score(draft, pieces)  # before HFTarget swaps attention
+    prompts = build_prompt_sets(heldout)["code_continuation"]["prompt"][: args.prompts]
+    report = Report(
+        files=len(texts), characters=sum(len(t) for t in texts), window=args.window,
+        target_bits_per_char=bits_per_char(target_scores, texts), draft_bits_per_char=bits_per_char(draft_scores, texts),
+        top1_agreement=agreement(draft_scores, target_scores),
+        tokens_per_forward={g: tokens_per_forward(target, draft, tokenizer, prompts, g, args.max_new_tokens)
+                            for g in args.gammas},
+    )
+    print(report.markdown())
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(asdict(report), f, indent=2)
+    return report
+
+
+if __name__ == "__main__":
+    main()
