@@ -123,9 +123,9 @@ class Decoder:
         p = process_tree_logits(out.logits, self.sampling, state.seen, tree.tokens, tree.parents)
         result = verify(tree, p, rng=self.rng, eos_token_id=self.eos_token_id, verifier=self.verifier, validate=False)
         t3 = _clock(device)
-        self.target.commit(result.path, result.num_accepted)
+        self.target.commit(result)
         if self.proposer is not None:
-            self.proposer.commit(result.path, result.num_accepted)
+            self.proposer.commit(result)
         emitted = result.tokens
         root = emitted.gather(1, result.num_accepted[:, None]).squeeze(1)  # recovered/bonus, or -1 after EOS
         root = torch.where(root >= 0, root, self.eos_token_id if self.eos_token_id is not None else 0)

@@ -32,8 +32,8 @@ class Proposer(Protocol):
         """Candidates after state.root, with the kind that says how children were chosen."""
         ...
 
-    def commit(self, path: torch.Tensor, num_accepted: torch.Tensor) -> None:
-        """Keep the accepted path [B, depth] (node indices) in the proposer's own state."""
+    def commit(self, result) -> None:
+        """Keep the accepted path (a verifiers.Verification: .path [B, depth], .num_accepted [B])."""
         ...
 
     def expand(self, batch_size: int) -> None:

@@ -9,6 +9,7 @@ import torch
 from framework import tree_attention
 from framework.cached_lm import CachedLM
 from framework.tree import CandidateTree
+from verifiers.tree_verifier import Verification
 
 
 @dataclass
@@ -68,9 +69,9 @@ class HFTarget:
         out = self.lm.forward(tokens, depth, tree.ancestor_mask())
         return TargetOutput(out.logits, out.hidden)
 
-    def commit(self, path: torch.Tensor, num_accepted: torch.Tensor) -> None:
-        """Keep the root and the accepted nodes' KV (path [B, depth], node indices) per row."""
-        self.lm.keep_path(path, num_accepted)
+    def commit(self, result: Verification) -> None:
+        """Keep the root and the accepted nodes' KV (result.path [B, depth], node indices) per row."""
+        self.lm.keep_path(result.path, result.num_accepted)
 
     def expand(self, batch_size: int) -> None:
         """Replicate the one-row prefill into batch_size rows (set the roots afterwards)."""

@@ -18,6 +18,7 @@ from framework.proposer import DecodeState
 from framework.sampling import SamplingConfig, process_logits, seen_along_tree
 from framework.tree import CandidateTree
 from framework.tree_shape import TreeShape, ancestor_mask, depths
+from verifiers.tree_verifier import Verification
 
 
 class DraftModelProposer:
@@ -79,8 +80,8 @@ class DraftModelProposer:
                     tokens[:, kids] = drawn
         return CandidateTree(tokens, self.shape.parents, q if self.kind != "point" else None, self.kind)
 
-    def commit(self, path: torch.Tensor, num_accepted: torch.Tensor) -> None:
-        self.lm.keep_path(path, num_accepted)
+    def commit(self, result: Verification) -> None:
+        self.lm.keep_path(result.path, result.num_accepted)
 
     def expand(self, batch_size: int) -> None:
         self.lm.expand(batch_size)

@@ -5,8 +5,14 @@ import torch
 
 from framework import CandidateTree, HFTarget
 from framework.models import tiny_random_model
+from verifiers import Verification
 
 ARCHS = ["llama", "qwen2", "mistral", "gpt2"]
+
+
+def accepted(path, num_accepted):
+    """A Verification with just what commit reads: the accepted path and its length."""
+    return Verification(torch.full((len(path), 1), -1), torch.tensor(num_accepted), torch.tensor(path))
 
 
 def reference(arch, seed):
@@ -43,7 +49,7 @@ def test_tree_logits_equal_sequential_and_commit_equals_fresh(arch):
         assert (out.logits[0, row] - sequential_logits(ref, prompt + path)).abs().max() <= 1e-10, (arch, row)
 
     # Accept 11 -> 13 (path [0, 2]); the next root is 20. Then a second tree on top of the commit.
-    target.commit(torch.tensor([[0, 2, -1]]), torch.tensor([2]))
+    target.commit(accepted([[0, 2, -1]], [2]))
     target.set_root(torch.tensor([20]))
     out = target.forward_tree(CandidateTree.chain(torch.tensor([[21, 22]])))
     committed = prompt + [7, 11, 13]
@@ -60,7 +66,7 @@ def test_ragged_batch_commit():
     target.prefill(prompt)
     target.set_root(torch.tensor([1, 2]))
     target.forward_tree(CandidateTree.chain(torch.tensor([[30, 31, 32], [40, 41, 42]])))
-    target.commit(torch.tensor([[0, 1, 2], [-1, -1, -1]]), torch.tensor([3, 0]))
+    target.commit(accepted([[0, 1, 2], [-1, -1, -1]], [3, 0]))
     target.set_root(torch.tensor([50, 51]))
     out = target.forward_tree(CandidateTree.chain(torch.tensor([[60], [61]])))
     expected = [[4, 8, 15, 1, 30, 31, 32, 50, 60], [16, 23, 42, 2, 51, 61]]

@@ -11,6 +11,7 @@ from framework.tree_attention import tree_attention_reference
 from framework.tree_attention_triton import tree_attention_triton
 from framework.tree_mask import TreeMask
 from framework.tree_shape import ancestor_mask
+from verifiers import Verification
 
 
 def random_parents(n: int, generator: torch.Generator) -> torch.Tensor:
@@ -83,6 +84,10 @@ def test_packed_bits_round_trip():
     assert torch.equal(unpacked, tree)
 
 
+def accepted(path, num_accepted):
+    return Verification(torch.full((len(path), 1), -1), torch.tensor(num_accepted), torch.tensor(path))
+
+
 def test_hf_target_on_the_triton_path():
     """A tiny Llama forced onto the kernel gives the reference path's tree logits."""
     model = tiny_random_model("llama", seed=4, init_std=0.3)
@@ -93,7 +98,7 @@ def test_hf_target_on_the_triton_path():
         target.set_root(torch.tensor([5]))
         tree = CandidateTree.from_parents(torch.tensor([[10, 11, 12, 13, 14]]), [-1, -1, 0, 0, 2])
         logits[backend] = target.forward_tree(tree).logits
-        target.commit(torch.tensor([[0, 2, 4]]), torch.tensor([3]))
+        target.commit(accepted([[0, 2, 4]], [3]))
         target.set_root(torch.tensor([7]))
         logits[backend + "/after commit"] = target.forward_tree(CandidateTree.chain(torch.tensor([[8, 9]]))).logits
     assert (logits["triton"] - logits["reference"]).abs().max() <= 1e-4

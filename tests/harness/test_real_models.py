@@ -61,9 +61,9 @@ class WrongPositions(HFTarget):
 class CropInsteadOfGather(HFTarget):
     """Bug: commit keeps the first accepted-count tree slots (a scalar rewind) instead of the path."""
 
-    def commit(self, path, num_accepted):
-        slots = torch.arange(path.shape[1] + 1).expand(path.shape[0], -1)
-        self.lm.keep(slots, num_accepted + 1)
+    def commit(self, result):
+        slots = torch.arange(result.path.shape[1] + 1).expand(result.path.shape[0], -1)
+        self.lm.keep(slots, result.num_accepted + 1)
 
 
 @pytest.mark.parametrize("bug", [WrongPositions, CropInsteadOfGather], ids=lambda b: b.__name__)
