@@ -1,4 +1,4 @@
-"""The committed zoo (zoo/target, zoo/draft; bf16 weights) loads with plain transformers and decodes."""
+"""The committed zoo (experiments/zoo/target and draft; bf16 weights) loads with plain transformers and decodes."""
 
 from pathlib import Path
 
@@ -8,7 +8,7 @@ import transformers
 from framework import HFTarget, SamplingConfig, generate
 from proposers import DraftModelProposer
 
-ZOO = Path(__file__).resolve().parents[2] / "zoo"
+ZOO = Path(__file__).resolve().parents[2] / "experiments" / "zoo"
 
 
 def test_zoo_loads_and_decodes():
