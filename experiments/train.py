@@ -3,6 +3,7 @@
     python -m experiments.train experiment=zoo                          # tokenizer, target, draft
     python -m experiments.train experiment=zoo experiment.only=[draft]  # one model
     python -m experiments.train experiment=zoo experiment.train.steps=20 experiment.root=/tmp/zoo
+    python -m experiments.train experiment=zoo experiment.export=experiments/zoo  # refresh the embedded zoo
 
 Everything lands in `experiment.root` (a fixed folder, not Hydra's dated one, so that a second
 call resumes): root/tokenizer, root/<name>/checkpoints/step_*, root/<name>/final. The tokenizer
@@ -18,6 +19,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from framework.zoo.checkpoints import export_checkpoint
 from framework.zoo.corpus import build_corpus, stdlib_files
 from framework.zoo.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from framework.zoo.train import train
@@ -35,7 +37,10 @@ def run(cfg: DictConfig) -> dict[str, Path]:
         tokenizer = save_tokenizer(train_tokenizer(corpus["train"]["text"], exp.vocab_size), root / "tokenizer")
         tokenizer = load_tokenizer(tokenizer)
     names = exp.only if exp.only is not None else list(exp.models)
-    return {name: train(exp.models[name], tokenizer, corpus, root / name, exp.train) for name in names}
+    finals = {name: train(exp.models[name], tokenizer, corpus, root / name, exp.train) for name in names}
+    if exp.export is not None:  # bf16 copies, e.g. into experiments/zoo (what the configs load)
+        return {name: export_checkpoint(final, Path(exp.export) / name) for name, final in finals.items()}
+    return finals
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")

@@ -1,13 +1,15 @@
 """How good are the zoo models, and how well does the draft predict the target?
 
+    python -m experiments.zoo_quality                       # the embedded zoo, every held-out file
     python -m experiments.zoo_quality --target zoo_runs/target/final --draft zoo_runs/draft/final
     python -m experiments.zoo_quality --target T --draft D --max-files 5 --json quality.json
 
 On the held-out stdlib files: bits per character of each model, top-1 agreement of draft and
 target (teacher-forced), and greedy chain tokens per target forward for several gammas on
 code_continuation prompts. Scoring reads each file as [EOS, tokens...] (as training packs it) in
-NON-overlapping windows of --window tokens: the context restarts at every window boundary, so
-the numbers are a little worse than with a sliding window.
+windows of --window tokens, each token scored once: non-overlapping by default (the context
+restarts at every window boundary), or sliding with --stride (each window scores its last
+`stride` tokens, which then see at least window - stride tokens of context).
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import math
 from dataclasses import asdict, dataclass
 
 import torch
-import transformers
 
 from framework import HFTarget, SamplingConfig, generate
+from framework.zoo.checkpoints import load_causal_lm
 from framework.zoo.corpus import build_corpus, stdlib_files
 from framework.zoo.prompts import build_prompt_sets
 from framework.zoo.tokenizer import load_tokenizer
@@ -31,34 +33,55 @@ from proposers import DraftModelProposer
 class Scores:
     nll_bits: float  # summed over every scored token
     tokens: int
-    argmax: list[torch.Tensor]  # per window [T]: the model's top-1 next token at each position
+    argmax: list[torch.Tensor]  # per window [S]: the model's top-1 next token at each scored position
 
 
-def windows(tokenizer, texts: list[str], window: int) -> list[torch.Tensor]:
-    """Per text, [EOS, *ids] cut into pieces of window + 1 ids: window inputs, window targets."""
+@dataclass
+class Piece:
+    ids: torch.Tensor  # [T + 1]: T inputs, T targets
+    scored: int  # only the last `scored` targets count: the earlier ones were scored by the previous piece
+
+
+def windows(tokenizer, texts: list[str], window: int, stride: int | None = None) -> list[Piece]:
+    """Per text, [EOS, *ids] read in windows of `window` targets starting every `stride` tokens.
+
+    stride = window: non-overlapping (a token near a window's start sees little context);
+    stride < window: each window scores only its last targets, so every one has >= window - stride
+    tokens of context (except at the file's start). Each target is scored exactly once.
+    """
+    stride = stride or window
+    if not 0 < stride <= window:
+        raise ValueError(f"stride must be in 1..window ({window}), got {stride}")
     out = []
     for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:
-        seq = torch.tensor([tokenizer.eos_token_id, *ids], dtype=torch.long)  # [N + 1]
-        out += [seq[i : i + window + 1] for i in range(0, len(seq) - 1, window)]  # each [<= window + 1]
+        seq = torch.tensor([tokenizer.eos_token_id, *ids], dtype=torch.long)  # [N + 1]: targets 1..N
+        done = 0  # targets 1..done are scored
+        for start in range(0, len(seq) - 1, stride):
+            end = min(start + window, len(seq) - 1)
+            out.append(Piece(seq[start : end + 1], end - done))
+            done = end
+            if end == len(seq) - 1:
+                break
     return out
 
 
 @torch.no_grad()
-def score(model, pieces: list[torch.Tensor], batch_size: int = 8) -> Scores:
-    """Teacher-forced NLL (bits) and argmax; pieces are batched with others of the same length."""
+def score(model, pieces: list[Piece], batch_size: int = 8) -> Scores:
+    """Teacher-forced NLL (bits) and argmax at scored positions; batched among pieces of one shape."""
     nll, count, argmax = 0.0, 0, [torch.empty(0, dtype=torch.long)] * len(pieces)
-    by_length: dict[int, list[int]] = {}
+    by_shape: dict[tuple[int, int], list[int]] = {}
     for i, piece in enumerate(pieces):
-        by_length.setdefault(len(piece), []).append(i)
-    for group in by_length.values():
+        by_shape.setdefault((len(piece.ids), piece.scored), []).append(i)
+    for (_, scored), group in by_shape.items():
         for start in range(0, len(group), batch_size):
             idx = group[start : start + batch_size]
-            batch = torch.stack([pieces[i] for i in idx])  # [B, T + 1]
-            logits = model(batch[:, :-1]).logits.float()  # [B, T, V]
-            nll += torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(), reduction="sum").item()
-            count += batch[:, 1:].numel()
+            batch = torch.stack([pieces[i].ids for i in idx])  # [B, T + 1]
+            logits = model(batch[:, :-1]).logits.float()[:, -scored:]  # [B, S, V]
+            targets = batch[:, -scored:]  # [B, S]
+            nll += torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum").item()
+            count += targets.numel()
             for row, i in enumerate(idx):
-                argmax[i] = logits[row].argmax(-1)  # [T]
+                argmax[i] = logits[row].argmax(-1)  # [S]
     return Scores(nll / math.log(2), count, argmax)
 
 
@@ -93,6 +116,7 @@ class Report:
     files: int
     characters: int
     window: int
+    stride: int
     target_bits_per_char: float
     draft_bits_per_char: float
     top1_agreement: float
@@ -100,7 +124,8 @@ class Report:
 
     def markdown(self) -> str:
         rows = [
-            f"Held-out: {self.files} files, {self.characters} characters, non-overlapping {self.window}-token windows",
+            f"Held-out: {self.files} files, {self.characters} characters, {self.window}-token windows every "
+            f"{self.stride} tokens" + (" (non-overlapping)" if self.stride == self.window else ""),
             "", "| metric | value |", "|---|---|",
             f"| target bits/char | {self.target_bits_per_char:.4f} |",
             f"| draft bits/char | {self.draft_bits_per_char:.4f} |",
@@ -111,17 +136,14 @@ class Report:
         return "\n".join(rows)
 
 
-def load_model(path: str):
-    return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-
-
 def main(argv: list[str] | None = None) -> Report:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target", required=True, help="HF checkpoint folder of the target")
-    parser.add_argument("--draft", required=True, help="HF checkpoint folder of the draft")
+    parser.add_argument("--target", default="target", help="zoo name or HF checkpoint folder of the target")
+    parser.add_argument("--draft", default="draft", help="zoo name or HF checkpoint folder of the draft")
     parser.add_argument("--tokenizer", help="tokenizer folder (default: the target's folder)")
     parser.add_argument("--max-files", type=int, help="score only the first N held-out files (sorted by path)")
-    parser.add_argument("--window", type=int, default=256, help="tokens per non-overlapping scoring window")
+    parser.add_argument("--window", type=int, default=256, help="tokens per scoring window (the training block)")
+    parser.add_argument("--stride", type=int, help="window start every N tokens (default: --window, non-overlapping)")
     parser.add_argument("--gammas", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--prompts", type=int, default=10, help="code_continuation prompts for tokens/forward")
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -131,16 +153,16 @@ def main(argv: list[str] | None = None) -> Report:
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
-    tokenizer = load_tokenizer(args.tokenizer or args.target)
-    target, draft = load_model(args.target), load_model(args.draft)
+    target, draft = load_causal_lm(args.target), load_causal_lm(args.draft)
+    tokenizer = load_tokenizer(args.tokenizer or target.config.name_or_path)
     heldout = build_corpus(stdlib_files(), heldout_fraction=args.heldout_fraction)["heldout"]  # sorted by path
     texts = heldout["text"][: args.max_files]
 
-    pieces = windows(tokenizer, texts, args.window)
+    pieces = windows(tokenizer, texts, args.window, args.stride)
     target_scores, draft_scores = score(target, pieces), score(draft, pieces)  # before HFTarget swaps attention
     prompts = build_prompt_sets(heldout)["code_continuation"]["prompt"][: args.prompts]
     report = Report(
-        files=len(texts), characters=sum(len(t) for t in texts), window=args.window,
+        files=len(texts), characters=sum(len(t) for t in texts), window=args.window, stride=args.stride or args.window,
         target_bits_per_char=bits_per_char(target_scores, texts), draft_bits_per_char=bits_per_char(draft_scores, texts),
         top1_agreement=agreement(draft_scores, target_scores),
         tokens_per_forward={g: tokens_per_forward(target, draft, tokenizer, prompts, g, args.max_new_tokens)

@@ -25,7 +25,9 @@ import datasets
 
 CATEGORIES = ("code_continuation", "function_body", "repetition_editing", "long_context_retrieval")
 MAX_CHARS = 2000  # every prompt but the long-context ones
-LONG_CHARS = 8000  # long-context prompts, re-opened function included
+# Long-context prompts, re-opened function included: 620-850 zoo tokens (~3.6 chars/token), so that
+# the prompt, 128 new tokens and a draft tree fit the zoo's 1024 positions.
+LONG_CHARS = 3000
 LINE = re.compile(r"[^\n]*\n|[^\n]+$")  # "\n"-terminated lines, as ast numbers them (str.splitlines also splits on \f)
 
 

@@ -8,10 +8,22 @@ import pytest
 import torch
 import transformers
 
-from experiments.zoo_quality import agreement, bits_per_char, score, tokens_per_forward, windows
+from experiments.zoo_quality import (
+    agreement,
+    bits_per_char,
+    score,
+    tokens_per_forward,
+    windows,
+)
 from framework.zoo.corpus import build_corpus
 from framework.zoo.models import llama_config
-from framework.zoo.prompts import CATEGORIES, LONG_CHARS, MAX_CHARS, build_prompt_sets, rename
+from framework.zoo.prompts import (
+    CATEGORIES,
+    LONG_CHARS,
+    MAX_CHARS,
+    build_prompt_sets,
+    rename,
+)
 
 
 @pytest.fixture(scope="module")
@@ -77,12 +89,21 @@ def tiny_model(small_tokenizer):
 def test_quality_core_on_a_tiny_random_model(small_corpus, small_tokenizer, tiny_model):
     texts = small_corpus["heldout"]["text"][:2]
     pieces = windows(small_tokenizer, texts, window=64)
-    assert all(2 <= len(p) <= 65 for p in pieces)
+    targets = sum(len(ids) for ids in small_tokenizer(texts, add_special_tokens=False)["input_ids"])
+    assert all(2 <= len(p.ids) <= 65 and p.scored == len(p.ids) - 1 for p in pieces)
     scores = score(tiny_model, pieces)
-    assert scores.tokens == sum(len(p) - 1 for p in pieces)
+    assert scores.tokens == targets  # every token once, the first predicted from EOS
     bpc = bits_per_char(scores, texts)
     assert math.isfinite(bpc) and bpc > 0
     assert agreement(scores, score(tiny_model, pieces)) == 1.0
+
+    sliding = windows(small_tokenizer, texts, window=64, stride=16)
+    scored = torch.cat([p.ids[-p.scored:] for p in sliding])  # every target once, in order
+    assert scored.tolist() == [t for ids in small_tokenizer(texts, add_special_tokens=False)["input_ids"] for t in ids]
+    assert all(len(p.ids) - 1 - p.scored >= 64 - 16 for p in sliding if p.ids[0] != small_tokenizer.eos_token_id)
+    assert math.isfinite(bits_per_char(score(tiny_model, sliding), texts))
+    with pytest.raises(ValueError, match="stride"):
+        windows(small_tokenizer, texts, window=64, stride=65)
 
 
 def test_tokens_per_forward_of_a_model_drafting_for_itself(small_tokenizer, tiny_model):

@@ -1,0 +1,44 @@
+"""Loading a zoo model, or any local Hugging Face checkpoint, by path.
+
+A path names a folder with config.json + weights (+ tokenizer.json). A relative path that does
+not exist from the working folder is looked up in the embedded zoo (experiments/zoo, committed
+with the repository), so `target.path=target` and `target.path=/data/my-llama` both work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import transformers
+
+EMBEDDED = Path(__file__).resolve().parents[2] / "experiments" / "zoo"  # folders: target, draft
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    given = Path(path).expanduser()
+    for candidate in (given, EMBEDDED / given) if not given.is_absolute() else (given,):
+        if (candidate / "config.json").is_file():
+            return candidate.resolve()
+    tried = " or ".join(str(c) for c in ((given,) if given.is_absolute() else (given.resolve(), EMBEDDED / given)))
+    zoo = sorted(p.name for p in EMBEDDED.iterdir() if (p / "config.json").is_file()) if EMBEDDED.is_dir() else []
+    raise ValueError(f"no Hugging Face checkpoint (a folder with config.json) at {tried}; "
+                     f"embedded zoo models: {zoo or 'none found'}")
+
+
+def load_causal_lm(path: str | Path, dtype: str = "float32", device: str = "cpu") -> transformers.PreTrainedModel:
+    """AutoModelForCausalLM in eval mode; config.name_or_path keeps the folder (its tokenizer)."""
+    if not isinstance(getattr(torch, dtype, None), torch.dtype):
+        raise ValueError(f"dtype {dtype!r} is not a torch dtype (e.g. float32, bfloat16, float64)")
+    folder = resolve_checkpoint(path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=getattr(torch, dtype))
+    return model.to(device).eval()
+
+
+def export_checkpoint(source: str | Path, destination: str | Path, dtype: str = "bfloat16") -> Path:
+    """A copy of a checkpoint (weights in `dtype`, config, tokenizer) for committing: bf16 halves the size."""
+    model = load_causal_lm(source, dtype=dtype)
+    destination = Path(destination)
+    model.save_pretrained(str(destination))
+    transformers.AutoTokenizer.from_pretrained(model.config.name_or_path).save_pretrained(str(destination))
+    return destination
