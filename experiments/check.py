@@ -1,8 +1,8 @@
 """The harness for one method on real models (DESIGN section 7).
 
-    python -m experiments.check proposer=draft_model
-    python -m experiments.check proposer=draft_model_tree experiment.checks=[exact]
-    python -m experiments.check -m proposer=none,draft_model,draft_model_tree
+    python -m experiments.check proposer=tiny_draft
+    python -m experiments.check proposer=tiny_draft_tree experiment.checks=[exact]
+    python -m experiments.check -m proposer=none,tiny_draft,tiny_draft_tree
 
 - greedy: token-for-token equal to plain greedy decoding (fp32 and fp64, several prompts).
 - statistical: G-test of the joint law of the first D tokens against the target's law by teacher
@@ -24,8 +24,14 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from framework.harness.exact import compare
-from framework.harness.real import exact_loop_law, greedy_identity, statistical_check, teacher_forced_law
+from framework.harness.real import (
+    exact_loop_law,
+    greedy_identity,
+    statistical_check,
+    teacher_forced_law,
+)
 from framework.harness.stats import sample_size_for_tv
+from framework.text import encode_prompt, tokenizer_of
 from verifiers import typical_verifier
 
 
@@ -41,10 +47,11 @@ def check_greedy(cfg: DictConfig) -> list[dict]:
     for dtype in cfg.experiment.greedy.dtypes:
         typed = _with(cfg, **{"target.dtype": dtype})
         target, make = instantiate(typed.target), instantiate(typed.proposer)
+        tokenizer = tokenizer_of(target)
         for prompt in cfg.experiment.greedy.prompts:
-            report = greedy_identity(target, make or (lambda: None), torch.tensor([list(prompt)]),
-                                     cfg.experiment.greedy.max_new_tokens)
-            rows.append({"check": "greedy", "setting": f"{dtype} prompt={list(prompt)}", "passed": report.equal,
+            ids = encode_prompt(prompt, tokenizer)  # [1, L]
+            report = greedy_identity(target, make or (lambda: None), ids, cfg.experiment.greedy.max_new_tokens)
+            rows.append({"check": "greedy", "setting": f"{dtype} prompt={ids[0].tolist()}", "passed": report.equal,
                          "detail": "identical" if report.equal else f"first difference at token {report.first_difference}"})
     return rows
 
@@ -52,7 +59,7 @@ def check_greedy(cfg: DictConfig) -> list[dict]:
 def check_statistical(cfg: DictConfig) -> list[dict]:
     s = cfg.experiment.statistical
     target, make = instantiate(cfg.target), instantiate(cfg.proposer)
-    prompt = torch.tensor([list(cfg.prompt)])
+    prompt = encode_prompt(cfg.prompt, tokenizer_of(target))  # [1, L]
     n = sample_size_for_tv(s.tv)
     rows = []
 

@@ -1,8 +1,10 @@
 """One method against plain decoding of the same target, in the same run (DESIGN section 9).
 
-    python -m experiments.run                                        # draft model, temperature 1
-    python -m experiments.run proposer=draft_model sampling=t07
-    python -m experiments.run -m proposer=none,draft_model,draft_model_tree sampling=greedy,t1
+    python -m experiments.run                                        # zoo target + zoo draft, temperature 1
+    python -m experiments.run proposer=zoo_draft_tree sampling=t07 'prompt="def parse(text):"'
+    python -m experiments.run -m proposer=none,zoo_draft,zoo_draft_tree sampling=greedy,t1
+    python -m experiments.run target.path=/my/hf/checkpoint proposer.draft_model.path=/my/hf/draft
+    python -m experiments.run target=tiny_llama proposer=tiny_draft prompt=[1,2,3]   # random weights, ids
 
 Hydra builds every object (target model, proposer factory, sampling law) from conf/; this file
 never branches on a method's name. Timing: `experiment.warmup` untimed rounds, then
@@ -26,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.engine import GenerationOutput, generate
 from framework.target import HFTarget
+from framework.text import decode, encode_prompt, tokenizer_of
 
 
 def timed_generate(target: HFTarget, proposer, prompt: torch.Tensor, cfg: DictConfig, sampling) -> tuple[GenerationOutput, float]:
@@ -52,10 +55,12 @@ def run(cfg: DictConfig) -> dict:
 
 
 def _run(cfg: DictConfig) -> dict:
-    target = HFTarget(instantiate(cfg.target))
+    model = instantiate(cfg.target)
+    tokenizer = tokenizer_of(model)  # None for models built from a config (token-id prompts)
+    target = HFTarget(model)
     make_proposer = instantiate(cfg.proposer)  # a factory (partial), or None for proposer=none
     sampling = instantiate(cfg.sampling)
-    prompt = torch.tensor([list(cfg.prompt)], dtype=torch.long)  # [1, L]
+    prompt = encode_prompt(cfg.prompt, tokenizer)  # [1, L]
 
     spec_s, plain_s = [], []
     for round_ in range(cfg.experiment.warmup + cfg.experiment.repeats):
@@ -75,6 +80,9 @@ def _run(cfg: DictConfig) -> dict:
         "prompt": prompt[0].tolist(),
         "tokens": tokens,
         "plain_tokens": emitted(plain),
+        "prompt_text": decode(prompt[0].tolist(), tokenizer),  # null without a tokenizer
+        "text": decode(tokens, tokenizer),
+        "plain_text": decode(emitted(plain), tokenizer),
         "stats": spec.stats.summary(),
         "plain_stats": plain.stats.summary(),
         "timing": "median",
@@ -98,11 +106,16 @@ def report(result: dict) -> str:
     setting = " | ".join(f"{k} {v}" for k, v in result["choices"].items())
     split = " | ".join(f"{k} {100 * s[f'{k}_frac']:.0f}%" for k in ("draft", "target", "verify", "other"))
     n = len(result["wall_s_all"])
+    if result["text"] is None:
+        shown = [f"prompt (ids):        {result['prompt']}", f"speculative (ids):   {result['tokens']}",
+                 f"plain (ids):         {result['plain_tokens']}"]
+    else:  # the same seed gives the same law, not the same text: the two continuations differ at t > 0
+        shown = [f"--- prompt ({len(result['prompt'])} tokens)\n{result['prompt_text']}",
+                 f"--- speculative ({len(result['tokens'])} tokens)\n{result['text']}",
+                 f"--- plain ({len(result['plain_tokens'])} tokens)\n{result['plain_text']}", "---"]
     return "\n".join([
         setting or "(composed without the Hydra CLI)",
-        f"prompt (ids):        {result['prompt']}",
-        f"speculative (ids):   {result['tokens']}",
-        f"plain (ids):         {result['plain_tokens']}",
+        *shown,
         f"tokens per forward:  {s['tokens_per_forward']:.2f} (mean accepted {s['mean_accepted']:.2f} over {s['steps']} target forwards)",
         f"wall time (median of {n}): speculative {result['wall_s']:.4f} s, plain {result['plain_wall_s']:.4f} s"
         f" -> speedup {result['speedup']:.2f}x ({result['tokens_per_s']:.0f} vs {result['plain_tokens_per_s']:.0f} tokens/s)",

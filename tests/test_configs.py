@@ -1,7 +1,9 @@
 """Every Hydra config composes and instantiates; experiments.run works end to end.
 
 Options are discovered from the conf/ folder, so a new yaml file is covered without editing
-this file. A new *group* is instantiated too; give it a type check in CHECKS.
+this file. A new *group* is instantiated too; give it a type check in CHECKS. Model options come
+in families by name prefix: zoo_* (the embedded zoo, the defaults) and tiny_* (random weights,
+token-id prompts); an option is composed with its own family's target and proposer.
 """
 
 from __future__ import annotations
@@ -19,12 +21,20 @@ from hydra.utils import instantiate
 from experiments.run import run
 from framework import SamplingConfig
 from framework.target import HFTarget
+from framework.text import encode_prompt, tokenizer_of
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 GROUPS = sorted(d.name for d in CONF.iterdir() if d.is_dir())
 OPTIONS = [(group, f.stem) for group in GROUPS for f in sorted((CONF / group).glob("*.yaml"))]
 PROPOSERS = [option for group, option in OPTIONS if group == "proposer"]
 FAST = ["experiment.warmup=0", "experiment.repeats=1"]
+TINY = ["target=tiny_llama", "proposer=tiny_draft", "prompt=[1,2,3,4,5]"]  # the zoo family is the default
+
+
+def family(group: str, option: str) -> list[str]:
+    """Overrides that put `group=option` among models it fits (same vocabulary, prompt kind)."""
+    tiny = TINY if option.startswith("tiny_") and group in ("target", "proposer") else []
+    return [o for o in tiny if not o.startswith(f"{group}=")] + [f"{group}={option}"]
 
 
 def load(*overrides: str, config_name: str = "config"):
@@ -39,8 +49,8 @@ def check_proposer(factory, cfg) -> None:
     proposer = factory()
     for role in ("prefill", "propose", "commit", "expand"):
         assert callable(getattr(proposer, role, None)), f"{type(proposer).__name__} lacks {role}()"
-    target = HFTarget(instantiate(cfg.target))
-    proposer.prefill(torch.tensor([list(cfg.prompt)]), target)  # checks vocabulary, device, dtype
+    model = instantiate(cfg.target)
+    proposer.prefill(encode_prompt(cfg.prompt, tokenizer_of(model)), HFTarget(model))  # checks vocabulary, device, dtype
 
 
 CHECKS = {
@@ -54,12 +64,29 @@ CHECKS = {
 
 def test_options_found():
     assert {"target", "proposer", "sampling", "experiment"} <= set(GROUPS)
-    assert {"none", "draft_model", "draft_model_tree"} <= set(PROPOSERS)
+    assert {"none", "tiny_draft", "tiny_draft_tree", "zoo_draft", "zoo_draft_tree", "zoo_target"} <= set(PROPOSERS)
+    assert {"zoo_target", "zoo_draft", "tiny_llama"} <= {o for g, o in OPTIONS if g == "target"}
+
+
+def test_defaults_are_the_embedded_zoo():
+    cfg = load()
+    model = instantiate(cfg.target)
+    assert model.config.num_hidden_layers == 7 and tokenizer_of(model) is not None
+    assert instantiate(cfg.proposer)().lm.model.config.num_hidden_layers == 1
+
+
+def test_target_path_takes_any_local_checkpoint(tmp_path):
+    """target.path: an absolute folder works unchanged; a missing one is a clear error."""
+    instantiate(load().target).save_pretrained(tmp_path / "copy")
+    moved = instantiate(load(f"target.path={tmp_path / 'copy'}").target)
+    assert moved.config.name_or_path == str(tmp_path / "copy")
+    with pytest.raises(Exception, match="no Hugging Face checkpoint"):  # hydra wraps the ValueError
+        instantiate(load(f"target.path={tmp_path / 'missing'}").target)
 
 
 @pytest.mark.parametrize("group, option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
 def test_config_instantiates(group, option):
-    cfg = load(f"{group}={option}")
+    cfg = load(*family(group, option))
     obj = instantiate(cfg.get(group))
     if group in CHECKS:
         assert CHECKS[group](obj, cfg), f"{group}={option} built {type(obj).__name__}"
@@ -67,10 +94,11 @@ def test_config_instantiates(group, option):
 
 @pytest.mark.parametrize("proposer", PROPOSERS)
 def test_run_end_to_end(proposer, tmp_path):
-    cfg = load(f"proposer={proposer}", "max_new_tokens=8", f"output_dir={tmp_path}", *FAST)
+    cfg = load(*family("proposer", proposer), "max_new_tokens=8", f"output_dir={tmp_path}", *FAST)
     result = run(cfg)
     assert len(result["tokens"]) == len(result["plain_tokens"]) == 8
-    assert all(0 <= t < cfg.target.vocab_size for t in result["tokens"])
+    assert all(0 <= t < instantiate(cfg.target).config.vocab_size for t in result["tokens"])
+    assert (result["text"] is None) == proposer.startswith("tiny_")  # the zoo decodes to text
     assert result["stats"]["tokens_per_forward"] >= 1
     assert result["stats"]["steps"] >= 1 and result["speedup"] > 0
     written = json.loads((tmp_path / "result.json").read_text())
@@ -79,11 +107,13 @@ def test_run_end_to_end(proposer, tmp_path):
     assert written["config"]["max_new_tokens"] == 8
 
 
-def test_greedy_matches_plain_decoding(tmp_path):
-    plain = run(load("proposer=none", "sampling=greedy", "max_new_tokens=16", f"output_dir={tmp_path / 'plain'}", *FAST))
-    spec = run(load("proposer=draft_model", "sampling=greedy", "max_new_tokens=16", f"output_dir={tmp_path / 'spec'}", *FAST))
+@pytest.mark.parametrize("proposer", ["tiny_draft", "zoo_draft"])
+def test_greedy_matches_plain_decoding(proposer, tmp_path):
+    models = family("proposer", proposer)
+    plain = run(load(*models, "proposer=none", "sampling=greedy", "max_new_tokens=16", f"output_dir={tmp_path / 'plain'}", *FAST))
+    spec = run(load(*models, "sampling=greedy", "max_new_tokens=16", f"output_dir={tmp_path / 'spec'}", *FAST))
     assert spec["tokens"] == spec["plain_tokens"] == plain["tokens"]
-    assert len(plain["tokens"]) == 16
+    assert len(plain["tokens"]) == 16 and spec["text"] == plain["text"]
 
 
 @pytest.mark.parametrize("proposer", PROPOSERS)
@@ -91,8 +121,8 @@ def test_check_exact_and_greedy(proposer, tmp_path):
     """experiments.check end to end (its exact and greedy checks; the statistical one is minutes)."""
     from experiments.check import run as run_check
 
-    small_tree = ["proposer.depth=1"] if proposer == "draft_model_tree" else []  # enumeration is exponential
-    cfg = load(f"proposer={proposer}", "experiment.checks=[exact,greedy]", "experiment.greedy.dtypes=[float64]",
+    small_tree = ["proposer.depth=1"] if proposer.endswith("_tree") else []  # enumeration is exponential
+    cfg = load(*family("proposer", proposer), "experiment.checks=[exact,greedy]", "experiment.greedy.dtypes=[float64]",
                "experiment.greedy.max_new_tokens=16", f"output_dir={tmp_path}", *small_tree, config_name="check")
     rows = run_check(cfg)
     assert {r["check"] for r in rows} == {"exact", "greedy"} and all(r["passed"] for r in rows), rows
