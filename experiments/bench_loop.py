@@ -6,11 +6,12 @@
 Torch's default thread count collapses when other processes hold the cores (forwards 30-100x
 slower, ms per call swinging run to run): on a shared machine pass --threads 1.
 
-Models are random-weight llamas from `tiny_random_model` (float32): the target has --hidden,
---layers, --vocab; the draft has one layer and the same vocabulary. Matrices are drawn with
-std --init-std (0.3 by default, so next-token laws are peaked; HF's own 0.02 gives near-uniform
-laws, where any two models agree at temperature 1). "self-draft" drafts with an exact copy of
-the target (acceptance ~100%): the best case for the machinery, with a draft as costly as the target.
+Models: the embedded zoo by default (--target / --draft: zoo names or any local HF checkpoint
+folders, loaded in float32), with the first --prompt tokens of the first held-out stdlib file as
+the prompt. --random uses random-weight llamas instead (--vocab, --hidden, --layers; the draft has
+--draft-layers; matrices drawn with std --init-std so that next-token laws are peaked) and a
+random prompt. "self-draft" drafts with an exact copy of the target (acceptance ~100%): the best
+case for the machinery, with a draft as costly as the target.
 
 1. Loop time outside model forwards: verify_s + other_s per step (goal <= 10% of the step).
 2. `forward_tree` ms per call after a --tree-prompt token prefill, for the first N nodes of a
@@ -33,6 +34,9 @@ from framework import CandidateTree, SamplingConfig, TreeShape
 from framework.engine import generate
 from framework.models import tiny_random_model
 from framework.target import HFTarget
+from framework.text import tokenizer_of
+from framework.zoo.checkpoints import load_causal_lm
+from framework.zoo.corpus import build_corpus, stdlib_files
 from proposers.draft_model import DraftModelProposer
 
 TREE_SIZES = (0, 1, 8, 32, 64)
@@ -40,6 +44,9 @@ TREE_SIZES = (0, 1, 8, 32, 64)
 
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", default="target", help="zoo name or HF checkpoint folder of the target")
+    ap.add_argument("--draft", default="draft", help="zoo name or HF checkpoint folder of the draft")
+    ap.add_argument("--random", action="store_true", help="random-weight llamas instead of checkpoints")
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
@@ -59,7 +66,17 @@ def parse_args() -> argparse.Namespace:
     return ap.parse_args()
 
 
-def make_model(args, layers: int, seed: int):
+def heldout_prompt(model, length: int) -> torch.Tensor:
+    """[1, length] tokens: the start of the first held-out stdlib file, in the model's tokenizer."""
+    tokenizer = tokenizer_of(model)
+    if tokenizer is None:
+        raise ValueError(f"{model.config.name_or_path} has no tokenizer: pass --random for token-id prompts")
+    text = build_corpus(stdlib_files())["heldout"]["text"][0]
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"][:length]
+    return torch.tensor([ids], dtype=torch.long)
+
+
+def random_model(args, layers: int, seed: int):
     max_positions = max(args.prompt + args.new_tokens + args.gamma + 2, args.tree_prompt + 8)
     return tiny_random_model("llama", args.vocab, args.hidden, layers, args.heads, args.kv_heads,
                              max_positions, seed=seed, dtype="float32", init_std=args.init_std)
@@ -110,10 +127,11 @@ def bench_tree_forward(args, target_model) -> dict:
     """ms per forward_tree for each tree size, sizes interleaved call by call; cache rolled back."""
     gen = torch.Generator().manual_seed(args.seed)
     target = HFTarget(target_model)
-    target.prefill(torch.randint(args.vocab, (1, args.tree_prompt), generator=gen))
-    target.set_root(torch.randint(args.vocab, (1,), generator=gen))
+    vocab = target_model.config.vocab_size
+    target.prefill(torch.randint(vocab, (1, args.tree_prompt), generator=gen))
+    target.set_root(torch.randint(vocab, (1,), generator=gen))
     binary = TreeShape.full(2, 6).parents  # 126 nodes in breadth-first order: any prefix is a tree
-    trees = {n: CandidateTree.from_parents(torch.randint(args.vocab, (1, n), generator=gen), binary[:n])
+    trees = {n: CandidateTree.from_parents(torch.randint(vocab, (1, n), generator=gen), binary[:n])
              for n in TREE_SIZES}
     times = {n: [] for n in TREE_SIZES}
     for rep in range(args.tree_repeats + 2):  # two warm-up rounds
@@ -131,16 +149,24 @@ def main() -> None:
     args = parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    gen = torch.Generator().manual_seed(args.seed + 1)
-    prompt = torch.randint(args.vocab, (1, args.prompt), generator=gen)
-    target_model = make_model(args, args.layers, args.seed)
-    drafts = {"plain": None,
-              "draft (indep.)": make_model(args, args.draft_layers, args.seed + 100),
-              "self-draft": make_model(args, args.layers, args.seed)}  # same seed: identical weights
+    if args.random:
+        gen = torch.Generator().manual_seed(args.seed + 1)
+        prompt = torch.randint(args.vocab, (1, args.prompt), generator=gen)
+        target_model = random_model(args, args.layers, args.seed)
+        drafts = {"plain": None,
+                  "draft (indep.)": random_model(args, args.draft_layers, args.seed + 100),
+                  "self-draft": random_model(args, args.layers, args.seed)}  # same seed: identical weights
+        described = (f"random llama V={args.vocab} H={args.hidden} L={args.layers} heads={args.heads}/{args.kv_heads} "
+                     f"init_std={args.init_std}; draft: {args.draft_layers} layer(s); random prompt")
+    else:
+        target_model = load_causal_lm(args.target)
+        drafts = {"plain": None, "draft (indep.)": load_causal_lm(args.draft), "self-draft": load_causal_lm(args.target)}
+        prompt = heldout_prompt(target_model, args.prompt)
+        described = (f"{args.target} ({target_model.config.num_hidden_layers} layers), draft {args.draft} "
+                     f"({drafts['draft (indep.)'].config.num_hidden_layers} layer(s)); held-out prompt")
     assert all(torch.equal(a, b) for a, b in zip(target_model.parameters(), drafts["self-draft"].parameters()))
-    print(f"target: llama V={args.vocab} H={args.hidden} L={args.layers} heads={args.heads}/{args.kv_heads} "
-          f"float32 init_std={args.init_std}; draft: {args.draft_layers} layer(s); prompt {args.prompt}, "
-          f"{args.new_tokens} new tokens, gamma {args.gamma} iid; torch threads {torch.get_num_threads()}\n")
+    print(f"target: {described}; float32; prompt {prompt.shape[1]} tokens, {args.new_tokens} new tokens, "
+          f"gamma {args.gamma} iid; torch threads {torch.get_num_threads()}\n")
     print("Per-step columns are means over the steps of the median-wall run; p50 columns are medians over its steps.\n")
 
     gen_results = bench_generation(args, target_model, drafts, prompt)
