@@ -63,20 +63,25 @@ def check_statistical(cfg: DictConfig) -> list[dict]:
     n = sample_size_for_tv(s.tv)
     rows = []
 
-    def g(sampling, n, seed, **kw):
-        return statistical_check(target, make, prompt, sampling, n, s.depth, seed, s.batch, s.min_prob, **kw)
+    laws = {}  # sampling name -> the target's teacher-forced law, computed once
 
-    for name, node in s.samplings.items():
-        result = g(instantiate(node), n, cfg.seed)
+    def g(name, n, seed, **kw):
+        sampling = instantiate(s.samplings[name])
+        if name not in laws:
+            laws[name] = teacher_forced_law(target, prompt, s.depth, sampling, min_prob=s.min_prob)
+        return statistical_check(target, make, prompt, sampling, n, s.depth, seed, s.batch, law=laws[name], **kw)
+
+    for name in s.samplings:
+        result = g(name, n, cfg.seed)
         rows.append({"check": "statistical", "setting": f"{name} N={n}", "passed": result.passes(s.alpha),
                      "detail": f"G={result.test.statistic:.1f} dof={result.test.dof} p={result.test.p_value:.3g}"})
     null_n = sample_size_for_tv(s.null_tv)
-    rejected = sum(not g(instantiate(s.samplings.t1), null_n, cfg.seed + 1 + r).passes(0.05) for r in range(s.null_repeats))
+    rejected = sum(not g("t1", null_n, cfg.seed + 1 + r).passes(0.05) for r in range(s.null_repeats))
     bound = max(3, int(0.05 * s.null_repeats + 3 * (0.05 * 0.95 * s.null_repeats) ** 0.5 + 1))
     rows.append({"check": "statistical", "setting": f"null bracket {s.null_repeats} x N={null_n}",
                  "passed": rejected <= bound, "detail": f"{rejected}/{s.null_repeats} rejected at alpha=0.05 (allowed <= {bound})"})
     if make is not None:
-        lossy = g(instantiate(s.samplings.t1), n, cfg.seed, verifier=typical_verifier())
+        lossy = g("t1", n, cfg.seed, verifier=typical_verifier())
         rows.append({"check": "statistical", "setting": f"typical acceptance (must fail) N={n}",
                      "passed": not lossy.passes(s.alpha),
                      "detail": f"G={lossy.test.statistic:.1f} p={lossy.test.p_value:.3g} TV~{lossy.test.observed_tv:.3f}"})

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+from transformers import DynamicCache
 
 from framework.engine import Decoder, generate
 from framework.harness.enumerate import enumerate_law
@@ -83,35 +84,60 @@ def exact_loop_law(
 
 
 @torch.no_grad()
+def _prompt_cache(model, prompt: torch.Tensor):
+    """Plain HF cache of prompt[:, :-1] (None for a one-token prompt): HF's own code, not ours."""
+    if prompt.shape[1] < 2:
+        return None
+    return model(prompt[:, :-1], use_cache=True).cache
+
+
+def _expanded(cache, rows: int):
+    if cache is None:
+        return None
+    copy = DynamicCache()
+    for i, layer in enumerate(cache.layers):
+        copy.update(layer.keys.expand(rows, -1, -1, -1).contiguous(), layer.values.expand(rows, -1, -1, -1).contiguous(), i)
+    return copy
+
+
+@torch.no_grad()
 def teacher_forced_law(
     model, prompt: torch.Tensor, depth: int, sampling: SamplingConfig,
-    eos_token_id: int | None = None, min_prob: float = 0.0,
+    eos_token_id: int | None = None, min_prob: float = 0.0, chunk: int = 256,
 ) -> dict[tuple, float]:
-    """The target's law of its first `depth` tokens; prefixes under min_prob go to OTHER."""
-    law: dict[tuple, float] = {}
+    """The target's law of its first `depth` tokens; prefixes under min_prob go to OTHER.
+
+    Independent of the code under test: plain HF forwards of each prefix (the prompt's cache
+    computed once by HF and copied per chunk of `chunk` prefixes), no tree attention, no verifier.
+    """
+    law: dict[tuple, float] = {OTHER: 0.0}
     frontier = {(): 1.0}
     device = next(model.parameters()).device
+    prompt = prompt.to(device)
     vocab = model.get_output_embeddings().weight.shape[0]
-    for _ in range(depth):
+    cache, start_position = _prompt_cache(model, prompt), prompt.shape[1] - 1
+    for level in range(depth):
         prefixes = list(frontier)
-        ids = torch.cat([prompt.expand(len(prefixes), -1).to(device), torch.tensor(prefixes, dtype=torch.long, device=device).reshape(len(prefixes), -1)], 1)
-        logits = model(ids).logits[:, -1].double()
-        p = process_logits(logits, sampling, seen_tokens(ids, vocab) if sampling.uses_history else None)
         nxt: dict[tuple, float] = {}
-        for i, prefix in enumerate(prefixes):
-            for token in torch.nonzero(p[i] > 0).flatten().tolist():
-                prob = frontier[prefix] * float(p[i, token])
-                seq = prefix + (token,)
-                if prob < min_prob:
-                    law[OTHER] = law.get(OTHER, 0.0) + prob
-                elif token == eos_token_id:
-                    law[seq] = prob
-                else:
-                    nxt[seq] = prob
+        for first in range(0, len(prefixes), chunk):
+            part = prefixes[first : first + chunk]
+            tail = torch.tensor(part, dtype=torch.long, device=device).reshape(len(part), level)  # [b, level]
+            ids = torch.cat([prompt[:, -1:].expand(len(part), 1), tail], 1)  # [b, level + 1]
+            positions = torch.arange(start_position, start_position + level + 1, device=device).expand(len(part), -1)
+            logits = model(ids, cache=_expanded(cache, len(part)), position_ids=positions).logits[:, -1].double()
+            history = seen_tokens(torch.cat([prompt.expand(len(part), -1), tail], 1), vocab) if sampling.uses_history else None
+            mass = torch.tensor([frontier[x] for x in part], dtype=torch.float64, device=device)[:, None] \
+                * process_logits(logits, sampling, history)  # [b, V]
+            kept = mass >= max(min_prob, 1e-300)  # zero mass is no outcome at all
+            law[OTHER] += float(mass[~kept].sum())
+            for (row, token), prob in zip(torch.nonzero(kept).tolist(), mass[kept].tolist()):
+                (law if token == eos_token_id else nxt)[part[row] + (token,)] = prob
         frontier = nxt
         if not frontier:
             break
     law.update(frontier)
+    if law[OTHER] == 0.0:
+        del law[OTHER]
     return law
 
 
@@ -151,9 +177,11 @@ class StatisticalResult:
 def statistical_check(
     target_model, proposer_factory: ProposerFactory, prompt: torch.Tensor, sampling: SamplingConfig,
     n: int, depth: int = 3, seed: int = 0, batch: int = 2048, min_prob: float = 1e-7,
-    eos_token_id: int | None = None, verifier: TreeVerifier = LOSSLESS,
+    eos_token_id: int | None = None, verifier: TreeVerifier = LOSSLESS, law: dict[tuple, float] | None = None,
 ) -> StatisticalResult:
-    law = teacher_forced_law(target_model, prompt, depth, sampling, eos_token_id, min_prob)
+    """G-test of n sampled runs; `law` (from teacher_forced_law) may be passed in to reuse it."""
+    if law is None:
+        law = teacher_forced_law(target_model, prompt, depth, sampling, eos_token_id, min_prob)
     counts = sample_first_tokens(target_model, proposer_factory, prompt, depth, sampling, n, batch, seed, eos_token_id, verifier)
     return StatisticalResult(g_test(lump(counts, law), law), n)
 

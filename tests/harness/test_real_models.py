@@ -84,3 +84,16 @@ def test_statistical_check_real_models():
                               verifier=typical_verifier())
     assert exact.passes(), exact.test
     assert not lossy.passes(), lossy.test
+
+
+@pytest.mark.parametrize("sampling", list(SAMPLINGS.values()), ids=list(SAMPLINGS))
+def test_teacher_forced_law_does_not_depend_on_chunking_or_the_prompt_cache(sampling):
+    """Chunks of prefixes share one HF prompt cache; one prefix per chunk, or a one-token prompt, must agree."""
+    law = teacher_forced_law(TARGET, PROMPT, 3, sampling, chunk=256)
+    one_by_one = teacher_forced_law(TARGET, PROMPT, 3, sampling, chunk=1)
+    assert law.keys() == one_by_one.keys() and abs(sum(law.values()) - 1) < 1e-12
+    assert max(abs(law[k] - one_by_one[k]) for k in law) < 1e-12
+    short = teacher_forced_law(TARGET, PROMPT[:, :1], 2, sampling, chunk=2)  # no cache at all
+    assert abs(sum(short.values()) - 1) < 1e-12 and all(len(k) == 2 for k in short)
+    lumped = teacher_forced_law(TARGET, PROMPT, 3, sampling, min_prob=0.05)
+    assert abs(sum(lumped.values()) - 1) < 1e-12 and all(v >= 0.05 for k, v in lumped.items() if k != ("other",))
