@@ -1,8 +1,9 @@
 """The harness for one method on real models (DESIGN section 7).
 
-    python -m experiments.check proposer=tiny_draft
-    python -m experiments.check proposer=tiny_draft_tree experiment.checks=[exact]
-    python -m experiments.check -m proposer=none,tiny_draft,tiny_draft_tree
+    python -m experiments.check                                      # the zoo pair (chain of 4, iid)
+    python -m experiments.check proposer=zoo_draft_tree experiment.checks=[exact]
+    python -m experiments.check -m proposer=none,zoo_draft,zoo_draft_tree experiment.statistical.tv=0.02
+    python -m experiments.check target=tiny_llama proposer=tiny_draft prompt=[1,2,3,4,5]
 
 - greedy: token-for-token equal to plain greedy decoding (fp32 and fp64, several prompts).
 - statistical: G-test of the joint law of the first D tokens against the target's law by teacher
