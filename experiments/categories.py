@@ -41,23 +41,21 @@ def run(cfg: DictConfig) -> list[dict]:
         raise ValueError("the prompt sets are text: the target needs a tokenizer beside its checkpoint (e.g. target=zoo_target)")
     target, make_proposer, sampling = HFTarget(model), instantiate(cfg.proposer), instantiate(cfg.sampling)
     sets = build_prompt_sets(build_corpus(stdlib_files())["heldout"])
-    run_cfg = DictConfig({"max_new_tokens": exp.max_new_tokens, "seed": cfg.seed, "eos_token_id": cfg.eos_token_id})
-    timed_generate(target, None, encode_prompt("import os\n", tokenizer), run_cfg, sampling)  # warm-up, untimed
+    tokens = exp.max_new_tokens
+    timed_generate(target, None, encode_prompt("import os\n", tokenizer), cfg, sampling, tokens)  # warm-up, untimed
     rows = []
     for category in exp.categories:
-        emitted = forwards = accepted = 0
+        forwards = accepted = 0
         spec_s = plain_s = 0.0
         for text in sets[category]["prompt"][: exp.per_category]:
             prompt = encode_prompt(text, tokenizer)  # [1, L]
-            spec, t_spec = timed_generate(target, make_proposer() if make_proposer else None, prompt, run_cfg, sampling)
-            _, t_plain = timed_generate(target, None, prompt, run_cfg, sampling)
-            steps = spec.stats.steps
-            emitted += sum(int(s.accepted.sum()) + 1 for s in steps)  # accepted drafts + the target's own token
-            accepted += sum(int(s.accepted.sum()) for s in steps)
-            forwards += len(steps)
+            spec, t_spec = timed_generate(target, make_proposer() if make_proposer else None, prompt, cfg, sampling, tokens)
+            _, t_plain = timed_generate(target, None, prompt, cfg, sampling, tokens)
+            accepted += spec.stats.accepted_total
+            forwards += spec.stats.target_forwards
             spec_s, plain_s = spec_s + t_spec, plain_s + t_plain
         rows.append({"category": category, "prompts": min(exp.per_category, len(sets[category])),
-                     "tokens_per_forward": emitted / max(forwards, 1), "mean_accepted": accepted / max(forwards, 1),
+                     "tokens_per_forward": (accepted + forwards) / max(forwards, 1), "mean_accepted": accepted / max(forwards, 1),
                      "speculative_s": spec_s, "plain_s": plain_s, "speedup": plain_s / spec_s if spec_s else 0.0})
     path = Path(cfg.output_dir) / "categories.json"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -31,9 +31,11 @@ from framework.target import HFTarget
 from framework.text import decode, encode_prompt, tokenizer_of
 
 
-def timed_generate(target: HFTarget, proposer, prompt: torch.Tensor, cfg: DictConfig, sampling) -> tuple[GenerationOutput, float]:
+def timed_generate(target: HFTarget, proposer, prompt: torch.Tensor, cfg: DictConfig, sampling,
+                   max_new_tokens: int | None = None) -> tuple[GenerationOutput, float]:
+    """generate() with cfg's seed and EOS; max_new_tokens defaults to cfg.max_new_tokens."""
     start = time.perf_counter()
-    out = generate(target, proposer, prompt, cfg.max_new_tokens, sampling=sampling, seed=cfg.seed,
+    out = generate(target, proposer, prompt, cfg.max_new_tokens if max_new_tokens is None else max_new_tokens, sampling=sampling, seed=cfg.seed,
                    eos_token_id=cfg.eos_token_id)
     return out, time.perf_counter() - start  # generate returns CPU tokens: device work is done
 

@@ -105,9 +105,8 @@ def tokens_per_forward(target_model, draft_model, tokenizer, prompts: list[str],
     for prompt in prompts:
         ids = torch.tensor([tokenizer(prompt, add_special_tokens=False)["input_ids"][-limit:]])  # [1, L]
         out = generate(target, proposer, ids, max_new_tokens, sampling=SamplingConfig(temperature=0), seed=0)
-        steps = out.stats.steps
-        emitted += sum(int(s.accepted.sum()) + 1 for s in steps)  # accepted + the target's own token
-        forwards += len(steps)
+        emitted += out.stats.accepted_total + out.stats.target_forwards  # accepted + the target's own token
+        forwards += out.stats.target_forwards
     return emitted / forwards if forwards else 0.0
 
 

@@ -38,6 +38,11 @@ class GenerationStats:
         """Verification forwards after the prefill."""
         return len(self.steps)
 
+    @property
+    def accepted_total(self) -> int:
+        """Draft tokens accepted over every step and row (each step also emits one target token per row)."""
+        return sum(int(s.accepted.sum()) for s in self.steps)
+
     def summary(self) -> dict:
         accepted = torch.stack([s.accepted.float() for s in self.steps]) if self.steps else torch.zeros(0, 1)
         split = {k: sum(getattr(s, k) for s in self.steps) for k in ("draft_s", "target_s", "verify_s", "other_s")}

@@ -12,15 +12,18 @@ from pathlib import Path
 import torch
 import transformers
 
+from framework.zoo.tokenizer import load_tokenizer
+
 EMBEDDED = Path(__file__).resolve().parents[2] / "experiments" / "zoo"  # folders: target, draft
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
     given = Path(path).expanduser()
-    for candidate in (given, EMBEDDED / given) if not given.is_absolute() else (given,):
+    candidates = (given,) if given.is_absolute() else (given, EMBEDDED / given)
+    for candidate in candidates:
         if (candidate / "config.json").is_file():
             return candidate.resolve()
-    tried = " or ".join(str(c) for c in ((given,) if given.is_absolute() else (given.resolve(), EMBEDDED / given)))
+    tried = " or ".join(str(c.resolve()) for c in candidates)
     zoo = sorted(p.name for p in EMBEDDED.iterdir() if (p / "config.json").is_file()) if EMBEDDED.is_dir() else []
     raise ValueError(f"no Hugging Face checkpoint (a folder with config.json) at {tried}; "
                      f"embedded zoo models: {zoo or 'none found'}")
@@ -40,5 +43,5 @@ def export_checkpoint(source: str | Path, destination: str | Path, dtype: str = 
     model = load_causal_lm(source, dtype=dtype)
     destination = Path(destination)
     model.save_pretrained(str(destination))
-    transformers.AutoTokenizer.from_pretrained(model.config.name_or_path).save_pretrained(str(destination))
+    load_tokenizer(model.config.name_or_path).save_pretrained(str(destination))
     return destination
