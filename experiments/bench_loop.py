@@ -13,6 +13,9 @@ the prompt. --random uses random-weight llamas instead (--vocab, --hidden, --lay
 random prompt. "self-draft" drafts with an exact copy of the target (acceptance ~100%): the best
 case for the machinery, with a draft as costly as the target.
 
+0. Forward cost of the draft against the target: ms per one-token forward (a plain decoding
+   step after a --tree-prompt token prefill), interleaved; the ratio is the figure that decides
+   whether a draft can pay (deployed drafts cost 0.05-0.1 of their target; goal <= 1/8).
 1. Loop time outside model forwards: verify_s + other_s per step (goal <= 10% of the step).
 2. `forward_tree` ms per call after a --tree-prompt token prefill, for the first N nodes of a
    full binary tree (breadth first), N = 0 (root alone) .. 64; ratio to N = 1 (root + 1 node).
@@ -145,6 +148,28 @@ def bench_tree_forward(args, target_model) -> dict:
     return {n: 1e3 * statistics.median(t) for n, t in times.items()}
 
 
+def bench_forward_ratio(args, target_model, draft_model) -> dict:
+    """ms per one-token forward (a plain decoding step) of target and draft, interleaved call by call."""
+    gen = torch.Generator().manual_seed(args.seed)
+    prompt = torch.randint(target_model.config.vocab_size, (1, args.tree_prompt), generator=gen)
+    models = {"target": HFTarget(target_model), "draft": HFTarget(draft_model)}
+    empty = CandidateTree.chain(torch.zeros(1, 0, dtype=torch.long))
+    times = {name: [] for name in models}
+    for model in models.values():
+        model.prefill(prompt)
+        model.set_root(prompt[:, -1])
+    for rep in range(args.tree_repeats + 2):  # two warm-up rounds
+        for name, model in models.items():
+            start = time.perf_counter()
+            model.forward_tree(empty)
+            elapsed = time.perf_counter() - start
+            model.lm.keep(torch.zeros(1, 0, dtype=torch.long), torch.zeros(1, dtype=torch.long))  # drop pending
+            if rep >= 2:
+                times[name].append(elapsed)
+    ms = {name: 1e3 * statistics.median(t) for name, t in times.items()}
+    return {**ms, "ratio": ms["draft"] / ms["target"]}
+
+
 def main() -> None:
     args = parse_args()
     if args.threads:
@@ -171,8 +196,19 @@ def main() -> None:
 
     gen_results = bench_generation(args, target_model, drafts, prompt)
     tree_ms = bench_tree_forward(args, target_model)
+    ratio = bench_forward_ratio(args, target_model, drafts["draft (indep.)"])
 
-    print("## 1. Loop time outside model forwards (temperature 1.0)\n")
+    print(f"## 0. Forward cost: draft / target = {ratio['ratio']:.3f} (1/{1 / ratio['ratio']:.1f}; goal <= 1/8)\n")
+    print(table(["model", "layers", f"ms per one-token forward (median of {args.tree_repeats}, after "
+                 f"{args.tree_prompt} tokens)"],
+                [["target", target_model.config.num_hidden_layers, ratio["target"]],
+                 ["draft", drafts["draft (indep.)"].config.num_hidden_layers, ratio["draft"]]]))
+    print()
+
+    print("## 0. Forward cost of the draft against the target: ms per one-token forward (a plain decoding
+   step after a --tree-prompt token prefill), interleaved; the ratio is the figure that decides
+   whether a draft can pay (deployed drafts cost 0.05-0.1 of their target; goal <= 1/8).
+1. Loop time outside model forwards (temperature 1.0)\n")
     rows = []
     for name, runs in gen_results[1.0].items():
         s = median_run(runs)
@@ -207,7 +243,7 @@ def main() -> None:
 
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "tree_forward_ms": tree_ms,
+            json.dump({"args": vars(args), "tree_forward_ms": tree_ms, "forward_ratio": ratio,
                        "generation": {str(t): runs for t, runs in gen_results.items()}}, f, indent=1)
 
 

@@ -1,13 +1,18 @@
 """Trains the model zoo (DESIGN section 1): tokenizer, then each model, on the stdlib corpus.
 
-    python -m experiments.train experiment=zoo                          # tokenizer, target, draft
-    python -m experiments.train experiment=zoo experiment.only=[draft]  # one model
+    python -m experiments.train experiment=zoo                          # tokenizer, target, drafts
+    python -m experiments.train experiment=zoo experiment.only=[draft]  # one model (its teacher must exist)
     python -m experiments.train experiment=zoo experiment.train.steps=20 experiment.root=/tmp/zoo
     python -m experiments.train experiment=zoo experiment.export=experiments/zoo  # refresh the embedded zoo
 
 Everything lands in `experiment.root` (a fixed folder, not Hydra's dated one, so that a second
-call resumes): root/tokenizer, root/<name>/checkpoints/step_*, root/<name>/final. The tokenizer
-is trained once and reused, so every model of the zoo shares it.
+call resumes): root/tokenizer, root/tokens.pt (the token streams), root/<name>/checkpoints/step_*,
+root/<name>/final. The tokenizer and the streams are made once and reused, so every model of the
+zoo shares them, and a machine without the corpus (another Python, no `datasets`) can train from
+a copied root. A model with a `teacher` is distilled from the teacher's raw laws (root/<teacher>/best).
+With `calibrate`, each final model then gets one temperature fitted on the validation documents
+and folded into its output head (framework/zoo/calibrate.py): cross-entropy for a model of its
+own, KL to the calibrated teacher for a distilled one.
 """
 
 from __future__ import annotations
@@ -16,37 +21,59 @@ from pathlib import Path
 
 import hydra
 import torch
+import transformers
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from framework.zoo.calibrate import calibrate_checkpoint
 from framework.zoo.checkpoints import export_checkpoint
-from framework.zoo.corpus import build_corpus, stdlib_files
 from framework.zoo.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
-from framework.zoo.train import train
+from framework.zoo.train import tokenize_splits, train
 
 
-def run(cfg: DictConfig) -> dict[str, Path]:
+def tokenizer_and_streams(exp, root: Path):
+    """root/tokenizer and root/tokens.pt, made from the corpus on the first call."""
+    if (root / "tokenizer" / "tokenizer.json").exists() and (root / "tokens.pt").exists():
+        return load_tokenizer(root / "tokenizer"), torch.load(root / "tokens.pt")
+    from framework.zoo.corpus import build_corpus, stdlib_files  # `datasets` is needed here only
+
+    corpus = build_corpus(stdlib_files(exp.corpus.root), heldout_fraction=exp.corpus.heldout_fraction)
+    if not (root / "tokenizer" / "tokenizer.json").exists():
+        save_tokenizer(train_tokenizer(corpus["train"]["text"], exp.vocab_size), root / "tokenizer")
+    tokenizer = load_tokenizer(root / "tokenizer")
+    streams = tokenize_splits(tokenizer, corpus, exp.corpus.valid_every)
+    torch.save(streams, root / "tokens.pt")
+    return tokenizer, streams
+
+
+def run(cfg: DictConfig) -> dict[str, Path | None]:
     exp = instantiate(cfg.experiment)
     if exp.num_threads is not None:
         torch.set_num_threads(exp.num_threads)
     root = Path(exp.root)
-    corpus = build_corpus(stdlib_files(exp.corpus.root), heldout_fraction=exp.corpus.heldout_fraction)
-    if (root / "tokenizer" / "tokenizer.json").exists():
-        tokenizer = load_tokenizer(root / "tokenizer")
-    else:
-        tokenizer = save_tokenizer(train_tokenizer(corpus["train"]["text"], exp.vocab_size), root / "tokenizer")
-        tokenizer = load_tokenizer(tokenizer)
+    root.mkdir(parents=True, exist_ok=True)
+    tokenizer, streams = tokenizer_and_streams(exp, root)
     names = exp.only if exp.only is not None else list(exp.models)
-    finals = {name: train(exp.models[name], tokenizer, corpus, root / name, exp.train) for name in names}
+    finals = {}
+    for name in names:
+        spec = exp.models[name]
+        settings = instantiate(OmegaConf.merge(cfg.experiment.train, spec.get("train") or {}))  # TrainConfig
+        teacher = spec.get("teacher")
+        raw_teacher = teacher and transformers.AutoModelForCausalLM.from_pretrained(  # its laws before calibration
+            root / teacher / "best", dtype=torch.float32)
+        finals[name] = final = train(spec["config"], tokenizer, streams, root / name, settings, raw_teacher)
+        if final is not None and exp.calibrate:  # fitted on the validation documents, folded into lm_head
+            calibrate_checkpoint(final, streams["valid"], settings.long_block_size or settings.block_size,
+                                 teacher_folder=teacher and root / teacher / "final")
     if exp.export is not None:  # bf16 copies, e.g. into experiments/zoo (what the configs load)
-        return {name: export_checkpoint(final, Path(exp.export) / name) for name, final in finals.items()}
+        return {name: final and export_checkpoint(final, Path(exp.export) / name) for name, final in finals.items()}
     return finals
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     for name, path in run(cfg).items():
-        print(f"{name}: {path}")
+        print(f"{name}: {path or 'stopped at the time limit (call again to resume)'}")
 
 
 if __name__ == "__main__":

@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> Report:
     parser.add_argument("--draft", default="draft", help="zoo name or HF checkpoint folder of the draft")
     parser.add_argument("--tokenizer", help="tokenizer folder (default: the target's folder)")
     parser.add_argument("--max-files", type=int, help="score only the first N held-out files (sorted by path)")
-    parser.add_argument("--window", type=int, default=256, help="tokens per scoring window (the training block)")
+    parser.add_argument("--window", type=int, default=1024, help="tokens per scoring window (the context length)")
     parser.add_argument("--stride", type=int, help="window start every N tokens (default: --window, non-overlapping)")
     parser.add_argument("--gammas", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--prompts", type=int, default=10, help="code_continuation prompts for tokens/forward")

@@ -71,7 +71,7 @@ def test_options_found():
 def test_defaults_are_the_embedded_zoo():
     cfg = load()
     model = instantiate(cfg.target)
-    assert model.config.num_hidden_layers == 7 and tokenizer_of(model) is not None
+    assert model.config.num_hidden_layers == 20 and tokenizer_of(model) is not None
     assert instantiate(cfg.proposer)().lm.model.config.num_hidden_layers == 1
 
 

@@ -1,15 +1,25 @@
-"""The zoo's training loop: packed blocks, AdamW with warmup + cosine decay, bf16 autocast on CPU.
+"""The zoo's training loop: random windows of the token stream, AdamW, warmup + cosine, bf16 autocast.
 
-Resumable: every `save_every` steps a checkpoint folder step_XXXXXXX/ is written under
-<out_dir>/checkpoints (a standard HF checkpoint: config + safetensors + tokenizer, plus
-trainer_state.pt with the optimizer and step). A later call with the same out_dir continues from
-the newest one. Batches are drawn by a generator seeded with (seed, step), so a resumed run sees
-the same batches it would have seen uninterrupted. The final model goes to <out_dir>/final.
+- Data: flat token streams (each document preceded by EOS, see `tokenize_splits`). A batch is
+  `batch_size` windows at random offsets, so repeated epochs see new alignments.
+- Long context: the last `long_fraction` of the steps read windows of `long_block_size` tokens
+  (same tokens per step), so every position up to the context length is trained, not extrapolated.
+- Distillation: given a `teacher`, the loss is KL(teacher law || student law) at every position
+  instead of cross-entropy on the next token (the draft learns the target's own laws).
+- Selection: "valid" (documents carved from the training files) is scored every `eval_every`
+  steps; the best model of the last phase is kept in <out_dir>/best and becomes <out_dir>/final.
+  "heldout" is scored too, for the record only.
+- Resumable: every `save_every` steps (and when `time_limit_s` runs out) a checkpoint folder
+  step_XXXXXXX/ is written under <out_dir>/checkpoints (config + safetensors + tokenizer, plus
+  trainer_state.pt). A later call with the same out_dir continues from the newest one. Batches
+  are drawn by a generator seeded with (seed, step), so a resumed run sees the same batches.
 """
 
 from __future__ import annotations
 
 import math
+import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,27 +34,70 @@ class TrainConfig:
     steps: int = 2000
     batch_size: int = 16
     block_size: int = 256
+    long_block_size: int | None = None  # e.g. 1024: the last phase's window
+    long_fraction: float = 0.0  # share of the steps (at the end) that use long_block_size
     lr: float = 1e-3
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
     warmup: int = 100
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     eval_every: int = 200
-    eval_blocks: int = 64  # held-out blocks per evaluation (the first ones: a fixed set)
+    eval_tokens: int = 16384  # per split and evaluation (the first windows: a fixed set)
     save_every: int = 200
     keep_checkpoints: int = 2
     bf16: bool = True
+    device: str = "auto"  # "auto": CUDA when there is one
+    time_limit_s: float | None = None  # stop (with a checkpoint) after this long; call again to resume
+    max_skipped: int = 50  # steps with a non-finite loss or gradient that are skipped before giving up
     seed: int = 0
 
+    def window(self, step: int) -> tuple[int, int]:
+        """(batch size, block size) at `step`: the long phase keeps the tokens per step."""
+        if self.long_block_size is None or step < self.long_start:
+            return self.batch_size, self.block_size
+        return max(1, self.batch_size * self.block_size // self.long_block_size), self.long_block_size
 
-def pack(tokenizer, texts: list[str], block_size: int) -> torch.Tensor:
-    """Token ids of all texts, each preceded by EOS, cut into [N, block_size] (the tail is dropped)."""
-    ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    flat = torch.tensor([t for doc in ids for t in [tokenizer.eos_token_id, *doc]], dtype=torch.long)
-    n = len(flat) // block_size
+    def selects(self, step: int) -> bool:
+        """May the evaluation after `step` steps pick the final model? Only in the last phase:
+        a model that never read long windows must not win on short-window scores."""
+        return self.long_block_size is None or step > self.long_start
+
+    @property
+    def long_start(self) -> int:
+        return self.steps if self.long_block_size is None else round(self.steps * (1 - self.long_fraction))
+
+
+def tokenize_splits(tokenizer, corpus, valid_every: int = 25) -> dict[str, torch.Tensor]:
+    """Flat int16 streams {"train", "valid", "heldout"}: every document as [EOS, ids...].
+
+    "valid" is every `valid_every`-th training document (by path order), left out of "train":
+    it picks the checkpoint, so "heldout" stays untouched by any choice.
+    """
+    if len(tokenizer) > 2**15:
+        raise ValueError(f"int16 streams hold ids below 32768, the tokenizer has {len(tokenizer)}")
+
+    def stream(texts: list[str]) -> torch.Tensor:
+        ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        return torch.tensor([t for doc in ids for t in [tokenizer.eos_token_id, *doc]], dtype=torch.int16)
+
+    train_texts = corpus["train"]["text"]
+    return {"train": stream([t for i, t in enumerate(train_texts) if i % valid_every]),
+            "valid": stream(train_texts[::valid_every]),
+            "heldout": stream(corpus["heldout"]["text"])}
+
+
+def random_windows(stream: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator) -> torch.Tensor:
+    if len(stream) <= block_size:
+        raise ValueError(f"{len(stream)} tokens: not one window of {block_size}")
+    starts = torch.randint(len(stream) - block_size, (batch_size, 1), generator=generator)  # [B, 1]
+    return stream[starts + torch.arange(block_size)].long()  # [B, T]
+
+
+def fixed_windows(stream: torch.Tensor, block_size: int, tokens: int) -> torch.Tensor:
+    n = min(len(stream) // block_size, max(1, tokens // block_size))
     if n == 0:
-        raise ValueError(f"{len(flat)} tokens: not one block of {block_size}")
-    return flat[: n * block_size].view(n, block_size)  # [N, T]
+        raise ValueError(f"{len(stream)} tokens: not one window of {block_size}")
+    return stream[: n * block_size].view(n, block_size).long()  # [N, T]
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -54,15 +107,24 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def lm_loss(model, blocks: torch.Tensor, bf16: bool) -> torch.Tensor:
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        return model(input_ids=blocks, labels=blocks).loss  # HF shifts labels by one
+def loss_on(model, blocks: torch.Tensor, bf16: bool, teacher=None) -> torch.Tensor:
+    """Next-token cross-entropy, or with a teacher KL(teacher || model) per position (mean)."""
+    with torch.autocast(blocks.device.type, dtype=torch.bfloat16, enabled=bf16):
+        if teacher is None:
+            return model(input_ids=blocks, labels=blocks).loss  # HF shifts labels by one
+        with torch.no_grad():
+            target_logp = teacher(input_ids=blocks).logits.float().log_softmax(-1)  # [B, T, V]
+        logp = model(input_ids=blocks).logits.float().log_softmax(-1)  # [B, T, V]
+    return torch.nn.functional.kl_div(logp.flatten(0, 1), target_logp.flatten(0, 1), log_target=True,
+                                      reduction="batchmean")
 
 
 @torch.no_grad()
-def heldout_loss(model, blocks: torch.Tensor, cfg: TrainConfig) -> float:
+def eval_loss(model, blocks: torch.Tensor, batch_size: int, bf16: bool) -> float:
+    """Mean next-token cross-entropy (nats/token) over fixed windows."""
     model.eval()
-    losses = [lm_loss(model, chunk, cfg.bf16).item() for chunk in blocks[: cfg.eval_blocks].split(cfg.batch_size)]
+    losses = [loss_on(model, chunk.to(next(model.parameters()).device), bf16).item()
+              for chunk in blocks.split(batch_size)]
     model.train()
     return sum(losses) / len(losses)
 
@@ -73,66 +135,92 @@ def latest_checkpoint(out_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def save_checkpoint(path: Path, model, tokenizer, optimizer, step: int, history: list[dict]) -> None:
+def save_model(path: Path, model, tokenizer) -> None:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
+
+
+def save_checkpoint(path: Path, model, tokenizer, optimizer, state: dict) -> None:
+    save_model(path, model, tokenizer)
     # written last: its presence marks the checkpoint complete
-    torch.save({"optimizer": optimizer.state_dict(), "step": step, "history": history}, path / "trainer_state.pt")
+    torch.save({"optimizer": optimizer.state_dict(), **state}, path / "trainer_state.pt")
 
 
-def train(model_config: Callable[[int], transformers.PretrainedConfig], tokenizer, corpus, out_dir: str | Path,
-          cfg: TrainConfig = TrainConfig()) -> Path:
-    """Trains (or resumes) a causal LM on corpus["train"]; returns the folder of the final model.
+def resolve_device(name: str) -> torch.device:
+    return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else "cpu" if name == "auto" else name)
 
-    `model_config(vocab_size)` builds the architecture; `corpus` has "train"/"heldout" rows {path, text}.
+
+def train(model_config: Callable[[int], transformers.PretrainedConfig], tokenizer, streams: dict[str, torch.Tensor],
+          out_dir: str | Path, cfg: TrainConfig = TrainConfig(), teacher=None) -> Path | None:
+    """Trains (or resumes) a causal LM on streams["train"]; returns the folder of the final model.
+
+    `model_config(vocab_size)` builds the architecture; `streams` come from `tokenize_splits`;
+    `teacher` (a causal LM on the same tokenizer) switches the loss to distillation.
+    Returns <out_dir>/final, or None when `time_limit_s` ran out first (call again to resume).
     """
-    out_dir = Path(out_dir)
-    train_blocks = pack(tokenizer, corpus["train"]["text"], cfg.block_size)  # [N, T]
-    eval_blocks = pack(tokenizer, corpus["heldout"]["text"], cfg.block_size)  # [M, T]
-
+    out_dir, device, started = Path(out_dir), resolve_device(cfg.device), time.monotonic()
     resume = latest_checkpoint(out_dir)
     torch.manual_seed(cfg.seed)
     if resume is not None:
         model = transformers.AutoModelForCausalLM.from_pretrained(resume, dtype=torch.float32)
     else:
         model = transformers.AutoModelForCausalLM.from_config(model_config(len(tokenizer)), dtype=torch.float32)
+    model.to(device).train()
+    if teacher is not None:
+        teacher.to(device).eval()
     decay = [p for p in model.parameters() if p.dim() >= 2]  # no decay on norms
     rest = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                                    {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
-    step, history = 0, []
+    state = {"step": 0, "history": [], "best_valid": math.inf, "best_step": None}
     if resume is not None:
-        state = torch.load(resume / "trainer_state.pt", weights_only=False)
-        optimizer.load_state_dict(state["optimizer"])
-        step, history = state["step"], state["history"]
+        saved = torch.load(resume / "trainer_state.pt", weights_only=False)
+        optimizer.load_state_dict(saved.pop("optimizer"))
+        state.update(saved)
 
-    model.train()
-    bar = tqdm(total=cfg.steps, initial=step, desc=out_dir.name, dynamic_ncols=True)
-    while step < cfg.steps:
+    bar = tqdm(total=cfg.steps, initial=state["step"], desc=out_dir.name, dynamic_ncols=True)
+    while state["step"] < cfg.steps:
+        step = state["step"]
+        if cfg.time_limit_s is not None and time.monotonic() - started > cfg.time_limit_s:
+            save_checkpoint(out_dir / "checkpoints" / f"step_{step:07d}", model, tokenizer, optimizer, state)
+            bar.close()
+            return None
+        batch_size, block_size = cfg.window(step)
         generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-        batch = train_blocks[torch.randint(len(train_blocks), (cfg.batch_size,), generator=generator)]  # [B, T]
+        batch = random_windows(streams["train"], batch_size, block_size, generator).to(device)  # [B, T]
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
-        loss = lm_loss(model, batch, cfg.bf16)
+        loss = loss_on(model, batch, cfg.bf16, teacher)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        finite = bool(torch.isfinite(grad_norm)) and bool(torch.isfinite(loss))
+        if finite:  # a non-finite gradient would turn every weight into NaN through the clip: skip it
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        step += 1
-        record = {"step": step, "loss": loss.item()}
+        state["skipped"] = state.get("skipped", 0) + (not finite)
+        if state["skipped"] > cfg.max_skipped:
+            raise FloatingPointError(f"{state['skipped']} steps had a non-finite loss or gradient (last at step {step})")
+        state["step"] = step = step + 1
+        record = {"step": step, "loss": loss.item(), "grad_norm": grad_norm.item(), "block": block_size}
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            record["heldout_loss"] = heldout_loss(model, eval_blocks, cfg)
-        history.append(record)
-        bar.set_postfix({k: f"{v:.3f}" for k, v in record.items() if k != "step"})
+            for split in ("valid", "heldout"):
+                blocks = fixed_windows(streams[split], block_size, cfg.eval_tokens)
+                record[f"{split}_loss"] = eval_loss(model, blocks, batch_size, cfg.bf16)
+            if cfg.selects(step) and record["valid_loss"] < state["best_valid"]:
+                state["best_valid"], state["best_step"] = record["valid_loss"], step
+                save_model(out_dir / "best", model, tokenizer)
+        state["history"].append(record)
+        bar.set_postfix({k: f"{v:.3f}" for k, v in record.items() if k not in ("step", "block", "grad_norm")})
         bar.update(1)
         if step % cfg.save_every == 0 or step == cfg.steps:
-            save_checkpoint(out_dir / "checkpoints" / f"step_{step:07d}", model, tokenizer, optimizer, step, history)
+            save_checkpoint(out_dir / "checkpoints" / f"step_{step:07d}", model, tokenizer, optimizer, state)
             for old in sorted((out_dir / "checkpoints").glob("step_*"))[: -cfg.keep_checkpoints]:
-                for f in old.iterdir():
-                    f.unlink()
-                old.rmdir()
+                shutil.rmtree(old)
     bar.close()
     final = out_dir / "final"
-    model.save_pretrained(final)
-    tokenizer.save_pretrained(final)
+    shutil.rmtree(final, ignore_errors=True)
+    if (out_dir / "best").is_dir():
+        shutil.copytree(out_dir / "best", final)
+    else:
+        save_model(final, model, tokenizer)
     return final

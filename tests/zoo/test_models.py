@@ -13,7 +13,9 @@ def n_params(config) -> int:
 
 def test_sizes_match_the_issue():
     target, draft = target_config(6144), draft_config(6144)
-    assert 6 <= target.num_hidden_layers <= 8 and draft.num_hidden_layers == 1
-    assert n_params(target) == 8_654_592 and 5e6 <= n_params(target) <= 15e6  # stated in models.py
+    assert target.num_hidden_layers >= 16 and target.hidden_size == 256 and draft.num_hidden_layers == 1
+    assert target.num_key_value_heads < target.num_attention_heads  # GQA
+    assert n_params(target) == 16_918_784  # stated in models.py
     assert n_params(draft) == 3_932_928
+    assert 2 * (n_params(target) + n_params(draft)) < 43e6  # bf16 pair + two 0.4 MB tokenizers within 45 MB
     assert draft.vocab_size == target.vocab_size
