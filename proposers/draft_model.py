@@ -3,8 +3,11 @@
 Level by level: the draft reads the nodes of one depth in a single forward (each node sees the
 committed past and its own ancestors), processes its logits with the sampling law, and draws
 the next depth's children from that exact law q: "iid" (duplicates kept), "wor" (without
-replacement, in draw order) or "point" (top-k). The leaves are read too, so every accepted
-node already sits in the draft's cache and commit is a gather, never a re-run.
+replacement, in draw order) or "point" (top-k). The deepest level is not read: its nodes have
+no children to draw, so a chain of gamma costs gamma draft forwards, not gamma + 1. Commit
+gathers the accepted nodes' KV; only when a row accepted a deepest node does one more forward
+put that token in the draft's cache (for every row at once, kept by the rows that need it).
+Skipping a read changes no coin and no law: the deepest level's logits drew nothing.
 """
 
 from __future__ import annotations
@@ -65,8 +68,9 @@ class DraftModelProposer:
         tokens = torch.zeros(B, N, dtype=torch.long, device=state.root.device)
         q = torch.empty(B, N + 1, state.seen.shape[-1], dtype=torch.float64 if self.lm.dtype == torch.float64 else torch.float32, device=state.root.device)
         parents = self.shape.parents.tolist()
+        q[:, self.levels[-1] + 1] = 1.0 / q.shape[-1]  # deepest nodes draw no children: a placeholder law, never read
         fed = 0  # pending slots written so far (root = slot 0)
-        for level in range(len(self.levels) + 1):
+        for level in range(len(self.levels)):  # the root, then every level that has children
             rows = torch.tensor([0]) if level == 0 else self.levels[level - 1] + 1  # tree rows read now
             inputs = state.root[:, None] if level == 0 else tokens[:, rows - 1]
             out = self.lm.forward(inputs, torch.full((rows.numel(),), level), self.mask[rows][:, : fed + rows.numel()])
@@ -81,7 +85,14 @@ class DraftModelProposer:
         return CandidateTree(tokens, self.shape.parents, q if self.kind != "point" else None, self.kind)
 
     def commit(self, result: Verification) -> None:
-        self.lm.keep_path(result.path, result.num_accepted)
+        path, accepted = result.path, result.num_accepted  # [B, D] node indices (-1 padded), [B]
+        unread = torch.isin(path, self.levels[-1].to(path.device))  # [B, D] accepted deepest nodes (no slot yet)
+        self.lm.keep_path(path.masked_fill(unread, -1), accepted - unread.sum(1))
+        if bool(unread.any()):  # their KV: one forward for all rows, kept where a row accepted one
+            last = (accepted - 1).clamp_min(0)[:, None]  # [B, 1]: a deepest node ends its path
+            tokens = result.tokens.gather(1, last.to(result.tokens.device)).clamp_min(0)  # [B, 1]
+            self.lm.forward(tokens, torch.zeros(1, dtype=torch.long), torch.ones(1, 1, dtype=torch.bool))
+            self.lm.keep(torch.zeros_like(last), unread.any(1).long())
 
     def expand(self, batch_size: int) -> None:
         self.lm.expand(batch_size)

@@ -1,5 +1,7 @@
 """The loop: greedy identity with plain decoding, stopping rules, seeds, and bad input."""
 
+import copy
+
 import pytest
 import torch
 
@@ -113,3 +115,55 @@ def test_hidden_state_follows_the_accepted_path():
     path = torch.tensor([[1, 3], [-1, -1]])  # row 0 accepted nodes 1 then 3; row 1 none
     rows = last_accepted_rows(per_row, path, torch.tensor([2, 0]))
     assert rows[:, 0].tolist() == [4, 5]  # node 3 -> tree row 4; none -> the root row (5 = 1 * 5 + 0)
+
+
+def near_copy(model, noise: float = 0.05):
+    """A draft that agrees with the target often, not always: rows accept different lengths."""
+    draft = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(noise * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel()), dtype=p.dtype))
+    return draft
+
+
+def test_draft_cache_after_commit_matches_a_fresh_prefill():
+    """The draft skips reading its deepest level; after every commit its cache must still hold exactly
+    the committed tokens, per row, also where one row accepted a deepest node and another did not."""
+    target = tiny_random_model("llama", seed=3, dtype="float64", init_std=0.3)
+    draft = near_copy(target)
+    reference = copy.deepcopy(draft)
+    proposer = DraftModelProposer(draft, gamma=3)
+    results = []
+    real_commit = proposer.commit
+    proposer.commit = lambda result: results.append(result) or real_commit(result)
+    prompts = torch.tensor([[1, 2, 3], [9, 8, 7], [4, 4, 4]])
+    out = generate(HFTarget(target), proposer, prompts, 17, SamplingConfig(), seed=0)
+    lengths = proposer.lm.length.tolist()
+    query = torch.tensor([[5], [6], [7]])
+    got = proposer.lm.forward(query, torch.zeros(1, dtype=torch.long), torch.ones(1, 1, dtype=torch.bool)).logits[:, -1]
+    for b in range(3):
+        seq, root = prompts[b].tolist(), int(out.tokens[b, 0])  # committed: prompt, then each root + its accepted
+        for r in results:
+            n = int(r.num_accepted[b])
+            seq += [root, *r.tokens[b, :n].tolist()]
+            root = int(r.tokens[b, n])
+        assert lengths[b] == len(seq)
+        with torch.no_grad():
+            want = reference(torch.tensor([seq + query[b].tolist()])).logits[0, -1]
+        torch.testing.assert_close(got[b], want, rtol=1e-9, atol=1e-9)
+    assert len(set(lengths)) > 1  # the rows really did commit different counts
+    deepest = torch.stack([st.accepted == 3 for st in out.stats.steps])  # [steps, B]
+    assert bool((deepest.any(1) & ~deepest.all(1)).any())  # a step where only some rows need the extra read
+
+
+def test_chain_of_gamma_costs_gamma_draft_forwards(monkeypatch):
+    target = tiny_random_model("llama", seed=3, dtype="float64", init_std=0.3)
+    proposer = DraftModelProposer(near_copy(target), gamma=4)
+    calls = []
+    real = proposer.lm.forward
+    monkeypatch.setattr(proposer.lm, "forward", lambda *a, **k: calls.append(a[0].shape[1]) or real(*a, **k))
+    out = generate(HFTarget(target), proposer, torch.tensor([[1, 2]]), 30, SamplingConfig(), seed=0)
+    steps = out.stats.summary()["steps"]
+    all_accepted = sum(int(st.accepted.item() == 4) for st in out.stats.steps)
+    # one prefill, then 4 reads per step (root + 3 levels) plus one per step whose deepest node was accepted
+    assert 0 < all_accepted < steps and len(calls) == 1 + 4 * steps + all_accepted
