@@ -205,10 +205,7 @@ def main() -> None:
                  ["draft", drafts["draft (indep.)"].config.num_hidden_layers, ratio["draft"]]]))
     print()
 
-    print("## 0. Forward cost of the draft against the target: ms per one-token forward (a plain decoding
-   step after a --tree-prompt token prefill), interleaved; the ratio is the figure that decides
-   whether a draft can pay (deployed drafts cost 0.05-0.1 of their target; goal <= 1/8).
-1. Loop time outside model forwards (temperature 1.0)\n")
+    print("## 1. Loop time outside model forwards (temperature 1.0)\n")
     rows = []
     for name, runs in gen_results[1.0].items():
         s = median_run(runs)
