@@ -126,47 +126,46 @@ def median_run(runs: list[dict]) -> dict:
     return sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
 
 
-def bench_tree_forward(args, target_model) -> dict:
-    """ms per forward_tree for each tree size, sizes interleaved call by call; cache rolled back."""
-    gen = torch.Generator().manual_seed(args.seed)
-    target = HFTarget(target_model)
-    vocab = target_model.config.vocab_size
-    target.prefill(torch.randint(vocab, (1, args.tree_prompt), generator=gen))
-    target.set_root(torch.randint(vocab, (1,), generator=gen))
-    binary = TreeShape.full(2, 6).parents  # 126 nodes in breadth-first order: any prefix is a tree
-    trees = {n: CandidateTree.from_parents(torch.randint(vocab, (1, n), generator=gen), binary[:n])
-             for n in TREE_SIZES}
-    times = {n: [] for n in TREE_SIZES}
-    for rep in range(args.tree_repeats + 2):  # two warm-up rounds
-        for n, tree in trees.items():
+def time_forwards(cases: dict, repeats: int) -> dict:
+    """cases: name -> (HFTarget after a prefill, tree). ms per forward_tree (median), cases
+    interleaved call by call; pending slots are dropped after each call so every call sees the same cache."""
+    times = {name: [] for name in cases}
+    for rep in range(repeats + 2):  # two warm-up rounds
+        for name, (target, tree) in cases.items():
             start = time.perf_counter()
             target.forward_tree(tree)
             elapsed = time.perf_counter() - start
             target.lm.keep(torch.zeros(1, 0, dtype=torch.long), torch.zeros(1, dtype=torch.long))  # drop pending
             if rep >= 2:
-                times[n].append(elapsed)
-    return {n: 1e3 * statistics.median(t) for n, t in times.items()}
+                times[name].append(elapsed)
+    return {name: 1e3 * statistics.median(t) for name, t in times.items()}
+
+
+def prefilled(model, args) -> HFTarget:
+    """The model behind an HFTarget after a random --tree-prompt token prefill (same prompt for every model)."""
+    gen = torch.Generator().manual_seed(args.seed)
+    prompt = torch.randint(model.config.vocab_size, (1, args.tree_prompt), generator=gen)
+    target = HFTarget(model)
+    target.prefill(prompt)
+    target.set_root(prompt[:, -1])
+    return target
+
+
+def bench_tree_forward(args, target_model) -> dict:
+    """ms per forward_tree for each tree size, after the same prefill."""
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    target, vocab = prefilled(target_model, args), target_model.config.vocab_size
+    binary = TreeShape.full(2, 6).parents  # 126 nodes in breadth-first order: any prefix is a tree
+    trees = {n: CandidateTree.from_parents(torch.randint(vocab, (1, n), generator=gen), binary[:n])
+             for n in TREE_SIZES}
+    return time_forwards({n: (target, tree) for n, tree in trees.items()}, args.tree_repeats)
 
 
 def bench_forward_ratio(args, target_model, draft_model) -> dict:
-    """ms per one-token forward (a plain decoding step) of target and draft, interleaved call by call."""
-    gen = torch.Generator().manual_seed(args.seed)
-    prompt = torch.randint(target_model.config.vocab_size, (1, args.tree_prompt), generator=gen)
-    models = {"target": HFTarget(target_model), "draft": HFTarget(draft_model)}
+    """ms per one-token forward (a plain decoding step) of target and draft."""
     empty = CandidateTree.chain(torch.zeros(1, 0, dtype=torch.long))
-    times = {name: [] for name in models}
-    for model in models.values():
-        model.prefill(prompt)
-        model.set_root(prompt[:, -1])
-    for rep in range(args.tree_repeats + 2):  # two warm-up rounds
-        for name, model in models.items():
-            start = time.perf_counter()
-            model.forward_tree(empty)
-            elapsed = time.perf_counter() - start
-            model.lm.keep(torch.zeros(1, 0, dtype=torch.long), torch.zeros(1, dtype=torch.long))  # drop pending
-            if rep >= 2:
-                times[name].append(elapsed)
-    ms = {name: 1e3 * statistics.median(t) for name, t in times.items()}
+    ms = time_forwards({"target": (prefilled(target_model, args), empty),
+                        "draft": (prefilled(draft_model, args), empty)}, args.tree_repeats)
     return {**ms, "ratio": ms["draft"] / ms["target"]}
 
 
