@@ -58,13 +58,14 @@ def run(cfg: DictConfig) -> dict[str, Path | None]:
     for name in names:
         spec = exp.models[name]
         settings = instantiate(OmegaConf.merge(cfg.experiment.train, spec.get("train") or {}))  # TrainConfig
-        teacher = spec.get("teacher")
-        raw_teacher = teacher and transformers.AutoModelForCausalLM.from_pretrained(  # its laws before calibration
-            root / teacher / "best", dtype=torch.float32)
+        teacher = root / spec["teacher"] if spec.get("teacher") else None
+        raw_teacher = None  # distillation reads the teacher's laws before its calibration
+        if teacher is not None:
+            raw_teacher = transformers.AutoModelForCausalLM.from_pretrained(teacher / "best", dtype=torch.float32)
         finals[name] = final = train(spec["config"], tokenizer, streams, root / name, settings, raw_teacher)
         if final is not None and exp.calibrate:  # fitted on the validation documents, folded into lm_head
             calibrate_checkpoint(final, streams["valid"], settings.long_block_size or settings.block_size,
-                                 teacher_folder=teacher and root / teacher / "final")
+                                 teacher_folder=None if teacher is None else teacher / "final")
     if exp.export is not None:  # bf16 copies, e.g. into experiments/zoo (what the configs load)
         return {name: final and export_checkpoint(final, Path(exp.export) / name) for name, final in finals.items()}
     return finals

@@ -17,6 +17,8 @@ from pathlib import Path
 import torch
 import transformers
 
+from framework.zoo.train import fixed_windows
+
 TEMPERATURES = tuple(round(1.0 + 0.05 * i, 2) for i in range(-2, 15))  # 0.90 .. 1.70
 
 
@@ -25,10 +27,7 @@ def loss_by_temperature(model, stream: torch.Tensor, block_size: int = 1024, tea
                         temperatures: tuple[float, ...] = TEMPERATURES) -> dict[float, float]:
     """Mean per-token loss at each temperature over non-overlapping windows of `stream` (int tokens):
     next-token cross-entropy, or with a teacher KL(teacher || model / T) at every position."""
-    n = len(stream) // block_size
-    if n == 0:
-        raise ValueError(f"{len(stream)} tokens: not one window of {block_size}")
-    blocks = stream[: n * block_size].view(n, block_size).long()  # [N, T]
+    blocks = fixed_windows(stream, block_size, len(stream))  # [N, T]
     totals, count = torch.zeros(len(temperatures), dtype=torch.float64), 0
     for chunk in blocks.split(batch_size):
         logits = model(chunk).logits[:, :-1].float().flatten(0, 1)  # [B * (T-1), V]
@@ -78,5 +77,5 @@ def calibrate_checkpoint(folder: str | Path, stream: torch.Tensor, block_size: i
     fit = calibrate(model, stream, block_size, teacher)
     model.to(getattr(torch, saved_dtype))
     model.save_pretrained(folder)
-    (folder / "calibration.json").write_text(json.dumps({**fit, "teacher": str(teacher_folder)}, indent=1))
+    (folder / "calibration.json").write_text(json.dumps({**fit, "teacher": teacher_folder and str(teacher_folder)}, indent=1))
     return fit

@@ -147,7 +147,9 @@ def save_checkpoint(path: Path, model, tokenizer, optimizer, state: dict) -> Non
 
 
 def resolve_device(name: str) -> torch.device:
-    return torch.device("cuda" if name == "auto" and torch.cuda.is_available() else "cpu" if name == "auto" else name)
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
 
 
 def train(model_config: Callable[[int], transformers.PretrainedConfig], tokenizer, streams: dict[str, torch.Tensor],
@@ -172,7 +174,7 @@ def train(model_config: Callable[[int], transformers.PretrainedConfig], tokenize
     rest = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                                    {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
-    state = {"step": 0, "history": [], "best_valid": math.inf, "best_step": None}
+    state = {"step": 0, "history": [], "best_valid": math.inf, "best_step": None, "skipped": 0}
     if resume is not None:
         saved = torch.load(resume / "trainer_state.pt", weights_only=False)
         optimizer.load_state_dict(saved.pop("optimizer"))
@@ -192,16 +194,16 @@ def train(model_config: Callable[[int], transformers.PretrainedConfig], tokenize
             group["lr"] = lr_at(step, cfg)
         loss = loss_on(model, batch, cfg.bf16, teacher)
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        finite = bool(torch.isfinite(grad_norm)) and bool(torch.isfinite(loss))
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).item()
+        finite = math.isfinite(grad_norm) and math.isfinite(loss.item())
         if finite:  # a non-finite gradient would turn every weight into NaN through the clip: skip it
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        state["skipped"] = state.get("skipped", 0) + (not finite)
+        state["skipped"] += not finite
         if state["skipped"] > cfg.max_skipped:
             raise FloatingPointError(f"{state['skipped']} steps had a non-finite loss or gradient (last at step {step})")
         state["step"] = step = step + 1
-        record = {"step": step, "loss": loss.item(), "grad_norm": grad_norm.item(), "block": block_size}
+        record = {"step": step, "loss": loss.item(), "grad_norm": grad_norm, "block": block_size}
         if step % cfg.eval_every == 0 or step == cfg.steps:
             for split in ("valid", "heldout"):
                 blocks = fixed_windows(streams[split], block_size, cfg.eval_tokens)
