@@ -21,6 +21,7 @@ class Mutant:
     name: str
     bug: str
     pipeline: Pipeline
+    witness: str  # a cheap exact case known to catch it (the fast test); the full matrix runs under -m slow
 
 
 def _rules(**kinds):
@@ -153,29 +154,29 @@ def mutants() -> list[Mutant]:
     m = Mutant
     return [
         m("raw-logits-q", "q taken from the draft's raw logits, not the law it sampled from",
-          replace(CLEAN, reported_q=raw_softmax)),
+          replace(CLEAN, reported_q=raw_softmax), "chain3/iid/topk2"),
         m("raw-logits-p", "p taken from the target's raw logits, not the processed law",
-          replace(CLEAN, target_law=raw_softmax)),
+          replace(CLEAN, target_law=raw_softmax), "chain3/point/greedy"),
         m("temperature-on-q-not-p", "temperature applied to the draft's q but not the target's p",
-          replace(CLEAN, target_law=target_without_temperature)),
+          replace(CLEAN, target_law=target_without_temperature), "chain3/point/T0.7"),
         m("bonus-from-residual", "bonus token drawn from the residual instead of the leaf's p",
-          replace(CLEAN, verifier=BonusFromResidual())),
+          replace(CLEAN, verifier=BonusFromResidual()), "chain1/iid/T1"),
         m("siblings-with-p", "siblings accepted with p instead of the renormalised residual",
-          replace(CLEAN, verifier=TreeVerifier(_rules(iid=SiblingsTestedWithP(), point=PointSiblingsTestedWithP())))),
+          replace(CLEAN, verifier=TreeVerifier(_rules(iid=SiblingsTestedWithP(), point=PointSiblingsTestedWithP()))), "zeros-in-p/point/binary2"),
         m("rejected-left-in-residual", "rejected children left in the final residual",
-          replace(CLEAN, verifier=TreeVerifier(_rules(point=RejectedLeftInResidual(), iid=IidRejectedLeftInResidual())))),
+          replace(CLEAN, verifier=TreeVerifier(_rules(point=RejectedLeftInResidual(), iid=IidRejectedLeftInResidual()))), "chain3/point/topk2"),
         m("iid-deduplicated", "duplicate iid children dropped (replaced by unseen tokens)",
-          replace(CLEAN, draw=draw_deduplicated)),
+          replace(CLEAN, draw=draw_deduplicated), "binary2/iid/T1/V3"),
         m("iid-sorted-by-q", "iid children sorted by q before verification",
-          replace(CLEAN, draw=draw_sorted_by_q)),
+          replace(CLEAN, draw=draw_sorted_by_q), "p==q/iid/binary2/V3"),
         m("wor-no-q-update", "wor children verified without removing rejected ones from q",
-          replace(CLEAN, verifier=TreeVerifier(_rules(wor=WorWithoutQUpdate())))),
+          replace(CLEAN, verifier=TreeVerifier(_rules(wor=WorWithoutQUpdate()))), "medusa/wor/T1/V3"),
         m("coin-reused", "one coin reused across depths",
-          replace(CLEAN, verifier=CoinReusedAcrossDepths())),
+          replace(CLEAN, verifier=CoinReusedAcrossDepths()), "chain3/point/topp0.8"),
         m("u-le-ratio", "`u <= ratio` accepts a p = 0 token when u is exactly 0",
-          replace(CLEAN, verifier=LessOrEqualCoin())),
+          replace(CLEAN, verifier=LessOrEqualCoin()), "chain3/point/greedy"),
         m("residual-not-normalised", "residual not renormalised after a rejection",
-          replace(CLEAN, verifier=TreeVerifier(_rules(point=PointResidualNotNormalised(), iid=ResidualNotNormalised(), wor=WorResidualNotNormalised())))),
+          replace(CLEAN, verifier=TreeVerifier(_rules(point=PointResidualNotNormalised(), iid=ResidualNotNormalised(), wor=WorResidualNotNormalised()))), "zeros-in-p/point/binary2"),
         m("bonus-after-eos", "tokens emitted after an accepted EOS",
-          replace(CLEAN, verifier=IgnoresEos())),
+          replace(CLEAN, verifier=IgnoresEos()), "eos/point/chain3"),
     ]

@@ -40,7 +40,7 @@ def compare(prefix, nodes, group, head_dim, split=None):
 
 # Every value of every axis appears; the full cross product runs under -m slow.
 COVER = [
-    (0, 1, 1, 16), (1, 8, 2, 16), (17, 3, 4, 64), (300, 64, 2, 16), (17, 64, 1, 64),
+    (0, 1, 1, 16), (1, 8, 2, 16), (17, 3, 4, 64), (300, 7, 2, 16), (17, 64, 1, 64),
     (300, 1, 4, 16), (0, 33, 2, 64), (1, 64, 4, 16), (300, 16, 1, 64),
 ]
 
@@ -61,7 +61,7 @@ def test_kernel_equals_reference_full_grid(prefix, nodes, group, head_dim):
     compare(prefix, nodes, group, head_dim)
 
 
-@pytest.mark.parametrize("prefix, nodes, group, head_dim", [(17, 8, 2, 64), (300, 32, 4, 16), (0, 64, 1, 64)])
+@pytest.mark.parametrize("prefix, nodes, group, head_dim", [(17, 8, 2, 64), (300, 8, 4, 16), (0, 64, 1, 64)])
 def test_fp16_error_within_twice_pytorch(prefix, nodes, group, head_dim):
     (q, k, v), mask, scale = case(prefix, nodes, group, head_dim, torch.float32, seed=1)
     exact = tree_attention_reference(q, k, v, mask.dense(), scale)  # fp32 ground truth

@@ -27,5 +27,5 @@ def test_lossless_heavy(case):
 def test_typical_acceptance_fails_somewhere():
     lossy = Pipeline(verifier=typical_verifier())
     assert not lossy.verifier.lossless
-    worst = max(check_case(c, lossy).tv for c in CASES if c.name.startswith("chain3/") and "greedy" not in c.name)
-    assert worst > 1e-3
+    chains = [c for c in CASES if c.name.startswith("chain3/") and "greedy" not in c.name]
+    assert any(check_case(c, lossy).tv > 1e-3 for c in chains)  # stops at the first case it fails

@@ -1,14 +1,28 @@
-"""The harness has teeth: each planted bug makes at least one exact case fail."""
+"""The harness has teeth: each planted bug makes at least one exact case fail.
+
+The fast run checks each mutant on its witness (a cheap case known to catch it); `-m slow`
+searches the whole matrix, as `python -m experiments.mutants` does.
+"""
 
 import pytest
 
 from framework.harness.cases import exact_cases
 from framework.harness.mutants import mutants
-from framework.harness.report import run_mutant
+from framework.harness.report import run_case, run_mutant
 
 CASES = exact_cases()
+BY_NAME = {case.name: case for case in CASES}
 
 
+@pytest.mark.parametrize("mutant", mutants(), ids=lambda m: m.name)
+def test_mutant_is_caught_by_its_witness(mutant):
+    case = BY_NAME[mutant.witness]
+    assert run_case(case).passed, f"the clean pipeline must pass {case.name}"
+    result = run_mutant(mutant, [case])
+    assert result.caught, f"{mutant.name} survived its witness {case.name}"
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("mutant", mutants(), ids=lambda m: m.name)
 def test_mutant_is_caught(mutant):
     result = run_mutant(mutant, CASES)

@@ -58,8 +58,7 @@ CHAIN_CASES = [c for c in exact_cases() if c.kind in ("point", "iid") and c.shap
 
 # The interpreter runs every program in Python: the default run takes the point chains and a
 # spread of iid ones; -m slow takes them all.
-QUICK_IID = {"chain1/iid/T1", "chain2/iid/T1", "chain3/iid/topk2", "chain3/iid/greedy", "p==q/iid/chain3",
-             "zeros-in-p/iid/chain3", "eos/iid/chain3"}
+QUICK_IID = {"chain1/iid/T1", "chain3/iid/topk2", "chain3/iid/greedy", "p==q/iid/chain3"}
 QUICK = [c for c in CHAIN_CASES if c.kind == "point" or c.name in QUICK_IID]
 
 
