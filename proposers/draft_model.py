@@ -8,6 +8,12 @@ no children to draw, so a chain of gamma costs gamma draft forwards, not gamma +
 gathers the accepted nodes' KV; only when a row accepted a deepest node does one more forward
 put that token in the draft's cache (for every row at once, kept by the rows that need it).
 Skipping a read changes no coin and no law: the deepest level's logits drew nothing.
+
+`stop_below` cuts the tree short where the draft is unsure: after reading a level, if no node of
+it (in any row) has a draft top-1 probability (its temperature-1 softmax) of at least stop_below,
+the deeper levels are not drafted. The decision reads only the draft's own logits before the
+children are drawn, so it is blind to the verifier's coins and to the drawn values: every node
+still has its children drawn from its exact law q, or none, and the output law is unchanged.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from verifiers.tree_verifier import Verification
 
 
 class DraftModelProposer:
+    hidden_layers = ()  # reads no target hidden state
     def __init__(
         self,
         draft_model,
@@ -34,19 +41,26 @@ class DraftModelProposer:
         kind: str = "iid",
         sampling: SamplingConfig | None = None,
         backend: str | None = "auto",
+        stop_below: float = 0.0,
     ):
         """gamma: chain length (branching=1); else a full tree of `branching` children per node
-        down to `depth` (default gamma). sampling: the draft's own law (default: the target's)."""
+        down to `depth` (default gamma). sampling: the draft's own law (default: the target's).
+        stop_below: stop drafting deeper once a level's draft top-1 probabilities are all below it."""
         if gamma < 1 or branching < 1:
             raise ValueError(f"need gamma >= 1 and branching >= 1, got {gamma}, {branching}")
+        if not 0.0 <= stop_below <= 1.0:
+            raise ValueError(f"stop_below must lie in [0, 1], got {stop_below}")
         if kind not in ("iid", "wor", "point"):
             raise ValueError(f"kind must be iid, wor or point, got {kind!r}")
         self.shape = TreeShape.chain(gamma) if branching == 1 else TreeShape.full(branching, depth or gamma)
-        self.kind, self.sampling = kind, sampling
+        self.kind, self.sampling, self.stop_below = kind, sampling, stop_below
         tree_attention.use_tree_attention(draft_model, backend)
         self.lm = CachedLM(draft_model, tree_backend=backend)
         node_depth = depths(self.shape.parents)
         self.levels = [torch.nonzero(node_depth == d).flatten() for d in range(1, int(node_depth.max()) + 1)]
+        if not bool((node_depth[1:] >= node_depth[:-1]).all()):
+            raise ValueError("the tree's nodes must come in level order (a cut keeps a prefix of them)")
+        self.unread = self.levels[-1]  # nodes of the last proposed tree that have no draft KV yet
         self.mask = ancestor_mask(self.shape.parents)  # [N+1, N+1]; slot of node i is i + 1 (level order)
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
@@ -69,12 +83,16 @@ class DraftModelProposer:
         q = torch.empty(B, N + 1, state.seen.shape[-1], dtype=torch.float64 if self.lm.dtype == torch.float64 else torch.float32, device=state.root.device)
         parents = self.shape.parents.tolist()
         q[:, self.levels[-1] + 1] = 1.0 / q.shape[-1]  # deepest nodes draw no children: a placeholder law, never read
-        fed = 0  # pending slots written so far (root = slot 0)
+        fed, kept, self.unread = 0, N, self.levels[-1]  # pending slots written (root = slot 0), nodes kept
         for level in range(len(self.levels)):  # the root, then every level that has children
             rows = torch.tensor([0]) if level == 0 else self.levels[level - 1] + 1  # tree rows read now
             inputs = state.root[:, None] if level == 0 else tokens[:, rows - 1]
             out = self.lm.forward(inputs, torch.full((rows.numel(),), level), self.mask[rows][:, : fed + rows.numel()])
             fed += rows.numel()
+            if level > 0 and self.unsure(out.logits):  # cut here: these nodes were read, none is unread
+                kept, self.unread = int(rows.max()), self.levels[-1][:0]
+                q[:, rows] = 1.0 / q.shape[-1]  # they are leaves now: placeholder laws, never read
+                break
             seen = seen_along_tree(state.seen, tokens, self.shape.parents)[:, rows] if cfg.uses_history else None
             q[:, rows] = process_logits(out.logits, cfg, seen).to(q.dtype)
             for row in rows.tolist():  # draw each node's children from its own law
@@ -82,11 +100,18 @@ class DraftModelProposer:
                 if kids:
                     drawn = draw_children(q[:, row], len(kids), self.kind, state.rng)
                     tokens[:, kids] = drawn
-        return CandidateTree(tokens, self.shape.parents, q if self.kind != "point" else None, self.kind)
+        draft_probs = q[:, : kept + 1] if self.kind != "point" else None
+        return CandidateTree(tokens[:, :kept], self.shape.parents[:kept], draft_probs, self.kind)
+
+    def unsure(self, logits: torch.Tensor) -> bool:
+        """logits [B, M, V] of one level: True when no node's draft top-1 probability reaches stop_below."""
+        if self.stop_below <= 0.0:
+            return False
+        return not bool((torch.softmax(logits.float(), dim=-1).amax(-1) >= self.stop_below).any())
 
     def commit(self, result: Verification) -> None:
         path, accepted = result.path, result.num_accepted  # [B, D] node indices (-1 padded), [B]
-        unread = torch.isin(path, self.levels[-1].to(path.device))  # [B, D] accepted deepest nodes (no slot yet)
+        unread = torch.isin(path, self.unread.to(path.device))  # [B, D] accepted nodes never read (no slot yet)
         self.lm.keep_path(path.masked_fill(unread, -1), accepted - unread.sum(1))
         if bool(unread.any()):  # their KV: one forward for all rows, kept where a row accepted one
             last = (accepted - 1).clamp_min(0)[:, None]  # [B, 1]: a deepest node ends its path

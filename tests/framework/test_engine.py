@@ -20,20 +20,32 @@ def pair(arch, dtype, seed=0):
     return target, draft
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("arch", ARCHS)
-def test_greedy_identity(arch, dtype):
+def check_greedy_identity(arch, dtype, prompts, budget):
     target, draft = pair(arch, dtype, seed=ARCHS.index(arch))
     proposers = [
         lambda: DraftModelProposer(draft, gamma=4),
         lambda: DraftModelProposer(draft, branching=2, depth=2, kind="point"),
+        lambda: DraftModelProposer(draft, gamma=4, stop_below=0.5),  # cut trees
         lambda: DraftModelProposer(target, gamma=3),  # self-draft: every node accepted
     ]
-    for prompt in PROMPTS:
+    for prompt in prompts:
         for make in proposers:
-            report = greedy_identity(target, make, torch.tensor([prompt]), 64)
+            report = greedy_identity(target, make, torch.tensor([prompt]), budget)
             assert report.equal, (arch, dtype, prompt, report.first_difference)
-            assert len(report.baseline) == 64
+            assert len(report.baseline) == budget
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_identity(arch, dtype):
+    check_greedy_identity(arch, dtype, PROMPTS[1:], 24)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_identity_long(arch, dtype):
+    check_greedy_identity(arch, dtype, PROMPTS, 64)
 
 
 def test_self_draft_accepts_everything():

@@ -15,10 +15,12 @@ from verifiers import typical_verifier
 TOY = dict(vocab_size=3, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, dtype="float64", init_std=0.3)
 TARGET, DRAFT = tiny_random_model("llama", seed=0, **TOY), tiny_random_model("llama", seed=1, **TOY)
 PROMPT = torch.tensor([[1, 2, 0]])
+STOP = 0.6  # a confidence cut that these toy laws cross both ways (see test_confidence_stop_cuts_some_trees)
 SAMPLINGS = {"T1": SamplingConfig(), "T0.7-topk2": SamplingConfig(temperature=0.7, top_k=2),
              "penalty1.5": SamplingConfig(repetition_penalty=1.5)}
 PROPOSERS = {"chain2-iid": dict(gamma=2, kind="iid"), "chain2-wor": dict(gamma=2, kind="wor"),
-             "chain3-point": dict(gamma=3, kind="point"), "tree2x2-point": dict(branching=2, depth=2, kind="point")}
+             "chain3-point": dict(gamma=3, kind="point"), "tree2x2-point": dict(branching=2, depth=2, kind="point"),
+             "chain3-iid-stop": dict(gamma=3, kind="iid", stop_below=STOP)}
 
 
 def tv_of(sampling, verifier=None, target_factory=HFTarget, depth=3, **proposer):
@@ -33,6 +35,23 @@ def tv_of(sampling, verifier=None, target_factory=HFTarget, depth=3, **proposer)
 def test_exact_law_through_the_real_loop(pname, sname):
     result = tv_of(SAMPLINGS[sname], **PROPOSERS[pname])
     assert result.passes(1e-9), (pname, sname, result.tv)
+
+
+def test_confidence_stop_cuts_some_trees():
+    """The exact case above covers cut and uncut trees: sizes 1 to 3 all occur."""
+    from framework.engine import generate
+
+    sizes = set()
+
+    class Recording(DraftModelProposer):
+        def propose(self, state):
+            tree = super().propose(state)
+            sizes.add(tree.num_nodes)
+            return tree
+
+    for seed in range(20):
+        generate(HFTarget(TARGET), Recording(DRAFT, gamma=3, stop_below=STOP), PROMPT, 6, SamplingConfig(), seed=seed)
+    assert sizes == {1, 2, 3}, sizes
 
 
 @pytest.mark.slow
