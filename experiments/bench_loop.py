@@ -38,6 +38,7 @@ from framework.engine import generate
 from framework.models import tiny_random_model
 from framework.target import HFTarget
 from framework.text import tokenizer_of
+from framework.tree_cost import forward_tree_cost, prefilled, time_forwards
 from framework.zoo.checkpoints import load_causal_lm
 from framework.zoo.corpus import build_corpus, stdlib_files
 from proposers.draft_model import DraftModelProposer
@@ -126,46 +127,16 @@ def median_run(runs: list[dict]) -> dict:
     return sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
 
 
-def time_forwards(cases: dict, repeats: int) -> dict:
-    """cases: name -> (HFTarget after a prefill, tree). ms per forward_tree (median), cases
-    interleaved call by call; pending slots are dropped after each call so every call sees the same cache."""
-    times = {name: [] for name in cases}
-    for rep in range(repeats + 2):  # two warm-up rounds
-        for name, (target, tree) in cases.items():
-            start = time.perf_counter()
-            target.forward_tree(tree)
-            elapsed = time.perf_counter() - start
-            target.lm.keep(torch.zeros(1, 0, dtype=torch.long), torch.zeros(1, dtype=torch.long))  # drop pending
-            if rep >= 2:
-                times[name].append(elapsed)
-    return {name: 1e3 * statistics.median(t) for name, t in times.items()}
-
-
-def prefilled(model, args) -> HFTarget:
-    """The model behind an HFTarget after a random --tree-prompt token prefill (same prompt for every model)."""
-    gen = torch.Generator().manual_seed(args.seed)
-    prompt = torch.randint(model.config.vocab_size, (1, args.tree_prompt), generator=gen)
-    target = HFTarget(model)
-    target.prefill(prompt)
-    target.set_root(prompt[:, -1])
-    return target
-
-
 def bench_tree_forward(args, target_model) -> dict:
     """ms per forward_tree for each tree size, after the same prefill."""
-    gen = torch.Generator().manual_seed(args.seed + 1)
-    target, vocab = prefilled(target_model, args), target_model.config.vocab_size
-    binary = TreeShape.full(2, 6).parents  # 126 nodes in breadth-first order: any prefix is a tree
-    trees = {n: CandidateTree.from_parents(torch.randint(vocab, (1, n), generator=gen), binary[:n])
-             for n in TREE_SIZES}
-    return time_forwards({n: (target, tree) for n, tree in trees.items()}, args.tree_repeats)
+    return forward_tree_cost(target_model, TREE_SIZES, args.tree_prompt, args.tree_repeats, args.seed)
 
 
 def bench_forward_ratio(args, target_model, draft_model) -> dict:
     """ms per one-token forward (a plain decoding step) of target and draft."""
     empty = CandidateTree.chain(torch.zeros(1, 0, dtype=torch.long))
-    ms = time_forwards({"target": (prefilled(target_model, args), empty),
-                        "draft": (prefilled(draft_model, args), empty)}, args.tree_repeats)
+    ms = time_forwards({"target": (prefilled(target_model, args.tree_prompt, args.seed), empty),
+                        "draft": (prefilled(draft_model, args.tree_prompt, args.seed), empty)}, args.tree_repeats)
     return {**ms, "ratio": ms["draft"] / ms["target"]}
 
 

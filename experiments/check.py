@@ -9,7 +9,8 @@
 - statistical: G-test of the joint law of the first D tokens against the target's law by teacher
   forcing, N sized for a total-variation error `tv`; a null bracket (the exact method rejected at
   about the nominal 5%); typical acceptance must fail at the same N.
-- exact: a vocabulary-3 model pair through the real loop, every coin enumerated (TV <= 1e-9).
+- exact: a vocabulary-3 target through the real loop, every coin enumerated (TV <= 1e-9); the
+  proposer's own parts (draft model, heads, tree) are swapped for toy ones (experiment.exact.parts).
 Writes <output_dir>/check.json; exits non-zero if any check fails.
 """
 
@@ -91,9 +92,9 @@ def check_statistical(cfg: DictConfig) -> list[dict]:
 
 def check_exact(cfg: DictConfig) -> list[dict]:
     e = cfg.experiment.exact
-    target, draft = instantiate(e.target), instantiate(e.draft)
-    make = instantiate(cfg.proposer)
-    factory = (lambda: make(draft_model=draft)) if make is not None else None
+    target, make = instantiate(e.target), instantiate(cfg.proposer)
+    parts = {name: instantiate(node) for name, node in e.parts.items() if cfg.proposer is not None and name in cfg.proposer}
+    factory = (lambda: make(**parts)) if make is not None else None
     prompt = torch.tensor([[1, 2, 0]])
     rows = []
     for name, node in e.samplings.items():

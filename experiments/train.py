@@ -4,6 +4,9 @@
     python -m experiments.train experiment=zoo experiment.only=[draft]  # one model (its teacher must exist)
     python -m experiments.train experiment=zoo experiment.train.steps=20 experiment.root=/tmp/zoo
     python -m experiments.train experiment=zoo experiment.export=experiments/zoo  # refresh the embedded zoo
+    python -m experiments.train experiment=zoo_medusa                   # Medusa heads (experiments/train_medusa.py)
+
+Each experiment option names its `job` (the function that trains it); this file holds the zoo's.
 
 Everything lands in `experiment.root` (a fixed folder, not Hydra's dated one, so that a second
 call resumes): root/tokenizer, root/tokens.pt (the token streams), root/<name>/checkpoints/step_*,
@@ -47,7 +50,7 @@ def tokenizer_and_streams(exp, root: Path):
 
 
 def run(cfg: DictConfig) -> dict[str, Path | None]:
-    exp = instantiate(cfg.experiment)
+    exp = instantiate(cfg.experiment, job=None)
     if exp.num_threads is not None:
         torch.set_num_threads(exp.num_threads)
     root = Path(exp.root)
@@ -71,10 +74,14 @@ def run(cfg: DictConfig) -> dict[str, Path | None]:
     return finals
 
 
-@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def train_zoo(cfg: DictConfig) -> None:
     for name, path in run(cfg).items():
         print(f"{name}: {path or 'stopped at the time limit (call again to resume)'}")
+
+
+@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    instantiate(cfg.experiment.job)(cfg)  # the experiment's own trainer: train_zoo, train_medusa.run, ...
 
 
 if __name__ == "__main__":

@@ -99,6 +99,8 @@ class Decoder:
         if copies > 1 and input_ids.shape[0] != 1:
             raise ValueError("prefill copies need a single-row prompt")
         start = _clock(self.target.device)
+        if self.proposer is not None and self.proposer.hidden_layers:  # needs are declared, not wired
+            self.target.provide_hidden(self.proposer.hidden_layers)
         out = self.target.prefill(input_ids)
         if self.proposer is not None:
             self.proposer.prefill(input_ids, self.target)

@@ -24,6 +24,8 @@ class DecodeState:
 
 
 class Proposer(Protocol):
+    hidden_layers: tuple[int, ...]  # target hidden layers it reads (HF hidden_states indices; -1 = last, post-norm)
+
     def prefill(self, input_ids: torch.Tensor, target) -> None:
         """See the prompt [B, L]; check compatibility with the target (vocabulary, device, dtype)."""
         ...

@@ -49,6 +49,10 @@ class HFTarget:
     def max_positions(self) -> int | None:
         return self.lm.max_positions
 
+    def provide_hidden(self, layers: tuple[int, ...]) -> None:
+        """Return these hidden-state layers with every forward from now on (a proposer's declared needs)."""
+        self.lm.hidden_layers = tuple(layers)
+
     def prefill(self, input_ids: torch.Tensor) -> TargetOutput:
         """Run the prompt [B, L]; returns the logits for the first new token [B, 1, V]."""
         B, L = input_ids.shape

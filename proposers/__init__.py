@@ -1,5 +1,7 @@
 """Proposers: one module per method; each returns a CandidateTree whose kind tells how it chose."""
 
 from proposers.draft_model import DraftModelProposer
+from proposers.medusa import MedusaProposer
+from proposers.medusa_heads import MedusaHeads
 
-__all__ = ["DraftModelProposer"]
+__all__ = ["DraftModelProposer", "MedusaProposer", "MedusaHeads"]

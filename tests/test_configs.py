@@ -132,13 +132,15 @@ def test_check_exact_and_greedy(proposer, tmp_path):
     twin = exact_twin(proposer)
     def settings(name: str) -> dict:
         node = load(*family("proposer", name)).proposer
-        return {} if node is None else {k: v for k, v in OmegaConf.to_container(node).items() if k != "draft_model"}
+        parts = load(config_name="check").experiment.exact.parts  # swapped for toy ones by the exact check
+        return {} if node is None else {k: v for k, v in OmegaConf.to_container(node).items() if k not in parts}
 
     assert settings(twin) == settings(proposer), (proposer, twin)
     checks = "[exact,greedy]" if twin == proposer else "[greedy]"
     small_tree = ["proposer.depth=1"] if proposer.endswith("_tree") else []  # enumeration is exponential
+    one_sampling = ["~experiment.exact.samplings.t07_topk2", "~experiment.exact.samplings.penalty15"]  # tests/harness has them
     cfg = load(*family("proposer", proposer), f"experiment.checks={checks}", "experiment.greedy.dtypes=[float64]",
-               "experiment.greedy.max_new_tokens=16", f"output_dir={tmp_path}", *small_tree, config_name="check")
+               "experiment.greedy.max_new_tokens=16", f"output_dir={tmp_path}", *small_tree, *one_sampling, config_name="check")
     rows = run_check(cfg)
     expected = {"exact", "greedy"} if twin == proposer else {"greedy"}
     assert {r["check"] for r in rows} == expected and all(r["passed"] for r in rows), rows

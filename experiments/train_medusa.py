@@ -1,0 +1,90 @@
+"""Medusa heads for the zoo target (python -m experiments.train experiment=zoo_medusa).
+
+1. Trains one head set per objective ("ce": the text's next tokens, "kl": self-distillation to the
+   target's own laws) side by side on the same batches, resumable (experiment.root/<data.run>).
+   The text is the corpus, or (data.self_generated) the target's own continuations of corpus
+   prompts, greedy and sampled: the text the heads meet when decoding.
+2. Measures each on validation and held-out text of two kinds: corpus windows, and the target's
+   own continuations of validation / held-out prompts. Per head and rank: how often the candidate
+   is the target's own next token (the acceptance the tree search reads); top-1/top-5 against the text.
+3. Searches the tree (framework/tree_search.py) from the rates on the target's continuations of
+   validation prompts and the measured forward_tree cost on this machine, and keeps the objective
+   whose tree promises more tokens per unit cost.
+4. Writes the winner (bf16 safetensors, config, searched tree, every measurement) to
+   experiment.export (experiments/zoo/medusa is what proposer=zoo_medusa loads).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from experiments.train import tokenizer_and_streams
+from framework.tree_cost import forward_tree_cost
+from framework.tree_search import grow_tree
+from framework.zoo.checkpoints import load_causal_lm, resolve_checkpoint
+from framework.zoo.train import fixed_windows
+from proposers.medusa_heads import TREE_FILE
+from proposers.medusa_training import accuracy, self_generated, train_heads
+
+
+def cached_continuations(target, stream, root: Path, name: str, g, sequences: int) -> torch.Tensor:
+    """The target's continuations of `sequences` prompts from `stream`, made once into root."""
+    cache = root / f"medusa_{name}_{sequences}x{g.prompt_tokens}+{g.new_tokens}.pt"
+    if not cache.exists():
+        torch.save(self_generated(target, stream, sequences, g.prompt_tokens, g.new_tokens, tuple(g.temperatures), g.batch), cache)
+    return torch.load(cache)
+
+
+def run(cfg: DictConfig) -> Path | None:
+    exp = cfg.experiment
+    if exp.num_threads is not None:
+        torch.set_num_threads(exp.num_threads)
+    root = Path(exp.root)
+    _, streams = tokenizer_and_streams(exp, root)
+    settings = instantiate(exp.train)  # MedusaTrainConfig
+    target = load_causal_lm(exp.target)
+    g = exp.data.continuations
+    if exp.data.self_generated:  # train on the target's own continuations
+        streams = {**streams, "train": cached_continuations(target, streams["train"], root, "self", g, g.sequences)}
+    heads = train_heads(target, streams, root / exp.data.run, settings)
+    if heads is None:
+        print("stopped at the time limit (call again to resume)")
+        return None
+    target = target.cpu()
+    evals = {split: {"corpus": (fixed_windows(streams[split], settings.block_size, exp.eval_tokens), 0),
+                     "continuations": (cached_continuations(target, streams[split], root, split, g, g.eval_sequences),
+                                       g.prompt_tokens - 1)} for split in ("valid", "heldout")}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(exp.tree.cost_threads)  # the thread count decoding runs at
+    cost = forward_tree_cost(target, tuple(exp.tree.cost_sizes), repeats=exp.tree.cost_repeats)  # ms, this machine
+    torch.set_num_threads(threads)
+    measured = {}
+    for name, h in heads.items():
+        h = h.cpu().eval()
+        tables = {split: {kind: accuracy(h, target, windows, settings.ranks, False, start=start)
+                          for kind, (windows, start) in by_kind.items()} for split, by_kind in evals.items()}
+        tree = grow_tree(torch.tensor(tables["valid"]["continuations"]["accept"]), exp.tree.max_nodes)
+        budget = tree.best_budget(cost)
+        measured[name] = {**tables, "budget": budget, "choices": tree.choices[:budget],
+                          "expected_tokens": tree.expected_tokens[budget], "table": tree.table(cost)}
+        for kind in ("corpus", "continuations"):
+            held = tables["heldout"][kind]
+            print(f"{name}, held-out {kind}: top-1 (target's token) per head {[round(x, 3) for x in held['top1_target']]}, "
+                  f"top-5 {[round(x, 3) for x in held['top5_target']]}")
+        print(f"{name}: searched tree {budget} nodes, expected {tree.expected_tokens[budget]:.3f} tokens/step")
+    score = {n: m["table"][m["budget"]]["tokens_per_cost"] for n, m in measured.items()}
+    best = max(score, key=score.get)
+    print(f"kept {best}: expected tokens per ms of forward_tree {score}")
+    out = Path(exp.export)
+    heads[best].cpu().save(out, extra={"objective": best, "self_generated": bool(exp.data.self_generated),
+                                       "target": str(resolve_checkpoint(exp.target).name), "train": asdict(settings)})
+    (out / TREE_FILE).write_text(json.dumps({"choices": measured[best]["choices"], "cost_ms": cost,
+                                             "expected_tokens": measured[best]["expected_tokens"]}, indent=1))
+    (out / "measurements.json").write_text(json.dumps({"kept": best, "score": score, **measured}, indent=1))
+    return out
