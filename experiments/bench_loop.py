@@ -33,7 +33,7 @@ import time
 
 import torch
 
-from framework import CandidateTree, SamplingConfig, TreeShape
+from framework import CandidateTree, SamplingConfig
 from framework.engine import generate
 from framework.models import tiny_random_model
 from framework.target import HFTarget
