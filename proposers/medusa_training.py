@@ -12,7 +12,6 @@ Resumable: <out>/checkpoint.pt holds every head set, its optimiser and the data 
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from framework.zoo.train import fixed_windows, random_windows, resolve_device
+from framework.zoo.train import fixed_windows, lr_at, random_windows, resolve_device
 from proposers.medusa_heads import MedusaHeads
 
 OBJECTIVES = ("ce", "kl")
@@ -33,6 +32,7 @@ class MedusaTrainConfig:
     batch_size: int = 8
     block_size: int = 256
     lr: float = 1e-3
+    min_lr_ratio: float = 0.0  # cosine decays to lr * min_lr_ratio (framework.zoo.train.lr_at)
     warmup: int = 30
     decay: float = 0.8  # loss weight of head k
     objectives: tuple[str, ...] = OBJECTIVES
@@ -79,13 +79,6 @@ def batch_of(source: torch.Tensor, batch_size: int, block_size: int, generator: 
     if source.dim() == 1:
         return random_windows(source, batch_size, block_size, generator)
     return source[torch.randint(len(source), (batch_size,), generator=generator), :block_size].long()
-
-
-def lr_at(step: int, cfg: MedusaTrainConfig) -> float:
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
-    return cfg.lr * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 @torch.no_grad()
