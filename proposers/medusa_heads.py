@@ -99,13 +99,10 @@ class MedusaHeads(nn.Module):
 
 
 def heads_folder(path: str | Path) -> Path:
-    """A relative path missing from the working folder is looked up in the embedded zoo."""
-    from framework.zoo.checkpoints import EMBEDDED
+    """The folder holding heads: the path, or for a relative one missing here, the embedded zoo's."""
+    from framework.zoo.checkpoints import find_folder
 
-    given = Path(path).expanduser()
-    if given.is_absolute() or given.exists() or not (EMBEDDED / given).exists():
-        return given
-    return EMBEDDED / given
+    return find_folder(path, CONFIG_FILE) or Path(path).expanduser()
 
 
 def load_heads(path: str | Path, dtype: str = "float32") -> MedusaHeads:

@@ -17,12 +17,22 @@ from framework.zoo.tokenizer import load_tokenizer
 EMBEDDED = Path(__file__).resolve().parents[2] / "experiments" / "zoo"  # folders: target, draft
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
+def candidate_folders(path: str | Path) -> tuple[Path, ...]:
+    """Where a path may point: itself, and for a relative one, the embedded zoo's folder of that name."""
     given = Path(path).expanduser()
-    candidates = (given,) if given.is_absolute() else (given, EMBEDDED / given)
-    for candidate in candidates:
-        if (candidate / "config.json").is_file():
-            return candidate.resolve()
+    return (given,) if given.is_absolute() else (given, EMBEDDED / given)
+
+
+def find_folder(path: str | Path, marker: str) -> Path | None:
+    """The first candidate folder holding the file `marker`, or None."""
+    return next((c.resolve() for c in candidate_folders(path) if (c / marker).is_file()), None)
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    found = find_folder(path, "config.json")
+    if found is not None:
+        return found
+    candidates = candidate_folders(path)
     tried = " or ".join(str(c.resolve()) for c in candidates)
     zoo = sorted(p.name for p in EMBEDDED.iterdir() if (p / "config.json").is_file()) if EMBEDDED.is_dir() else []
     raise ValueError(f"no Hugging Face checkpoint (a folder with config.json) at {tried}; "
