@@ -44,6 +44,8 @@ class MedusaProposer:
         if kind not in ("point", "iid", "wor"):
             raise ValueError(f"kind must be point, iid or wor, got {kind!r}")
         choices = [tuple(c) for c in choices] if choices is not None else [(0,) * d for d in range(1, heads.config.num_heads + 1)]
+        if not choices:
+            raise ValueError("Medusa needs a tree of at least one node: choices is empty")
         self.shape = TreeShape.from_choices(choices)
         self.depth = depths(self.shape.parents)  # [N], 1-based
         if int(self.depth.max()) > heads.config.num_heads:
@@ -56,6 +58,8 @@ class MedusaProposer:
     def prefill(self, input_ids: torch.Tensor, target) -> None:
         hidden_size = target.lm.model.config.hidden_size
         self.heads.check_target(hidden_size, target.vocab_size)
+        if self.ranks > target.vocab_size:
+            raise ValueError(f"the tree takes rank {self.ranks - 1} but the vocabulary has {target.vocab_size} tokens")
         self.heads.to(device=target.device, dtype=target.dtype)
 
     @torch.no_grad()

@@ -99,6 +99,11 @@ def test_bad_input(tmp_path):
         MedusaProposer(other, [(0,), (0, 0), (0, 0, 0)])
     with pytest.raises(ValueError, match="kind"):
         MedusaProposer(other, kind="typical")
+    with pytest.raises(ValueError, match="choices is empty"):
+        MedusaProposer(other, [])
+    toy = tiny_random_model("llama", vocab_size=3, hidden_size=16, num_heads=2, num_kv_heads=1)
+    with pytest.raises(ValueError, match="rank 3 but the vocabulary has 3 tokens"):
+        generate(HFTarget(toy), MedusaProposer(random_heads(toy, 2), [(0,), (3,)]), torch.tensor([[1, 2]]), 4)
 
 
 def test_heads_read_the_hidden_state_that_produced_the_root():
