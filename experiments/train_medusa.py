@@ -26,19 +26,12 @@ from omegaconf import DictConfig
 
 from experiments.train import tokenizer_and_streams
 from framework.tree_cost import forward_tree_cost
+from framework.zoo.continuations import cached_continuations
 from framework.tree_search import grow_tree
 from framework.zoo.checkpoints import load_causal_lm, resolve_checkpoint
 from framework.zoo.train import fixed_windows
 from proposers.medusa_heads import TREE_FILE
-from proposers.medusa_training import accuracy, self_generated, train_heads
-
-
-def cached_continuations(target, stream, root: Path, name: str, g, sequences: int) -> torch.Tensor:
-    """The target's continuations of `sequences` prompts from `stream`, made once into root."""
-    cache = root / f"medusa_{name}_{sequences}x{g.prompt_tokens}+{g.new_tokens}.pt"
-    if not cache.exists():
-        torch.save(self_generated(target, stream, sequences, g.prompt_tokens, g.new_tokens, tuple(g.temperatures), g.batch), cache)
-    return torch.load(cache)
+from proposers.medusa_training import accuracy, train_heads
 
 
 def run(cfg: DictConfig) -> Path | None:

@@ -26,6 +26,7 @@ class StepStats:
     target_s: float
     verify_s: float
     other_s: float
+    nodes: int = 0  # tree nodes proposed this step
 
 
 @dataclass
@@ -51,6 +52,7 @@ class GenerationStats:
             "steps": len(self.steps),
             "mean_accepted": float(accepted.mean()) if self.steps else 0.0,
             "tokens_per_forward": float(accepted.mean() + 1) if self.steps else 0.0,
+            "nodes_per_step": sum(s.nodes for s in self.steps) / len(self.steps) if self.steps else 0.0,
             "prefill_s": self.prefill_s,
             "loop_s": total,
             **split,
@@ -91,10 +93,12 @@ class Decoder:
         self.stats = GenerationStats()
         self.state: DecodeState | None = None
 
-    def prefill(self, input_ids: torch.Tensor, copies: int = 1) -> torch.Tensor:
+    def prefill(self, input_ids: torch.Tensor, copies: int = 1, root: torch.Tensor | None = None) -> torch.Tensor:
         """Run the prompt [B, L]; returns the first new token [B], sampled from the target.
 
         copies > 1 (with B = 1) shares this one prefill among `copies` independent rows.
+        root [B] (or [1] with copies): take this token as the first one instead of sampling it, so
+        the first step speculates the continuation of the prompt followed by root.
         """
         if copies > 1 and input_ids.shape[0] != 1:
             raise ValueError("prefill copies need a single-row prompt")
@@ -104,7 +108,7 @@ class Decoder:
         out = self.target.prefill(input_ids)
         if self.proposer is not None:
             self.proposer.prefill(input_ids, self.target)
-        logits, hidden = out.logits[:, -1], None if out.hidden is None else out.hidden[:, -1]
+        logits, hidden = out.logits[:, -1], out.hidden  # hidden [B, L, layers, H]: every prompt position
         seen = seen_tokens(input_ids.to(self.target.device), self.target.vocab_size)
         if copies > 1:
             self.target.expand(copies)
@@ -112,9 +116,13 @@ class Decoder:
                 self.proposer.expand(copies)
             logits, seen = logits.expand(copies, -1), seen.expand(copies, -1)
             hidden = None if hidden is None else hidden.expand(copies, *hidden.shape[1:])
-        root = self.rng.categorical(process_logits(logits, self.sampling, seen))
+        if root is None:
+            root = self.rng.categorical(process_logits(logits, self.sampling, seen))
+        root = root.to(logits.device).expand(logits.shape[0])
         self.target.set_root(root)
-        self.state = DecodeState(root, mark_seen(seen, root[:, None]), self.sampling, self.rng, hidden)
+        count = torch.full((root.shape[0],), input_ids.shape[1], device=root.device)
+        self.state = DecodeState(root, mark_seen(seen, root[:, None]), self.sampling, self.rng,
+                                 None if hidden is None else hidden[:, -1], hidden, None if hidden is None else count)
         self.stats.prefill_s += _clock(self.target.device) - start
         return root
 
@@ -138,18 +146,23 @@ class Decoder:
         root = torch.where(root >= 0, root, self.eos_token_id if self.eos_token_id is not None else 0)
         self.target.set_root(root)
         seen = mark_seen(state.seen, emitted)
-        hidden = None if out.hidden is None else last_accepted_rows(out.hidden, result.path, result.num_accepted)
-        self.state = DecodeState(root, seen, self.sampling, self.rng, hidden)
+        hidden, last, count = None, None, None
+        if out.hidden is not None:
+            hidden = committed_rows(out.hidden, result.path)  # [B, D+1, layers, H]
+            count = result.num_accepted + 1
+            last = hidden[torch.arange(hidden.shape[0], device=hidden.device), result.num_accepted.to(hidden.device)]
+        self.state = DecodeState(root, seen, self.sampling, self.rng, last, hidden, count)
         t4 = _clock(device)
-        self.stats.steps.append(StepStats(result.num_accepted, t1 - t0, t2 - t1, t3 - t2, t4 - t3))
+        self.stats.steps.append(StepStats(result.num_accepted, t1 - t0, t2 - t1, t3 - t2, t4 - t3, tree.num_nodes))
         return emitted
 
 
-def last_accepted_rows(per_row: torch.Tensor, path: torch.Tensor, num_accepted: torch.Tensor) -> torch.Tensor:
-    """per_row [B, N+1, ...] -> the rows of each batch row's last accepted node (the root if none)."""
-    last = path.gather(1, (num_accepted - 1).clamp_min(0)[:, None]).squeeze(1) if path.shape[1] else num_accepted
-    row = torch.where(num_accepted > 0, last + 1, 0)  # tree row = node index + 1
-    return per_row[torch.arange(per_row.shape[0], device=per_row.device), row]
+def committed_rows(per_row: torch.Tensor, path: torch.Tensor) -> torch.Tensor:
+    """per_row [B, N+1, ...] (row 0 = root) -> [B, D+1, ...]: the root's row, then each accepted
+    node's (path [B, D] node indices, -1 padded: the padding repeats the root's row)."""
+    rows = torch.cat([torch.zeros_like(path[:, :1]), path + 1], dim=1).to(per_row.device)  # [B, D+1]
+    index = rows.view(*rows.shape, *([1] * (per_row.dim() - 2))).expand(-1, -1, *per_row.shape[2:])
+    return per_row.gather(1, index)
 
 
 def check_prompt(target: HFTarget, input_ids: torch.Tensor, max_new_tokens: int) -> None:

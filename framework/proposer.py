@@ -21,10 +21,18 @@ class DecodeState:
     sampling: SamplingConfig  # the target's sampling law
     rng: RandomSource  # for the proposer's own draws
     target_hidden: torch.Tensor | None = None  # [B, L, H] target hidden states of the root row, if asked for
+    # The hidden states of every position the target committed at its last forward: the prompt
+    # after the prefill, then the previous root and the accepted nodes; left-aligned per row,
+    # committed_count[b] valid rows (the last of them is target_hidden). For feature-level heads (EAGLE).
+    committed_hidden: torch.Tensor | None = None  # [B, A, L, H]
+    committed_count: torch.Tensor | None = None  # [B]
 
 
 class Proposer(Protocol):
     hidden_layers: tuple[int, ...]  # target hidden layers it reads (HF hidden_states indices; -1 = last, post-norm)
+    # True when B > 1 rows share a tree shape chosen from every row's draft values (a confidence
+    # cut, a dynamic tree): each row's law stays exact, but a row's tree depends on the others.
+    couples_rows: bool
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
         """See the prompt [B, L]; check compatibility with the target (vocabulary, device, dtype)."""

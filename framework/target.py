@@ -15,7 +15,7 @@ from verifiers.tree_verifier import Verification
 @dataclass
 class TargetOutput:
     logits: torch.Tensor  # [B, M, V]: M = 1 after prefill, N+1 after forward_tree (row 0 = root)
-    hidden: torch.Tensor | None  # [B, M, L, H] for the requested layers, else None
+    hidden: torch.Tensor | None  # [B, M, L, H] for the requested layers (after prefill: every prompt row), else None
 
 
 class HFTarget:
@@ -54,11 +54,12 @@ class HFTarget:
         self.lm.hidden_layers = tuple(layers)
 
     def prefill(self, input_ids: torch.Tensor) -> TargetOutput:
-        """Run the prompt [B, L]; returns the logits for the first new token [B, 1, V]."""
+        """Run the prompt [B, L]; returns the logits for the first new token [B, 1, V] and the
+        requested hidden states of every prompt position [B, L, layers, H]."""
         B, L = input_ids.shape
         self.lm.reset(B)
         causal = torch.ones(L, L, dtype=torch.bool).tril()
-        out = self.lm.forward(input_ids, torch.arange(L), causal, logits_rows=torch.tensor([L - 1]))
+        out = self.lm.forward(input_ids, torch.arange(L), causal, logits_rows=torch.tensor([L - 1]), all_hidden=True)
         self.lm.keep(torch.arange(L).expand(B, L), torch.full((B,), L))
         return TargetOutput(out.logits, out.hidden)
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from proposers.head_files import head_folder, read_head, save_head
+
 CONFIG_FILE, WEIGHTS_FILE, TREE_FILE = "medusa_config.json", "medusa_heads.safetensors", "medusa_tree.json"
 
 
@@ -74,35 +76,19 @@ class MedusaHeads(nn.Module):
             )
 
     def save(self, folder: str | Path, dtype: torch.dtype = torch.bfloat16, extra: dict | None = None) -> Path:
-        from safetensors.torch import save_file
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().to(dtype).contiguous() for k, v in self.state_dict().items()}, folder / WEIGHTS_FILE)
-        (folder / CONFIG_FILE).write_text(json.dumps({**asdict(self.config), **(extra or {})}, indent=2))
-        return folder
+        return save_head(self, folder, {**asdict(self.config), **(extra or {})}, CONFIG_FILE, WEIGHTS_FILE, dtype)
 
     @classmethod
     def load(cls, folder: str | Path, dtype: torch.dtype = torch.float32) -> MedusaHeads:
-        from safetensors.torch import load_file
-
-        folder = heads_folder(folder)
-        if not (folder / CONFIG_FILE).exists() or not (folder / WEIGHTS_FILE).exists():
-            raise FileNotFoundError(
-                f"no Medusa heads at {folder} (expected {CONFIG_FILE} and {WEIGHTS_FILE}); train them with "
-                "`python -m experiments.train experiment=zoo_medusa`"
-            )
-        fields = json.loads((folder / CONFIG_FILE).read_text())
+        _, fields, state = read_head(folder, CONFIG_FILE, WEIGHTS_FILE, "Medusa heads",
+                                     "python -m experiments.train experiment=zoo_medusa")
         heads = cls(MedusaConfig(**{k: fields[k] for k in MedusaConfig.__dataclass_fields__ if k in fields}))
-        heads.load_state_dict(load_file(folder / WEIGHTS_FILE))
+        heads.load_state_dict(state)
         return heads.to(dtype).eval()
 
 
 def heads_folder(path: str | Path) -> Path:
-    """The folder holding heads: the path, or for a relative one missing here, the embedded zoo's."""
-    from framework.zoo.checkpoints import find_folder
-
-    return find_folder(path, CONFIG_FILE) or Path(path).expanduser()
+    return head_folder(path, CONFIG_FILE)
 
 
 def load_heads(path: str | Path, dtype: str = "float32") -> MedusaHeads:

@@ -52,28 +52,6 @@ class MedusaTrainConfig:
             raise ValueError(f"objectives must be among {OBJECTIVES}, got {list(self.objectives)}")
 
 
-@torch.no_grad()
-def self_generated(target, stream: torch.Tensor, sequences: int, prompt_tokens: int, new_tokens: int,
-                   temperatures: tuple[float, ...] = (0.0, 1.0), batch: int = 128, seed: int = 0) -> torch.Tensor:
-    """The target's own continuations of random corpus prompts: [sequences, prompt_tokens + new_tokens].
-
-    What the heads meet when decoding is the target's own text (at greedy, token t+1 is always
-    argmax z_t, which h_t determines), not the corpus; an equal share per temperature (0 = greedy)."""
-    generator = torch.Generator().manual_seed(seed)
-    device = next(target.parameters()).device
-    rows = []
-    for first in tqdm(range(0, sequences, batch), desc="self-generated data"):
-        n = min(batch, sequences - first)
-        prompts = random_windows(stream, n, prompt_tokens, generator).to(device)
-        temperature = temperatures[(first // batch) % len(temperatures)]
-        torch.manual_seed(seed + first)  # HF sampling draws from the global generator
-        sample = {"do_sample": True, "temperature": temperature, "top_k": 0} if temperature > 0 else {"do_sample": False}
-        out = target.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=new_tokens,
-                              min_new_tokens=new_tokens, pad_token_id=0, **sample)
-        rows.append(out[:, : prompt_tokens + new_tokens].cpu())
-    return torch.cat(rows)
-
-
 def batch_of(source: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator) -> torch.Tensor:
     """Training windows [B, T]: random windows of a token stream [S], or random rows of windows [N, T]."""
     if source.dim() == 1:

@@ -121,12 +121,43 @@ def test_nan_logits_are_named():
 
 
 def test_hidden_state_follows_the_accepted_path():
-    from framework.engine import last_accepted_rows
+    from framework.engine import committed_rows
 
     per_row = torch.arange(2 * 5).reshape(2, 5, 1)  # [B, N+1, 1]: row r holds its index
     path = torch.tensor([[1, 3], [-1, -1]])  # row 0 accepted nodes 1 then 3; row 1 none
-    rows = last_accepted_rows(per_row, path, torch.tensor([2, 0]))
-    assert rows[:, 0].tolist() == [4, 5]  # node 3 -> tree row 4; none -> the root row (5 = 1 * 5 + 0)
+    rows = committed_rows(per_row, path)
+    assert rows[..., 0].tolist() == [[0, 2, 4], [5, 5, 5]]  # root, node 1 -> row 2, node 3 -> row 4; row 1: its root
+
+
+def test_proposer_sees_the_hidden_states_of_every_committed_position():
+    """Prefill hands over every prompt position; each step the root and the accepted nodes, in
+    order, as a plain forward over the committed sequence computes them."""
+    from framework.engine import Decoder
+    from framework.randomness import TorchSource
+
+    target = tiny_random_model("llama", seed=3, dtype="float64", init_std=0.3)
+    proposer = DraftModelProposer(near_copy(target), gamma=3)
+    proposer.hidden_layers = (1, -1)
+    prompts = torch.tensor([[1, 2, 3], [9, 8, 7]])
+    decoder = Decoder(HFTarget(target), proposer, SamplingConfig(), TorchSource(seed=0))
+    decoder.prefill(prompts)
+    seqs, got = [prompts[b].tolist() for b in range(2)], [[] for _ in range(2)]
+    for step in range(7):
+        state = decoder.state
+        for b in range(2):
+            n = int(state.committed_count[b])
+            got[b] += state.committed_hidden[b, :n].unbind(0)
+            torch.testing.assert_close(state.target_hidden[b], state.committed_hidden[b, n - 1])
+        if step == 6:
+            break
+        emitted = decoder.step()
+        for b in range(2):
+            seqs[b] += [int(state.root[b])] + emitted[b, : int(decoder.stats.steps[-1].accepted[b])].tolist()
+    with torch.no_grad():
+        for b in range(2):
+            out = target(torch.tensor([seqs[b]]), output_hidden_states=True).hidden_states
+            want = torch.stack([out[1][0], out[-1][0]], dim=1)  # [T, layers, H]
+            torch.testing.assert_close(torch.stack(got[b]), want, rtol=1e-9, atol=1e-9)
 
 
 def near_copy(model, noise: float = 0.05):

@@ -79,7 +79,7 @@ def test_hidden_states_on_request():
     model = tiny_random_model("llama", seed=0, dtype="float64")
     target = HFTarget(model, hidden_layers=(-1, 1))
     out = target.prefill(torch.tensor([[1, 2, 3]]))
-    assert out.hidden.shape == (1, 1, 2, model.config.hidden_size)
+    assert out.hidden.shape == (1, 3, 2, model.config.hidden_size)  # every prompt position (EAGLE catches up on them)
     target.set_root(torch.tensor([4]))
     out = target.forward_tree(CandidateTree.chain(torch.tensor([[5, 6]])))
     assert out.hidden.shape == (1, 3, 2, model.config.hidden_size)

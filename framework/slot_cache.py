@@ -1,0 +1,80 @@
+"""KV slots that each batch row keeps or drops: the bookkeeping under every cached model.
+
+The cache holds committed slots, then the pending slots of the forwards since the last `keep`.
+A row's committed slots are marked in `valid`, so rows may commit different numbers of tokens
+(holes stay masked); a forward's positions are the row's committed length plus the input's depth.
+Shared by CachedLM (a whole Hugging Face model) and the EAGLE head (one decoder layer).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from framework.tree_mask import TreeMask
+
+
+class SlotCache:
+    def __init__(self):
+        self.cache: DynamicCache | None = None
+        self.valid = torch.zeros(0, 0, dtype=torch.bool)  # [B, S0] committed slots in use
+        self.length = torch.zeros(0, dtype=torch.long)  # [B] committed tokens = next position
+        self.committed_slots = 0  # S0; slots after it are pending
+
+    @property
+    def batch_size(self) -> int:
+        return self.length.shape[0]
+
+    def reset(self, batch_size: int, device: torch.device) -> None:
+        self.cache = DynamicCache()
+        self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)
+        self.length = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.committed_slots = 0
+
+    def positions(self, depth: torch.Tensor) -> torch.Tensor:
+        """depth [M] offsets from each row's committed length -> position ids [B, M]."""
+        return self.length[:, None] + depth.to(self.length.device)[None, :]
+
+    def tree_mask(self, pending_mask: torch.Tensor) -> TreeMask:
+        """pending_mask [M, P+M] bool: which pending and new slots each input sees."""
+        return TreeMask(self.valid, pending_mask.to(self.valid.device))
+
+    def keep(self, slots: torch.Tensor, counts: torch.Tensor) -> None:
+        """Commit, per row, the first counts[b] of the pending slots listed in slots[b]; drop the rest.
+
+        slots [B, K] index the pending slots (0 = first slot after the committed ones).
+        """
+        S0, device = self.committed_slots, self.valid.device
+        B, K = slots.shape
+        if int(counts.max()) > K:
+            raise ValueError(f"asked to keep {int(counts.max())} slots but only {K} were listed")
+        index = (S0 + slots.clamp_min(0)).to(device)  # [B, K]
+        pending = self.cache.layers[0].keys.shape[2] - S0 if self.cache.layers else 0
+        in_place = K == pending and bool((slots == torch.arange(K, device=slots.device)).all())
+        for layer in [] if in_place else self.cache.layers:  # already laid out as kept: no copy
+            for name in ("keys", "values"):
+                tensor = getattr(layer, name)  # [B, H, S, D]
+                gathered = tensor.gather(2, index[:, None, :, None].expand(-1, tensor.shape[1], -1, tensor.shape[3]))
+                setattr(layer, name, torch.cat([tensor[:, :, :S0], gathered], dim=2))
+        kept = torch.arange(K, device=device)[None, :] < counts.to(device)[:, None]  # [B, K]
+        self.valid = torch.cat([self.valid, kept], dim=1)
+        self.length = self.length + counts.to(device)
+        self.committed_slots = S0 + K
+
+    def drop_pending(self) -> None:
+        """Forget every slot written since the last keep."""
+        self.keep(torch.zeros(self.batch_size, 0, dtype=torch.long), torch.zeros(self.batch_size, dtype=torch.long))
+
+    def keep_path(self, path: torch.Tensor, num_accepted: torch.Tensor) -> None:
+        """After a tree forward laid out as [root, node 0, node 1, ...]: keep the root and the
+        accepted nodes (path [B, depth], node indices, -1 padded)."""
+        root_slot = torch.zeros(path.shape[0], 1, dtype=torch.long, device=path.device)
+        self.keep(torch.cat([root_slot, path + 1], dim=1), num_accepted + 1)
+
+    def expand(self, batch_size: int) -> None:
+        """Replicate a single-row state into batch_size rows (shared prefill across samples)."""
+        if self.batch_size != 1:
+            raise ValueError("expand needs a state with one row")
+        self.cache.batch_repeat_interleave(batch_size)
+        self.valid = self.valid.expand(batch_size, -1).clone()
+        self.length = self.length.expand(batch_size).clone()
