@@ -93,7 +93,8 @@ def check_statistical(cfg: DictConfig) -> list[dict]:
 def check_exact(cfg: DictConfig) -> list[dict]:
     e = cfg.experiment.exact
     target, make = instantiate(e.target), instantiate(cfg.proposer)
-    parts = {name: instantiate(node) for name, node in e.parts.items() if cfg.proposer is not None and name in cfg.proposer}
+    parts = {name: instantiate(node) for name, node in e.parts.items()
+             if cfg.proposer is not None and cfg.proposer.get(name) is not None}  # a null setting stays (a dynamic tree's choices)
     factory = (lambda: make(**parts)) if make is not None else None
     prompt = torch.tensor([[1, 2, 0]])
     rows = []

@@ -1,7 +1,9 @@
 """Proposers: one module per method; each returns a CandidateTree whose kind tells how it chose."""
 
 from proposers.draft_model import DraftModelProposer
+from proposers.eagle import EagleProposer
+from proposers.eagle_head import EagleHead
 from proposers.medusa import MedusaProposer
 from proposers.medusa_heads import MedusaHeads
 
-__all__ = ["DraftModelProposer", "MedusaProposer", "MedusaHeads"]
+__all__ = ["DraftModelProposer", "EagleProposer", "EagleHead", "MedusaProposer", "MedusaHeads"]

@@ -32,6 +32,7 @@ from verifiers.tree_verifier import Verification
 
 class DraftModelProposer:
     hidden_layers = ()  # reads no target hidden state
+
     def __init__(
         self,
         draft_model,
@@ -54,6 +55,7 @@ class DraftModelProposer:
             raise ValueError(f"kind must be iid, wor or point, got {kind!r}")
         self.shape = TreeShape.chain(gamma) if branching == 1 else TreeShape.full(branching, depth or gamma)
         self.kind, self.sampling, self.stop_below = kind, sampling, stop_below
+        self.couples_rows = stop_below > 0  # the cut looks at every row's draft
         tree_attention.use_tree_attention(draft_model, backend)
         self.lm = CachedLM(draft_model, tree_backend=backend)
         node_depth = depths(self.shape.parents)

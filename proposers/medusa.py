@@ -31,6 +31,7 @@ from verifiers.tree_verifier import Verification
 
 class MedusaProposer:
     hidden_layers = (-1,)  # what it reads from the target: the last (post-norm) hidden state
+    couples_rows = False  # a static tree
 
     def __init__(
         self,

@@ -73,7 +73,14 @@ def exact_loop_law(
     batch_size: int = 1024,
     target_factory: Callable = HFTarget,
 ) -> dict[tuple[int, ...], float]:
-    """Exact law of the first `depth` tokens emitted by the real loop (enumerating every coin)."""
+    """Exact law of the first `depth` tokens emitted by the real loop (enumerating every coin).
+
+    Worlds run side by side as batch rows and are replayed in other batches, so each world must be
+    a function of its own coins. A proposer whose tree shape couples the rows (`couples_rows`: one
+    shape chosen from every row's draft values) is still exact per row, but its worlds run one at a time.
+    """
+    if proposer_factory is not None and getattr(proposer_factory(), "couples_rows", False):
+        batch_size = 1
 
     def run(rng) -> list[tuple[int, ...]]:
         proposer = proposer_factory() if proposer_factory else None
