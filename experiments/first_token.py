@@ -1,0 +1,137 @@
+"""The check EAGLE's authors ran by eye, with numbers: the first speculated token, sampled many
+times at the run's sampling, against the target's own law.
+
+    python -m experiments.first_token proposer=zoo_eagle2 experiment.samples=100000
+
+The prompt's last token is taken as the root (Decoder.prefill(root=)), so the first verification
+step emits the continuation of the whole prompt: its law must be the target's p(. | prompt)
+exactly. Beside it, the draft's law of its first candidates: the law the root's children were
+drawn from (iid/wor trees), else how often each token was a depth-1 candidate (point trees).
+Prints the std of the per-token deviation (sampled - target) against the multinomial std
+sqrt(p (1 - p) / N) (a ratio near 1 is sampling noise only) and a G-test; writes
+first_token.png and first_token.json to the run folder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import hydra
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from framework.engine import Decoder
+from framework.harness.stats import g_test
+from framework.randomness import TorchSource
+from framework.sampling import process_logits
+from framework.target import HFTarget
+from framework.text import encode_prompt, tokenizer_of
+
+
+class FirstCandidates:
+    """A proposer that passes every call through and adds up its trees' first-candidate laws."""
+
+    def __init__(self, inner, vocab_size: int):
+        self.inner, self.law = inner, torch.zeros(vocab_size, dtype=torch.float64)
+        self.hidden_layers, self.couples_rows = inner.hidden_layers, getattr(inner, "couples_rows", False)
+
+    def prefill(self, input_ids, target):
+        self.inner.prefill(input_ids, target)
+
+    def propose(self, state):
+        tree = self.inner.propose(state)
+        if tree.draft_probs is not None:  # the exact law the root's children were drawn from
+            self.law += tree.draft_probs[:, 0].sum(0).double().cpu()
+        elif tree.num_nodes:  # point: each row's depth-1 candidates, equally weighted
+            depth1 = tree.tokens[:, tree.parents < 0].cpu()  # [B, k]
+            self.law.index_add_(0, depth1.flatten(), torch.full((depth1.numel(),), 1.0 / depth1.shape[1], dtype=torch.float64))
+        return tree
+
+    def commit(self, result):
+        self.inner.commit(result)
+
+    def expand(self, batch_size: int):
+        self.inner.expand(batch_size)
+
+
+def first_tokens(model, factory, prompt: torch.Tensor, sampling, samples: int, batch: int, seed: int) -> dict:
+    """Counts of the first speculated token [V], the draft's first-candidate law [V], the target's law [V]."""
+    with torch.no_grad():
+        target_law = process_logits(model(prompt).logits[:, -1].double(), sampling)[0]  # [V]
+    V = target_law.numel()
+    counts, draft = torch.zeros(V, dtype=torch.float64), torch.zeros(V, dtype=torch.float64)
+    rng, done = TorchSource(seed=seed), 0
+    while done < samples:
+        rows = min(batch, samples - done)
+        proposer = FirstCandidates(factory(), V) if factory is not None else None
+        decoder = Decoder(HFTarget(model), proposer, sampling, rng)
+        decoder.prefill(prompt[:, :-1], copies=rows, root=prompt[0, -1:])
+        counts += torch.bincount(decoder.step()[:, 0].cpu(), minlength=V).double()
+        draft += proposer.law if proposer is not None else 0.0
+        done += rows
+    return {"counts": counts, "draft": draft / draft.sum().clamp_min(1e-300), "target": target_law}
+
+
+def summarise(counts: torch.Tensor, target: torch.Tensor) -> dict:
+    n = float(counts.sum())
+    deviation = counts / n - target  # [V]
+    noise = (target * (1 - target) / n).sqrt()
+    support = target > 0
+    test = g_test({(i,): int(c) for i, c in enumerate(counts.tolist()) if c > 0},
+                  {(i,): float(p) for i, p in enumerate(target.tolist()) if p > 0})
+    return {"samples": int(n), "deviation_std": float(deviation[support].std()),
+            "multinomial_std": float(noise[support].pow(2).mean().sqrt()),
+            "outside_support": int(counts[~support].sum()), "g_test_p": test.p_value, "g_test_passes": test.passes(1e-3)}
+
+
+def plot(result: dict, top: int, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    order = result["target"].argsort(descending=True)[:top]
+    x = torch.arange(order.numel())
+    fig, ax = plt.subplots(figsize=(10, 4))
+    ax.bar(x - 0.27, result["target"][order], 0.27, label="target law")
+    ax.bar(x, result["draft"][order], 0.27, label="draft's first candidates")
+    ax.bar(x + 0.27, result["counts"][order] / result["counts"].sum(), 0.27, label="sampled frequency")
+    ax.set_xticks(x, [str(int(i)) for i in order], rotation=90, fontsize=7)
+    ax.set_xlabel("token id (the target's most likely first)")
+    ax.set_ylabel("probability")
+    ax.set_title(title, fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(cfg: DictConfig) -> dict:
+    exp = cfg.experiment
+    if exp.num_threads is not None:
+        torch.set_num_threads(exp.num_threads)
+    model, factory, sampling = instantiate(cfg.target), instantiate(cfg.proposer), instantiate(cfg.sampling)
+    prompt = encode_prompt(cfg.prompt, tokenizer_of(model))
+    result = first_tokens(model, factory, prompt, sampling, exp.samples, exp.batch, cfg.seed)
+    stats = summarise(result["counts"], result["target"])
+    name = cfg.proposer._target_.rsplit(".", 1)[-1] if cfg.proposer is not None else "plain"
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    plot(result, exp.top, out / "first_token.png",
+         f"{name}: first token, N={stats['samples']:,}; deviation std {stats['deviation_std']:.2e} "
+         f"(multinomial {stats['multinomial_std']:.2e}); G-test p={stats['g_test_p']:.3f}")
+    (out / "first_token.json").write_text(json.dumps({**stats, "proposer": name}, indent=2))
+    return stats
+
+
+@hydra.main(config_path="../conf", config_name="first_token", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    stats = run(cfg)
+    print(json.dumps(stats, indent=2))
+    print(f"written to {cfg.output_dir}")
+
+
+if __name__ == "__main__":
+    main()
