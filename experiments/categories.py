@@ -7,8 +7,10 @@
 Prompts come from framework.zoo.prompts (code continuation, function body, repetition-heavy
 editing, long-context retrieval), cut from the held-out stdlib files and encoded with the
 tokenizer saved beside the target's checkpoint. For every prompt the speculative and the plain
-run alternate; per category: tokens per target forward, mean accepted drafts, and the speedup
-= total plain wall time / total speculative wall time. Writes <output_dir>/categories.json.
+run alternate; per category: tokens per target forward, mean accepted drafts, the speedup
+= total plain wall time / total speculative wall time, the time split of the speculative loop
+(draft, target forward, verify, other) and the cost of one speculative step in plain steps: the
+speedup is bounded by tokens per forward / that cost. Writes <output_dir>/categories.json.
 """
 
 from __future__ import annotations
@@ -45,18 +47,24 @@ def run(cfg: DictConfig) -> list[dict]:
     timed_generate(target, None, encode_prompt("import os\n", tokenizer), cfg, sampling, tokens)  # warm-up, untimed
     rows = []
     for category in exp.categories:
-        forwards = accepted = 0
+        forwards = accepted = plain_forwards = 0
         spec_s = plain_s = 0.0
+        split = dict.fromkeys(("draft_s", "target_s", "verify_s", "other_s"), 0.0)
         for text in sets[category]["prompt"][: exp.per_category]:
             prompt = encode_prompt(text, tokenizer)  # [1, L]
             spec, t_spec = timed_generate(target, make_proposer() if make_proposer else None, prompt, cfg, sampling, tokens)
-            _, t_plain = timed_generate(target, None, prompt, cfg, sampling, tokens)
+            plain, t_plain = timed_generate(target, None, prompt, cfg, sampling, tokens)
             accepted += spec.stats.accepted_total
             forwards += spec.stats.target_forwards
+            plain_forwards += plain.stats.target_forwards + 1  # the prefill's logits give the first token
+            summary = spec.stats.summary()
+            split = {k: v + summary[k] for k, v in split.items()}
             spec_s, plain_s = spec_s + t_spec, plain_s + t_plain
         rows.append({"category": category, "prompts": min(exp.per_category, len(sets[category])),
                      "tokens_per_forward": (accepted + forwards) / max(forwards, 1), "mean_accepted": accepted / max(forwards, 1),
-                     "speculative_s": spec_s, "plain_s": plain_s, "speedup": plain_s / spec_s if spec_s else 0.0})
+                     "speculative_s": spec_s, "plain_s": plain_s, "speedup": plain_s / spec_s if spec_s else 0.0,
+                     "step_cost": (spec_s / max(forwards, 1)) / (plain_s / max(plain_forwards, 1)),
+                     **{k.replace("_s", "_frac"): v / max(sum(split.values()), 1e-12) for k, v in split.items()}})
     path = Path(cfg.output_dir) / "categories.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(rows, indent=2))
@@ -64,10 +72,12 @@ def run(cfg: DictConfig) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| category | prompts | tokens/forward | mean accepted | speculative s | plain s | speedup |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| category | prompts | tokens/forward | mean accepted | step cost (plain steps) | bound | speedup | "
+             "split draft / target / verify / other |", "|---|---:|---:|---:|---:|---:|---:|---|"]
     lines += [f"| {r['category']} | {r['prompts']} | {r['tokens_per_forward']:.2f} | {r['mean_accepted']:.2f} | "
-              f"{r['speculative_s']:.2f} | {r['plain_s']:.2f} | {r['speedup']:.2f}x |" for r in rows]
+              f"{r['step_cost']:.2f} | {r['tokens_per_forward'] / r['step_cost']:.2f}x | {r['speedup']:.2f}x | "
+              f"{r['draft_frac']:.0%} / {r['target_frac']:.0%} / {r['verify_frac']:.0%} / {r['other_frac']:.0%} |"
+              for r in rows]
     return "\n".join(lines)
 
 

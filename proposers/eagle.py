@@ -35,21 +35,21 @@ class EagleProposer:
         self,
         head: EagleHead,
         choices: Sequence[Sequence[int]] | str | None = None,
-        top_k: int = 8,
-        depth: int = 5,
+        top_k: int | str = 8,
+        depth: int | str = 5,
         budget: int | str = 32,
         backend: str = "auto",
     ):
-        """choices: a static tree of rank paths (EAGLE-1), or "auto" for the one searched for this
-        head; None grows a dynamic tree (EAGLE-2) of top_k children per beam node, `depth` deep,
-        `budget` nodes at most ("auto": the budget measured best for this head)."""
-        if choices == "auto" or budget == "auto":
-            key = "choices" if choices == "auto" else "budget"
+        """choices: a static tree of rank paths (EAGLE-1); None grows a dynamic tree (EAGLE-2) of
+        top_k children per beam node, `depth` deep, `budget` nodes at most. Any of them may be
+        "auto": the setting the training run measured best for this head (eagle_tree.json beside it)."""
+        settings = {"choices": choices, "top_k": top_k, "depth": depth, "budget": budget}
+        for key in [k for k, v in settings.items() if v == "auto"]:
             if key not in head.searched:
-                raise ValueError(f"{key}=auto needs the {key} searched for this head (eagle_tree.json beside it); "
+                raise ValueError(f"{key}=auto needs the {key} measured for this head (eagle_tree.json beside it); "
                                  "train it with `python -m experiments.train experiment=zoo_eagle`, or give one")
-            choices = head.searched["choices"] if choices == "auto" else choices
-            budget = head.searched["budget"] if budget == "auto" else budget
+            settings[key] = head.searched[key]
+        choices, top_k, depth, budget = settings.values()
         if choices is not None and not len(choices):
             raise ValueError("EAGLE's static tree needs at least one node: choices is empty")
         if top_k < 1 or depth < 1 or int(budget) < 1:

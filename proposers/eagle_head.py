@@ -94,6 +94,23 @@ class EagleHead(nn.Module):
         return cls(EagleConfig(c.hidden_size, model.get_output_embeddings().weight.shape[0], c.num_hidden_layers,
                                tuple(target_layers), **sizes))
 
+    @torch.no_grad()
+    def warm_start(self, source: EagleHead) -> EagleHead:
+        """Start from a trained head of the same sizes: its fc, layer and norm; the fuse map passes
+        the source's feature layer through (identity on its block), so this head begins as the source."""
+        if (source.config.hidden_size, source.config.vocab_size) != (self.config.hidden_size, self.config.vocab_size):
+            raise ValueError("warm start needs a source head of the same hidden size and vocabulary")
+        if len(source.config.target_layers) != 1 or source.config.target_layers[0] not in self.config.target_layers:
+            raise ValueError(f"the source reads layers {source.config.target_layers}; this head reads "
+                             f"{self.config.target_layers}: one of them must be the source's one layer")
+        for name in ("fc", "layer", "norm"):
+            getattr(self, name).load_state_dict(getattr(source, name).state_dict())
+        if isinstance(self.fuse, nn.Linear):
+            H, block = self.config.hidden_size, self.config.target_layers.index(source.config.target_layers[0])
+            self.fuse.weight.zero_()
+            self.fuse.weight[:, block * H : (block + 1) * H] = torch.eye(H)
+        return self
+
     def check_target(self, model) -> None:
         """Refuse a target this head was not trained for, naming what differs."""
         c = self.config

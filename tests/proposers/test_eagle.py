@@ -204,3 +204,29 @@ def test_save_and_load_round_trip(tmp_path):
     for (name, a), b in zip(head.state_dict().items(), loaded.state_dict().values()):
         assert torch.equal(a, b), name
     assert math.isclose(sum(p.numel() for p in loaded.parameters()), sum(p.numel() for p in head.parameters()))
+
+
+def test_warm_start_begins_as_the_source_head():
+    """An EAGLE-3 head warm-started from an EAGLE-1 head computes the same outputs at first."""
+    target = tiny_random_model("llama", seed=3, dtype="float64", init_std=0.3)
+    source, fused = head_for(target, (-1,)), head_for(target, (0, 1, -1), seed=5)
+    fused.warm_start(source)
+    blocks = torch.tensor([[5, 9, 1, 33, 7, 2]])
+    with torch.no_grad():
+        states = target(blocks, output_hidden_states=True).hidden_states
+        want = unroll(source, target.get_input_embeddings(), states[-1][:, :, None], blocks, 2)
+        got = unroll(fused, target.get_input_embeddings(), torch.stack([states[0], states[1], states[-1]], 2), blocks, 2)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    with pytest.raises(ValueError, match="one of them must be the source's one layer"):
+        head_for(target, (0, 1)).warm_start(source)
+
+
+def test_auto_settings_come_from_the_head():
+    target = tiny_random_model("llama", seed=3)
+    head = head_for(target)
+    head.searched = {"choices": [[0], [0, 0]], "top_k": 2, "depth": 3, "budget": 5}
+    static = EagleProposer(head, "auto")
+    assert static.shape.num_nodes == 2
+    dynamic = EagleProposer(head, None, "auto", "auto", "auto")
+    assert (dynamic.top_k, dynamic.depth, dynamic.budget) == (2, 3, 5)

@@ -23,6 +23,8 @@ def test_every_category_reports_acceptance_and_speed(tmp_path):
     for r in rows:
         assert r["prompts"] == 1 and r["tokens_per_forward"] == pytest.approx(1 + r["mean_accepted"])
         assert 1.0 <= r["tokens_per_forward"] <= 5.0 and r["speedup"] > 0  # a chain of 4 emits at most 5 a forward
+        assert r["step_cost"] > 0
+        assert sum(r[k] for k in ("draft_frac", "target_frac", "verify_frac", "other_frac")) == pytest.approx(1.0)
     assert json.loads((tmp_path / "categories.json").read_text()) == rows
 
 

@@ -1,0 +1,101 @@
+"""What one draft step costs on this machine, in units of one target forward (one thread).
+
+    python -m experiments.bench_head                       # the zoo target, draft and EAGLE heads
+    python -m experiments.bench_head --heads eagle eagle3 --repeats 50
+
+After one prefill of a `--prompt`-token random prompt, calls are timed interleaved (each case once
+per round, so a noisy machine slows them alike; median of the rounds):
+- target: forward_tree with 1 node (a plain decoding step) and with 32 nodes;
+- draft model: one forward of 1 and 8 tokens through Hugging Face's model call (CachedLM);
+- EAGLE head: one read of 1 and 8 nodes (the lean path: the single decoder layer called directly,
+  the mask built once per read), and a whole propose (catch-up + dynamic tree, top_k 8, depth 5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from framework.cached_lm import CachedLM
+from framework.proposer import DecodeState
+from framework.randomness import TorchSource
+from framework.sampling import SamplingConfig
+from framework.target import HFTarget
+from framework.tree import CandidateTree
+from framework.tree_shape import TreeShape
+from framework.zoo.checkpoints import load_causal_lm
+from proposers.eagle import EagleProposer, HeadReader
+from proposers.eagle_head import load_head
+
+
+def interleaved(cases: dict, repeats: int) -> dict[str, float]:
+    """ms per call (median of `repeats` rounds after two warm-up rounds); cases: name -> (call, reset)."""
+    times = {name: [] for name in cases}
+    for rep in range(repeats + 2):
+        for name, (call, reset) in cases.items():
+            start = time.perf_counter()
+            call()
+            elapsed = time.perf_counter() - start
+            reset()
+            if rep >= 2:
+                times[name].append(elapsed)
+    return {name: 1e3 * statistics.median(t) for name, t in times.items()}
+
+
+@torch.no_grad()
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--heads", nargs="*", default=["eagle"])
+    parser.add_argument("--prompt", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=30)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    model, draft = load_causal_lm("target"), load_causal_lm("draft")
+    prompt = torch.randint(model.config.vocab_size, (1, args.prompt), generator=torch.Generator().manual_seed(0))
+    target = HFTarget(model)
+    target.provide_hidden((-1,))
+    target.prefill(prompt)
+    target.set_root(prompt[:, -1])
+    tree = {n: CandidateTree.from_parents(prompt[:, :n], TreeShape.full(2, 6).parents[:n]) for n in (1, 32)}
+    cases = {f"target forward_tree, {n} node(s)": (lambda n=n: target.forward_tree(tree[n]), target.lm.drop_pending)
+             for n in tree}
+    lm = CachedLM(draft, tree_backend="auto")
+    lm.reset(1)
+    lm.forward(prompt, torch.arange(args.prompt), torch.ones(args.prompt, args.prompt, dtype=torch.bool).tril())
+    lm.keep(torch.arange(args.prompt)[None], torch.tensor([args.prompt]))
+    for m in (1, 8):
+        cases[f"draft model forward, {m} token(s)"] = (
+            lambda m=m: lm.forward(prompt[:, :m], torch.zeros(m, dtype=torch.long), torch.eye(m, dtype=torch.bool)),
+            lm.drop_pending)
+    for name in args.heads:
+        head = load_head(name)
+        hf = HFTarget(model)
+        hf.provide_hidden(head.config.target_layers)
+        out = hf.prefill(prompt)
+        state = DecodeState(prompt[0, -1:], torch.zeros(1, model.config.vocab_size, dtype=torch.bool),
+                            SamplingConfig(temperature=0.0), TorchSource(0), None, out.hidden, torch.tensor([args.prompt]))
+        proposer = EagleProposer(head, None, top_k=8, depth=5, budget=32)
+        proposer.prefill(prompt, hf)
+        root = proposer.catch_up(state)  # the prompt is in the head's cache from here on
+        catch_up = DecodeState(state.root, state.seen, state.sampling, state.rng, None, out.hidden[:, -1:], torch.tensor([1]))
+        for m in (1, 8):
+            cases[f"{name} head read, {m} node(s)"] = (
+                lambda m=m: HeadReader(proposer, root).read(list(range(m)), [-1] * m, prompt[:, :m], [1] * m),
+                proposer.cache.drop_pending)
+
+        proposer.pending = torch.zeros(1, 0, dtype=torch.long)  # each round catches up one position (the cache grows by 1)
+        cases[f"{name} propose (catch-up 1 + dynamic tree top_k 8, depth 5, budget 32)"] = (
+            lambda proposer=proposer, catch_up=catch_up: proposer.propose(catch_up), proposer.cache.drop_pending)
+    ms = interleaved(cases, args.repeats)
+    unit = ms["target forward_tree, 1 node(s)"]
+    print(f"one thread, prompt {args.prompt} tokens, median of {args.repeats} interleaved rounds\n")
+    print("| call | ms | target forwards |\n|---|---:|---:|")
+    for name, value in ms.items():
+        print(f"| {name} | {value:.2f} | {value / unit:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

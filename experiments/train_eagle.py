@@ -1,0 +1,122 @@
+"""EAGLE heads for the zoo target (python -m experiments.train experiment=zoo_eagle / zoo_eagle3).
+
+1. Trains the head against the frozen target on the corpus's train split (resumable, under
+   experiment.root/<run>): EAGLE-1 (last layer, feature regression + token loss) or EAGLE-3
+   (fused low/middle/high layers, token loss, training-time test), as the experiment says; with
+   experiment.warm_start, from a trained head's weights.
+2. Measures it on validation and held-out text of two kinds (corpus windows, and the target's own
+   continuations of prompts): per depth and rank, how often the head's candidate, drafting a chain
+   fed the text, is the target's own next token; top-1 against the text.
+3. Trees, measured by decoding: the static tree (EAGLE-1) is searched from the per-depth, per-rank
+   acceptance on validation continuations (framework/tree_search.py) and each prefix size is
+   decoded; the dynamic tree (EAGLE-2) is decoded at each top_k x depth x budget. Greedy, held-out prompts, one
+   thread. Each setting scores tokens per forward / (forward_tree cost at its node count + the
+   head's measured time per step); the best static tree and dynamic setting are kept as `auto`.
+4. Writes the head (bf16 safetensors + config), eagle_tree.json and measurements.json to
+   experiment.export (what proposer=zoo_eagle, zoo_eagle2, zoo_eagle3 load).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from experiments.train import tokenizer_and_streams
+from framework.engine import generate
+from framework.sampling import SamplingConfig
+from framework.target import HFTarget
+from framework.tree_cost import forward_tree_cost
+from framework.tree_search import grow_tree, interpolate
+from framework.zoo.checkpoints import load_causal_lm, resolve_checkpoint
+from framework.zoo.continuations import cached_continuations
+from framework.zoo.train import fixed_windows
+from proposers.eagle import EagleProposer
+from proposers.eagle_head import TREE_FILE, EagleHead
+from proposers.eagle_training import accuracy, train_head
+
+
+def decode_rate(target, make, prompts: torch.Tensor, new_tokens: int) -> dict:
+    """Greedy decoding of each prompt [P, L] with a fresh proposer: tokens per forward, nodes and
+    head time per step (ms)."""
+    steps = accepted = nodes = 0
+    draft_s = 0.0
+    for prompt in prompts:
+        stats = generate(HFTarget(target), make(), prompt[None], new_tokens, SamplingConfig(temperature=0.0)).stats
+        steps += len(stats.steps)
+        accepted += stats.accepted_total
+        nodes += sum(s.nodes for s in stats.steps)
+        draft_s += sum(s.draft_s for s in stats.steps)
+    return {"tokens_per_forward": 1 + accepted / steps, "nodes": nodes / steps, "head_ms": 1e3 * draft_s / steps}
+
+
+def score_settings(target, makers: dict, prompts, new_tokens: int, cost: dict[int, float]) -> dict:
+    """Per setting: its decode rate and tokens per ms of (forward_tree + head)."""
+    table = {}
+    for name, make in makers.items():
+        rate = decode_rate(target, make, prompts, new_tokens)
+        step_ms = interpolate(cost, round(rate["nodes"])) + rate["head_ms"]
+        table[name] = {**rate, "step_ms": step_ms, "tokens_per_ms": rate["tokens_per_forward"] / step_ms}
+        print(f"  {name}: {rate['tokens_per_forward']:.2f} tokens/forward, {rate['nodes']:.1f} nodes, "
+              f"head {rate['head_ms']:.2f} ms + forward {step_ms - rate['head_ms']:.2f} ms per step")
+    return table
+
+
+def run(cfg: DictConfig) -> Path | None:
+    exp = cfg.experiment
+    if exp.num_threads is not None:
+        torch.set_num_threads(exp.num_threads)
+    root = Path(exp.root)
+    _, streams = tokenizer_and_streams(exp, root)
+    settings = instantiate(exp.train)  # EagleTrainConfig
+    target = load_causal_lm(exp.target)
+    h = exp.head
+    head = EagleHead.for_target(target, tuple(h.target_layers), num_heads=h.num_heads, num_kv_heads=h.num_kv_heads,
+                                intermediate_size=h.intermediate_size)
+    if exp.get("warm_start"):  # a trained head to start from (EAGLE-3 from EAGLE-1: see the README)
+        head.warm_start(EagleHead.load(exp.warm_start))
+    head = train_head(target, head, streams, root / exp.run, settings)
+    if head is None:
+        print("stopped at the time limit (call again to resume)")
+        return None
+    target, head = target.cpu(), head.cpu().eval()
+    g = exp.continuations
+    continuations = {split: cached_continuations(target, streams[split], root, split, g, g.eval_sequences)
+                     for split in ("valid", "heldout")}
+    tables = {split: {"corpus": accuracy(head, target, fixed_windows(streams[split], settings.block_size, exp.eval_tokens),
+                                         settings.ranks, settings.eval_depth),
+                      "continuations": accuracy(head, target, continuations[split], settings.ranks, settings.eval_depth,
+                                                start=g.prompt_tokens - 1)}
+              for split in ("valid", "heldout")}
+    for kind in ("corpus", "continuations"):
+        held = tables["heldout"][kind]["top1_target"]
+        print(f"held-out {kind}: top-1 (target's token) per depth {[round(x, 3) for x in held]}")
+
+    t = exp.tree
+    torch.set_num_threads(t.cost_threads)  # the thread count decoding runs at
+    cost = forward_tree_cost(target, tuple(t.cost_sizes), repeats=t.cost_repeats)  # ms, this machine
+    searched = grow_tree(torch.tensor(tables["valid"]["continuations"]["accept"]), t.max_nodes)
+    prompts = continuations["heldout"][: t.budget_prompts, : g.prompt_tokens]
+    print("static trees (EAGLE-1), by decoding:")
+    static = score_settings(target, {n: (lambda n=n: EagleProposer(head, searched.choices[:n]))
+                                     for n in t.budgets if n <= len(searched.choices)}, prompts, t.budget_tokens, cost)
+    print("dynamic trees (EAGLE-2: top_k, depth, budget), by decoding:")
+    grid = [(k, d, n) for k in t.top_ks for d in t.depths for n in t.budgets]
+    dynamic = score_settings(target, {f"{k},{d},{n}": (lambda k=k, d=d, n=n: EagleProposer(head, None, k, d, n))
+                                      for k, d, n in grid}, prompts, t.budget_tokens, cost)
+    best_static = max(static, key=lambda n: static[n]["tokens_per_ms"])
+    top_k, depth, budget = (int(x) for x in max(dynamic, key=lambda n: dynamic[n]["tokens_per_ms"]).split(","))
+    print(f"kept: static tree of {best_static} nodes; dynamic top_k {top_k}, depth {depth}, budget {budget}")
+
+    out = Path(exp.export)
+    head.save(out, extra={"target": str(resolve_checkpoint(exp.target).name), "train": asdict(settings),
+                          "warm_start": exp.get("warm_start")})
+    (out / TREE_FILE).write_text(json.dumps({"choices": searched.choices[:best_static], "budget": budget,
+                                             "top_k": top_k, "depth": depth, "cost_ms": cost}, indent=1))
+    (out / "measurements.json").write_text(json.dumps({"acceptance": tables, "static": static, "dynamic": dynamic,
+                                                       "searched_expected_tokens": searched.expected_tokens}, indent=1))
+    return out
