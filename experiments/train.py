@@ -29,7 +29,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from framework.zoo.calibrate import calibrate_checkpoint
-from framework.zoo.checkpoints import export_checkpoint
+from framework.zoo.checkpoints import export_checkpoint, load_causal_lm
 from framework.zoo.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from framework.zoo.train import tokenize_splits, train
 
@@ -47,6 +47,17 @@ def tokenizer_and_streams(exp, root: Path):
     streams = tokenize_splits(tokenizer, corpus, exp.corpus.valid_every)
     torch.save(streams, root / "tokens.pt")
     return tokenizer, streams
+
+
+def head_setup(cfg: DictConfig):
+    """What a head-training experiment starts from: (its settings, root, token streams, the
+    instantiated train settings, the frozen target), with the experiment's thread count set."""
+    exp = cfg.experiment
+    if exp.num_threads is not None:
+        torch.set_num_threads(exp.num_threads)
+    root = Path(exp.root)
+    _, streams = tokenizer_and_streams(exp, root)
+    return exp, root, streams, instantiate(exp.train), load_causal_lm(exp.target)
 
 
 def run(cfg: DictConfig) -> dict[str, Path | None]:

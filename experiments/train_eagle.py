@@ -23,16 +23,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from experiments.train import tokenizer_and_streams
+from experiments.train import head_setup
 from framework.engine import generate
 from framework.sampling import SamplingConfig
 from framework.target import HFTarget
 from framework.tree_cost import forward_tree_cost
 from framework.tree_search import grow_tree, interpolate
-from framework.zoo.checkpoints import load_causal_lm, resolve_checkpoint
+from framework.zoo.checkpoints import resolve_checkpoint
 from framework.zoo.continuations import cached_continuations
 from framework.zoo.train import fixed_windows
 from proposers.eagle import EagleProposer
@@ -67,13 +66,7 @@ def score_settings(target, makers: dict, prompts, new_tokens: int, cost: dict[in
 
 
 def run(cfg: DictConfig) -> Path | None:
-    exp = cfg.experiment
-    if exp.num_threads is not None:
-        torch.set_num_threads(exp.num_threads)
-    root = Path(exp.root)
-    _, streams = tokenizer_and_streams(exp, root)
-    settings = instantiate(exp.train)  # EagleTrainConfig
-    target = load_causal_lm(exp.target)
+    exp, root, streams, settings, target = head_setup(cfg)  # settings: EagleTrainConfig
     h = exp.head
     head = EagleHead.for_target(target, tuple(h.target_layers), num_heads=h.num_heads, num_kv_heads=h.num_kv_heads,
                                 intermediate_size=h.intermediate_size)

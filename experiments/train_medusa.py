@@ -21,27 +21,20 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from experiments.train import tokenizer_and_streams
+from experiments.train import head_setup
 from framework.tree_cost import forward_tree_cost
 from framework.zoo.continuations import cached_continuations
 from framework.tree_search import grow_tree
-from framework.zoo.checkpoints import load_causal_lm, resolve_checkpoint
+from framework.zoo.checkpoints import resolve_checkpoint
 from framework.zoo.train import fixed_windows
 from proposers.medusa_heads import TREE_FILE
 from proposers.medusa_training import accuracy, train_heads
 
 
 def run(cfg: DictConfig) -> Path | None:
-    exp = cfg.experiment
-    if exp.num_threads is not None:
-        torch.set_num_threads(exp.num_threads)
-    root = Path(exp.root)
-    _, streams = tokenizer_and_streams(exp, root)
-    settings = instantiate(exp.train)  # MedusaTrainConfig
-    target = load_causal_lm(exp.target)
+    exp, root, streams, settings, target = head_setup(cfg)  # settings: MedusaTrainConfig
     g = exp.data.continuations
     if exp.data.self_generated:  # train on the target's own continuations
         streams = {**streams, "train": cached_continuations(target, streams["train"], root, "self", g, g.sequences)}

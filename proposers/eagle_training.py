@@ -25,7 +25,7 @@ from torch.nn import functional as F
 from tqdm import tqdm
 from transformers import DynamicCache
 
-from framework.zoo.train import fixed_windows, lr_at, resolve_device
+from framework.zoo.train import fixed_windows, lr_at, resolve_device, save_or_stop
 from proposers.eagle_head import EagleHead
 from proposers.medusa_training import batch_of
 
@@ -190,10 +190,7 @@ def train_head(target, head: EagleHead, streams: dict[str, torch.Tensor], out_di
                 tqdm.write(f"step {step}: valid top-1 (target's token) per depth "
                            f"{[round(x, 3) for x in row['valid_top1_target']]}")
             log.append(row)
-            if step % cfg.save_every == 0 or step == cfg.steps:
-                save()
-            if cfg.time_limit_s is not None and time.monotonic() - start > cfg.time_limit_s and step < cfg.steps:
-                save()
+            if save_or_stop(step, cfg, save, start):
                 bar.close()
                 return None
     bar.close()

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from framework.zoo.train import fixed_windows, lr_at, random_windows, resolve_device
+from framework.zoo.train import fixed_windows, lr_at, random_windows, resolve_device, save_or_stop
 from proposers.medusa_heads import MedusaHeads
 
 OBJECTIVES = ("ce", "kl")
@@ -164,10 +164,7 @@ def train_heads(target, streams: dict[str, torch.Tensor], out_dir: str | Path,
             row["valid_top1_target"] = {n: accuracy(h, target, valid, 1, cfg.bf16)["top1_target"] for n, h in heads.items()}
             tqdm.write(f"step {step}: valid top-1 (target's token) per head {row['valid_top1_target']}")
         log.append(row)
-        if step % cfg.save_every == 0 or step == cfg.steps:
-            save()
-        if cfg.time_limit_s is not None and time.monotonic() - start > cfg.time_limit_s and step < cfg.steps:
-            save()
+        if save_or_stop(step, cfg, save, start):
             bar.close()
             return None
     bar.close()

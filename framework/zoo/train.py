@@ -146,6 +146,17 @@ def save_checkpoint(path: Path, model, tokenizer, optimizer, state: dict) -> Non
     torch.save({"optimizer": optimizer.state_dict(), **state}, path / "trainer_state.pt")
 
 
+def save_or_stop(step: int, cfg, save: Callable[[], None], start: float) -> bool:
+    """After `step`: save on schedule (cfg.save_every, the last step); True when cfg.time_limit_s
+    ran out before the last step (saved first, so a second call resumes)."""
+    if step % cfg.save_every == 0 or step == cfg.steps:
+        save()
+    if cfg.time_limit_s is not None and time.monotonic() - start > cfg.time_limit_s and step < cfg.steps:
+        save()
+        return True
+    return False
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
