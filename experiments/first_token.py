@@ -93,11 +93,11 @@ def plot(result: dict, top: int, path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     order = result["target"].argsort(descending=True)[:top]
-    x = torch.arange(order.numel())
+    x = torch.arange(order.numel()).numpy()
     fig, ax = plt.subplots(figsize=(10, 4))
-    ax.bar(x - 0.27, result["target"][order], 0.27, label="target law")
-    ax.bar(x, result["draft"][order], 0.27, label="draft's first candidates")
-    ax.bar(x + 0.27, result["counts"][order] / result["counts"].sum(), 0.27, label="sampled frequency")
+    ax.bar(x - 0.27, result["target"][order].numpy(), 0.27, label="target law")
+    ax.bar(x, result["draft"][order].numpy(), 0.27, label="draft's first candidates")
+    ax.bar(x + 0.27, (result["counts"][order] / result["counts"].sum()).numpy(), 0.27, label="sampled frequency")
     ax.set_xticks(x, [str(int(i)) for i in order], rotation=90, fontsize=7)
     ax.set_xlabel("token id (the target's most likely first)")
     ax.set_ylabel("probability")

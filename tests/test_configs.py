@@ -119,8 +119,10 @@ def test_greedy_matches_plain_decoding(proposer, tmp_path):
 
 def exact_twin(proposer: str) -> str:
     """The exact check swaps the draft for its own toy model, so a zoo proposer's exact law is its tiny
-    twin's: same class and settings. zoo_target (self-draft) is zoo_draft with another checkpoint."""
-    return {"zoo_target": "tiny_draft"}.get(proposer, proposer.replace("zoo_", "tiny_"))
+    twin's: same class and settings. zoo_target (self-draft) is zoo_draft with another checkpoint; the
+    EAGLE configs differ only in their head and tree settings, which the exact check swaps."""
+    twins = {"zoo_target": "tiny_draft", "zoo_eagle2": "tiny_eagle", "zoo_eagle3": "tiny_eagle"}
+    return twins.get(proposer, proposer.replace("zoo_", "tiny_"))
 
 
 @pytest.mark.parametrize("proposer", PROPOSERS)
