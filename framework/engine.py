@@ -103,8 +103,8 @@ class Decoder:
         if copies > 1 and input_ids.shape[0] != 1:
             raise ValueError("prefill copies need a single-row prompt")
         start = _clock(self.target.device)
-        if self.proposer is not None and self.proposer.hidden_layers:  # needs are declared, not wired
-            self.target.provide_hidden(self.proposer.hidden_layers)
+        # needs are declared, not wired (and a target reused from an earlier run computes no more)
+        self.target.provide_hidden(self.proposer.hidden_layers if self.proposer is not None else ())
         out = self.target.prefill(input_ids)
         if self.proposer is not None:
             self.proposer.prefill(input_ids, self.target)
@@ -160,7 +160,8 @@ class Decoder:
 def committed_rows(per_row: torch.Tensor, path: torch.Tensor) -> torch.Tensor:
     """per_row [B, N+1, ...] (row 0 = root) -> [B, D+1, ...]: the root's row, then each accepted
     node's (path [B, D] node indices, -1 padded: the padding repeats the root's row)."""
-    rows = torch.cat([torch.zeros_like(path[:, :1]), path + 1], dim=1).to(per_row.device)  # [B, D+1]
+    root = torch.zeros(path.shape[0], 1, dtype=torch.long, device=path.device)
+    rows = torch.cat([root, path + 1], dim=1).to(per_row.device)  # [B, D+1]
     index = rows.view(*rows.shape, *([1] * (per_row.dim() - 2))).expand(-1, -1, *per_row.shape[2:])
     return per_row.gather(1, index)
 

@@ -127,6 +127,7 @@ def test_hidden_state_follows_the_accepted_path():
     path = torch.tensor([[1, 3], [-1, -1]])  # row 0 accepted nodes 1 then 3; row 1 none
     rows = committed_rows(per_row, path)
     assert rows[..., 0].tolist() == [[0, 2, 4], [5, 5, 5]]  # root, node 1 -> row 2, node 3 -> row 4; row 1: its root
+    assert committed_rows(per_row, path[:, :0])[..., 0].tolist() == [[0], [5]]  # an empty tree: the root only
 
 
 def test_proposer_sees_the_hidden_states_of_every_committed_position():

@@ -230,3 +230,14 @@ def test_auto_settings_come_from_the_head():
     assert static.shape.num_nodes == 2
     dynamic = EagleProposer(head, None, "auto", "auto", "auto")
     assert (dynamic.top_k, dynamic.depth, dynamic.budget) == (2, 3, 5)
+
+
+def test_a_target_reused_for_plain_decoding_after_eagle():
+    """experiments reuse one HFTarget for the speculative and the plain run: plain decoding then
+    asks for no hidden states and gives plain greedy's tokens."""
+    target = tiny_random_model("llama", seed=3, dtype="float64", init_std=0.3)
+    hf, prompt, greedy = HFTarget(target), torch.tensor([[4, 9, 2]]), SamplingConfig(temperature=0.0)
+    spec = generate(hf, dynamic(head_for(target))(), prompt, 12, greedy).tokens
+    plain = generate(hf, None, prompt, 12, greedy).tokens
+    assert torch.equal(spec, plain) and torch.equal(plain, generate(HFTarget(target), None, prompt, 12, greedy).tokens)
+    assert hf.lm.hidden_layers == ()
