@@ -8,7 +8,7 @@ per round, so a noisy machine slows them alike; median of the rounds):
 - target: forward_tree with 1 node (a plain decoding step) and with 32 nodes;
 - draft model: one forward of 1 and 8 tokens through Hugging Face's model call (CachedLM);
 - EAGLE head: one read of 1 and 8 nodes (the lean path: the single decoder layer called directly,
-  the mask built once per read), and a whole propose (catch-up + dynamic tree, top_k 8, depth 5).
+  the mask built once per read) and its lm_head; a step of depth d costs d such calls.
 """
 
 from __future__ import annotations
@@ -80,15 +80,11 @@ def main() -> None:
         proposer = EagleProposer(head, None, top_k=8, depth=5, budget=32)
         proposer.prefill(prompt, hf)
         root = proposer.catch_up(state)  # the prompt is in the head's cache from here on
-        catch_up = DecodeState(state.root, state.seen, state.sampling, state.rng, None, out.hidden[:, -1:], torch.tensor([1]))
         for m in (1, 8):
             cases[f"{name} head read, {m} node(s)"] = (
-                lambda m=m: HeadReader(proposer, root).read(list(range(m)), [-1] * m, prompt[:, :m], [1] * m),
+                lambda m=m, p=proposer, r=root: HeadReader(p, r).read(list(range(m)), [-1] * m, prompt[:, :m], [1] * m),
                 proposer.cache.drop_pending)
 
-        proposer.pending = torch.zeros(1, 0, dtype=torch.long)  # each round catches up one position (the cache grows by 1)
-        cases[f"{name} propose (catch-up 1 + dynamic tree top_k 8, depth 5, budget 32)"] = (
-            lambda proposer=proposer, catch_up=catch_up: proposer.propose(catch_up), proposer.cache.drop_pending)
     ms = interleaved(cases, args.repeats)
     unit = ms["target forward_tree, 1 node(s)"]
     print(f"one thread, prompt {args.prompt} tokens, median of {args.repeats} interleaved rounds\n")
