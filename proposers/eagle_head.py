@@ -141,11 +141,11 @@ def load_head(path, dtype: str = "float32") -> EagleHead:
 
 def random_head(hidden_size: int, vocab_size: int, target_num_layers: int, target_layers=(-1,), num_heads: int = 2,
                 num_kv_heads: int = 1, intermediate_size: int = 32, seed: int = 0, scale: float = 1.0,
-                dtype: str = "float32") -> EagleHead:
+                dtype: str = "float32", searched: dict | None = None) -> EagleHead:
     """A random-weight head for the tiny random targets of tests and configs (weights ~ N(0, scale^2 / fan_in))."""
     generator = torch.Generator().manual_seed(seed)
     head = EagleHead(EagleConfig(hidden_size, vocab_size, target_num_layers, tuple(target_layers), num_heads,
-                                 num_kv_heads, intermediate_size))
+                                 num_kv_heads, intermediate_size), searched)
     for name, p in head.named_parameters():
         if p.dim() > 1:
             p.data.copy_(torch.randn(p.shape, generator=generator) * scale / p.shape[-1] ** 0.5)

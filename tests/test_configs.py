@@ -120,8 +120,8 @@ def test_greedy_matches_plain_decoding(proposer, tmp_path):
 def exact_twin(proposer: str) -> str:
     """The exact check swaps the draft for its own toy model, so a zoo proposer's exact law is its tiny
     twin's: same class and settings. zoo_target (self-draft) is zoo_draft with another checkpoint; the
-    EAGLE configs differ only in their head and tree settings, which the exact check swaps."""
-    twins = {"zoo_target": "tiny_draft", "zoo_eagle2": "tiny_eagle", "zoo_eagle3": "tiny_eagle"}
+    zoo EAGLE configs are their own twins: the exact check swaps their head for a toy one whose `auto` settings fit the toy."""
+    twins = {"zoo_target": "tiny_draft", "zoo_eagle": "zoo_eagle", "zoo_eagle2": "zoo_eagle2", "zoo_eagle3": "zoo_eagle3"}
     return twins.get(proposer, proposer.replace("zoo_", "tiny_"))
 
 
