@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from framework.proposer import DecodeState, Proposer
+from framework.proposer import DecodeState, Proposer, SideRowProposer
 from framework.randomness import RandomSource, TorchSource
 from framework.sampling import SamplingConfig, mark_seen, process_logits, process_tree_logits, seen_tokens
 from framework.target import HFTarget
@@ -132,13 +132,16 @@ class Decoder:
         t0 = _clock(device)
         state = self.state
         tree = self.proposer.propose(state) if self.proposer is not None else empty_tree(state.root.shape[0], device)
+        side = self.proposer.side_rows(tree) if isinstance(self.proposer, SideRowProposer) else None
         t1 = _clock(device)
-        out = self.target.forward_tree(tree)
+        out = self.target.forward_tree(tree, side)
         t2 = _clock(device)
         p = process_tree_logits(out.logits, self.sampling, state.seen, tree.tokens, tree.parents)
         result = verify(tree, p, rng=self.rng, eos_token_id=self.eos_token_id, verifier=self.verifier, validate=False)
         t3 = _clock(device)
         self.target.commit(result)
+        if side is not None:
+            self.proposer.observe_side(out.side_logits)
         if self.proposer is not None:
             self.proposer.commit(result)
         emitted = result.tokens

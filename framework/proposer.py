@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 
 from framework.randomness import RandomSource
 from framework.sampling import SamplingConfig
+from framework.side_rows import SideRows
 from framework.tree import CandidateTree
 
 
@@ -48,4 +49,21 @@ class Proposer(Protocol):
 
     def expand(self, batch_size: int) -> None:
         """Replicate a one-row state (after prefill) into batch_size rows."""
+        ...
+
+
+@runtime_checkable
+class SideRowProposer(Protocol):
+    """A proposer that rides extra rows in the target's verify forward (lookahead's Jacobi window).
+
+    The engine asks for the rows right after propose, runs them in the same forward as the tree,
+    and hands their logits back before commit. Their KV is never committed; the verifier never
+    sees them (DESIGN section 8).
+    """
+
+    def side_rows(self, tree: CandidateTree) -> SideRows | None:
+        ...
+
+    def observe_side(self, logits: torch.Tensor) -> None:
+        """logits [B, S, V] of the side rows, in their order."""
         ...

@@ -8,6 +8,7 @@ import torch
 
 from framework import tree_attention
 from framework.cached_lm import CachedLM
+from framework.side_rows import SideRows, forward_mask
 from framework.tree import CandidateTree
 from verifiers.tree_verifier import Verification
 
@@ -16,6 +17,7 @@ from verifiers.tree_verifier import Verification
 class TargetOutput:
     logits: torch.Tensor  # [B, M, V]: M = 1 after prefill, N+1 after forward_tree (row 0 = root)
     hidden: torch.Tensor | None  # [B, M, L, H] for the requested layers (after prefill: every prompt row), else None
+    side_logits: torch.Tensor | None = None  # [B, S, V] of a proposer's side rows, if it added any
 
 
 class HFTarget:
@@ -67,12 +69,19 @@ class HFTarget:
         """root [B]: the last emitted token, fed at the next forward_tree."""
         self.root = root
 
-    def forward_tree(self, tree: CandidateTree) -> TargetOutput:
-        """Root plus N nodes in one forward; position = committed length + depth."""
-        tokens = torch.cat([self.root[:, None], tree.tokens.to(self.root.device)], dim=1)  # [B, N+1]
-        depth = torch.cat([torch.zeros(1, dtype=torch.long), tree.depth()])  # [N+1]
-        out = self.lm.forward(tokens, depth, tree.ancestor_mask())
-        return TargetOutput(out.logits, out.hidden)
+    def forward_tree(self, tree: CandidateTree, side: SideRows | None = None) -> TargetOutput:
+        """Root plus N nodes (plus a proposer's side rows after them) in one forward; position =
+        committed length + depth. The side rows' KV sits in pending slots that commit drops."""
+        parts = [self.root[:, None], tree.tokens.to(self.root.device)]
+        depth = [torch.zeros(1, dtype=torch.long), tree.depth()]
+        if side is not None:
+            parts.append(side.tokens.to(self.root.device))
+            depth.append(side.depth.cpu())
+        out = self.lm.forward(torch.cat(parts, dim=1), torch.cat(depth), forward_mask(tree.ancestor_mask(), side))
+        T = tree.num_nodes + 1
+        hidden = None if out.hidden is None else out.hidden[:, :T]
+        side_logits = out.logits[:, T:] if side is not None else None
+        return TargetOutput(out.logits[:, :T], hidden, side_logits)
 
     def commit(self, result: Verification) -> None:
         """Keep the root and the accepted nodes' KV (result.path [B, depth], node indices) per row."""

@@ -5,8 +5,9 @@ committed past and its own ancestors), processes its logits with the sampling la
 the next depth's children from that exact law q: "iid" (duplicates kept), "wor" (without
 replacement, in draw order) or "point" (top-k). The deepest level is not read: its nodes have
 no children to draw, so a chain of gamma costs gamma draft forwards, not gamma + 1. Commit
-gathers the accepted nodes' KV; only when a row accepted a deepest node does one more forward
-put that token in the draft's cache (for every row at once, kept by the rows that need it).
+gathers the accepted nodes' KV; only when a row accepted a deepest node (or, in a mix, tokens of
+another part's tree) does one more forward put those tokens in the draft's cache (for every row
+at once, kept by the rows that need them).
 Skipping a read changes no coin and no law: the deepest level's logits drew nothing.
 
 `stop_below` cuts the tree short where the draft is unsure: after reading a level, if no node of
@@ -115,14 +116,19 @@ class DraftModelProposer:
         return not bool((torch.softmax(logits.float(), dim=-1).amax(-1) >= self.stop_below).any())
 
     def commit(self, result: Verification) -> None:
+        """Keep the accepted nodes' KV; tokens accepted without a draft slot (a deepest node never
+        read, or, inside a mix, nodes of another part's tree: path -1) get theirs in one forward."""
         path, accepted = result.path, result.num_accepted  # [B, D] node indices (-1 padded), [B]
-        unread = torch.isin(path, self.unread.to(path.device))  # [B, D] accepted nodes never read (no slot yet)
-        self.lm.keep_path(path.masked_fill(unread, -1), accepted - unread.sum(1))
-        if bool(unread.any()):  # their KV: one forward for all rows, kept where a row accepted one
-            last = (accepted - 1).clamp_min(0)[:, None]  # [B, 1]: a deepest node ends its path
-            tokens = result.tokens.gather(1, last.to(result.tokens.device)).clamp_min(0)  # [B, 1]
-            self.lm.forward(tokens, torch.zeros(1, dtype=torch.long), torch.ones(1, 1, dtype=torch.bool))
-            self.lm.keep(torch.zeros_like(last), unread.any(1).long())
+        in_draft = (path >= 0) & ~torch.isin(path, self.unread.to(path.device))  # [B, D] nodes with a slot
+        kept = torch.minimum(in_draft.long().cumprod(1).sum(1), accepted)  # [B] leading nodes with a slot
+        self.lm.keep_path(path.masked_fill(~in_draft, -1), kept)
+        missing = accepted - kept  # [B] the rest of each row's accepted tokens
+        K = int(missing.max()) if missing.numel() else 0
+        if K:  # one forward for all rows, each keeping its own missing ones
+            index = (kept[:, None] + torch.arange(K, device=kept.device)).clamp_max(result.tokens.shape[1] - 1)
+            tokens = result.tokens.gather(1, index.to(result.tokens.device)).clamp_min(0)  # [B, K]
+            self.lm.forward(tokens, torch.arange(K), torch.ones(K, K, dtype=torch.bool).tril())
+            self.lm.keep(torch.arange(K).expand(path.shape[0], K), missing)
 
     def expand(self, batch_size: int) -> None:
         self.lm.expand(batch_size)

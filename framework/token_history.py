@@ -1,0 +1,35 @@
+"""Each row's committed tokens, for proposers that search the text itself (n-grams, retrieval).
+
+Rows are Python lists: the prompt, then every emitted token. The root of a step (the last
+emitted token) joins its row at commit, with the tokens accepted after it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class TokenHistory:
+    def __init__(self):
+        self.rows: list[list[int]] = []
+        self.root: list[int] = []  # the root each row's last tree was proposed after
+
+    def prefill(self, input_ids: torch.Tensor) -> None:
+        self.rows = [list(row) for row in input_ids.tolist()]
+
+    def expand(self, batch_size: int) -> None:
+        if len(self.rows) != 1:
+            raise ValueError("expand needs a history with one row")
+        self.rows = [list(self.rows[0]) for _ in range(batch_size)]
+
+    def contexts(self, root: torch.Tensor) -> list[list[int]]:
+        """root [B] -> each row's whole sequence, the root last (remembered for commit)."""
+        self.root = root.tolist()
+        return [row + [token] for row, token in zip(self.rows, self.root)]
+
+    def commit(self, result) -> None:
+        """Append the root and the accepted tokens (result: a verifiers.Verification)."""
+        accepted = result.num_accepted.tolist()
+        for row, root, tokens, count in zip(self.rows, self.root, result.tokens.tolist(), accepted):
+            row.append(root)
+            row.extend(tokens[:count])

@@ -1,0 +1,125 @@
+"""Several proposers' trees merged into one: identical paths deduplicated, nodes under a budget.
+
+Why the merged tree is lossless: each part proposes from the committed state and its own draws,
+before the verifier draws any coin of this step. The merge (tries, scores, the budget cut) looks
+only at those candidates. So the merged set of children at every node is fixed before, and
+independently of, the verifier's coins: exactly the condition of the point rule (DESIGN section
+4), whatever kind each part declared. The merged tree is therefore `point`, and the one verifier
+keeps the target's law. (A part's own draft probabilities are dropped: the point rule needs none.)
+
+Scores: each root-to-leaf path of part j weighs weights[j]; a node scores the summed weight of
+the paths through it, so a path proposed by several parts counts more, and the `budget` best
+nodes stay (framework/path_tree.py). Each part commits with its own view of the step: the
+longest accepted prefix that is one of its nodes, and the true accepted count and tokens.
+Side rows (lookahead) of the parts ride along when they see only the tree's root.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Mapping, Sequence
+
+import torch
+
+from framework.path_tree import node_paths, tree_from_paths
+from framework.proposer import DecodeState, SideRowProposer
+from framework.side_rows import SideRows
+from framework.tree import CandidateTree
+from verifiers.tree_verifier import Verification
+
+
+class MixProposer:
+    def __init__(self, parts: Sequence | Mapping, budget: int = 64, weights: Sequence[float] | None = None):
+        """parts: proposers, or factories of them (Hydra `_partial_` configs: a fresh part per mix),
+        as a list or a mapping from names; weights: one per part, in that order."""
+        parts = list(parts.values()) if isinstance(parts, Mapping) else list(parts)
+        if not parts:
+            raise ValueError("a mix needs at least one part")
+        if budget < 1:
+            raise ValueError(f"budget must be >= 1, got {budget}")
+        self.parts = [part() if callable(part) and not hasattr(part, "propose") else part for part in parts]
+        self.weights = [1.0] * len(self.parts) if weights is None else [float(w) for w in weights]
+        if len(self.weights) != len(self.parts) or min(self.weights) <= 0:
+            raise ValueError(f"weights must be one positive number per part, got {list(self.weights)} for {len(self.parts)} parts")
+        self.budget = budget
+        layers: list[int] = []
+        for part in self.parts:
+            layers += [layer for layer in part.hidden_layers if layer not in layers]
+        self.hidden_layers = tuple(layers)
+        self.layer_index = [[layers.index(layer) for layer in part.hidden_layers] for part in self.parts]
+        self.couples_rows = True  # one merged shape for the rows
+        self.trees: list[CandidateTree] = []
+        self.side_parts: list[tuple[int, int]] = []  # (part index, side rows) of this step
+
+    def prefill(self, input_ids: torch.Tensor, target) -> None:
+        for part in self.parts:
+            part.prefill(input_ids, target)
+
+    def part_state(self, state: DecodeState, j: int) -> DecodeState:
+        """The state with the target's hidden states cut to the layers part j asked for."""
+        if state.target_hidden is None or list(self.layer_index[j]) == list(range(len(self.hidden_layers))):
+            return state
+        index = torch.tensor(self.layer_index[j], device=state.target_hidden.device)
+        return replace(state, target_hidden=state.target_hidden.index_select(1, index),
+                       committed_hidden=state.committed_hidden.index_select(2, index))
+
+    def propose(self, state: DecodeState) -> CandidateTree:
+        self.trees = [part.propose(self.part_state(state, j)) for j, part in enumerate(self.parts)]
+        rows = [[] for _ in range(state.root.shape[0])]
+        for tree, weight in zip(self.trees, self.weights):
+            for row, paths in zip(rows, node_paths(tree)):
+                leaves = set(range(tree.num_nodes)) - set(tree.parents.tolist())
+                row.extend((paths[i], weight) for i in sorted(leaves))
+        self.tree = tree_from_paths(rows, self.budget, state.root.device)
+        return self.tree
+
+    def side_rows(self, tree: CandidateTree) -> SideRows | None:
+        parts = []
+        self.side_parts = []
+        for j, (part, own) in enumerate(zip(self.parts, self.trees)):
+            side = part.side_rows(own) if isinstance(part, SideRowProposer) else None
+            if side is None:
+                continue
+            if bool(side.sees_tree[:, 1:].any()):
+                raise ValueError(f"{type(part).__name__}'s side rows see its own tree nodes: a mix can only carry side rows that see the root")
+            parts.append(side)
+            self.side_parts.append((j, side.num_rows))
+        if not parts:
+            return None
+        S, offsets = sum(p.num_rows for p in parts), 0
+        sees_side = torch.zeros(S, S, dtype=torch.bool)
+        for p in parts:  # each part's rows see only their own rows
+            sees_side[offsets : offsets + p.num_rows, offsets : offsets + p.num_rows] = p.sees_side.cpu()
+            offsets += p.num_rows
+        sees_tree = torch.zeros(S, tree.num_nodes + 1, dtype=torch.bool)
+        sees_tree[:, 0] = True
+        return SideRows(torch.cat([p.tokens for p in parts], dim=1), torch.cat([p.depth.cpu() for p in parts]),
+                        sees_tree, sees_side)
+
+    def observe_side(self, logits: torch.Tensor) -> None:
+        start = 0
+        for j, rows in self.side_parts:
+            self.parts[j].observe_side(logits[:, start : start + rows])
+            start += rows
+
+    def commit(self, result: Verification) -> None:
+        merged = node_paths(self.tree)
+        for part, own in zip(self.parts, self.trees):
+            part.commit(part_view(result, merged, node_paths(own)))
+
+    def expand(self, batch_size: int) -> None:
+        for part in self.parts:
+            part.expand(batch_size)
+
+
+def part_view(result: Verification, merged: list[list[tuple]], own: list[list[tuple]]) -> Verification:
+    """The step as one part sees it: its nodes along the accepted path (the longest prefix of it
+    in its own tree, -1 after), with the true accepted count and tokens."""
+    path = torch.full_like(result.path, -1)
+    for b, (merged_paths, own_paths) in enumerate(zip(merged, own)):
+        where = {p: i for i, p in enumerate(own_paths)}
+        for d, node in enumerate(result.path[b].tolist()):
+            if node < 0 or merged_paths[node] not in where:
+                break
+            path[b, d] = where[merged_paths[node]]
+    return Verification(result.tokens, result.num_accepted, path)
