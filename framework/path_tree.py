@@ -8,9 +8,9 @@ ancestors). Children are ranked by score, which gives every node a rank path.
 
 A CandidateTree has one shape for the batch: the shape is the union of the rows' rank paths (cut
 to the budget by how many rows hold a rank path, then by summed score). A row that lacks a node of
-the shared shape fills it with `pad_token`. That is harmless for the point rule: the node is one
-more candidate chosen without looking at any coin (a duplicate of a rejected sibling has r = 0 and
-is never accepted). Because a row's shape depends on the other rows, such proposers couple rows.
+the shared shape fills it with a pad token (the smallest id from `pad_token` up that its siblings
+lack, so no path appears twice). That is harmless for the point rule: the node is one more
+candidate chosen without looking at any coin. Because a row's shape depends on the other rows, such proposers couple rows.
 """
 
 from __future__ import annotations
@@ -72,8 +72,29 @@ def tree_from_paths(rows: Sequence[Paths], budget: int, device=None, pad_token: 
         return CandidateTree(torch.zeros(len(rows), 0, dtype=torch.long, device=device), torch.zeros(0, dtype=torch.long))
     shape = TreeShape.from_choices(shared)  # depth, then rank order: topological, siblings by rank
     ordered = sorted(set(shared), key=lambda c: (len(c), c))
-    tokens = torch.tensor([[row.get(rank, (pad_token,))[0] for rank in ordered] for row in per_row], dtype=torch.long)
+    tokens = torch.tensor([fill_row(row, ordered, pad_token) for row in per_row], dtype=torch.long)
     return CandidateTree(tokens.to(device), shape.parents, None, "point")
+
+
+def fill_row(row: dict[tuple[int, ...], tuple[int, float]], ordered: list[tuple[int, ...]], pad_token: int) -> list[int]:
+    """The row's token at every rank path of the shared shape; a missing node takes the smallest id
+    from pad_token up that its siblings do not hold, so no path appears twice."""
+    used: dict[tuple[int, ...], set[int]] = {}  # parent rank path -> sibling tokens
+    for rank in ordered:
+        if rank in row:
+            used.setdefault(rank[:-1], set()).add(row[rank][0])
+    out = []
+    for rank in ordered:
+        if rank in row:
+            out.append(row[rank][0])
+            continue
+        siblings = used.setdefault(rank[:-1], set())
+        token = pad_token
+        while token in siblings:
+            token += 1
+        siblings.add(token)
+        out.append(token)
+    return out
 
 
 def node_paths(tree: CandidateTree) -> list[list[tuple[int, ...]]]:

@@ -59,7 +59,9 @@ class MixProposer:
         """The state with the target's hidden states cut to the layers part j asked for."""
         if state.target_hidden is None or list(self.layer_index[j]) == list(range(len(self.hidden_layers))):
             return state
-        index = torch.tensor(self.layer_index[j], device=state.target_hidden.device)
+        if not self.layer_index[j]:  # it reads none
+            return replace(state, target_hidden=None, committed_hidden=None, committed_count=None)
+        index = torch.tensor(self.layer_index[j], dtype=torch.long, device=state.target_hidden.device)
         return replace(state, target_hidden=state.target_hidden.index_select(1, index),
                        committed_hidden=state.committed_hidden.index_select(2, index))
 

@@ -121,7 +121,8 @@ def exact_twin(proposer: str) -> str:
     """The exact check swaps the draft for its own toy model, so a zoo proposer's exact law is its tiny
     twin's: same class and settings. zoo_target (self-draft) is zoo_draft with another checkpoint; the
     zoo EAGLE configs are their own twins: the exact check swaps their head for a toy one whose `auto` settings fit the toy."""
-    twins = {"zoo_target": "tiny_draft", "zoo_eagle": "zoo_eagle", "zoo_eagle2": "zoo_eagle2", "zoo_eagle3": "zoo_eagle3"}
+    twins = {"zoo_target": "tiny_draft", "zoo_eagle": "zoo_eagle", "zoo_eagle2": "zoo_eagle2", "zoo_eagle3": "zoo_eagle3",
+             "zoo_mix_draft": "tiny_mix"}  # the mixes' parts are swapped for toy ones too
     return twins.get(proposer, proposer.replace("zoo_", "tiny_"))
 
 

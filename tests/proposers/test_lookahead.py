@@ -1,0 +1,102 @@
+"""Lookahead: the window's Jacobi update, the pool, one forward per step, exactness and batches."""
+
+import pytest
+import torch
+
+from framework import HFTarget, SamplingConfig, generate
+from framework.harness.exact import compare
+from framework.harness.real import exact_loop_law, greedy_identity, teacher_forced_law
+from framework.harness.target_mutants import SideRowsKeptAtCommit
+from framework.models import tiny_random_model
+from proposers import LookaheadProposer
+
+TOY = dict(vocab_size=3, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, dtype="float64", init_std=0.3)
+TARGET = tiny_random_model("llama", seed=0, **TOY)
+PROMPT = torch.tensor([[1, 2, 0, 1]])
+SAMPLINGS = {"T1": SamplingConfig(), "T0.7-topk2": SamplingConfig(temperature=0.7, top_k=2),
+             "penalty1.5": SamplingConfig(repetition_penalty=1.5)}
+SMALL = dict(window=2, ngram=2, guesses=2)
+
+
+def exact_tv(sampling, target_factory=HFTarget, **settings):
+    spec = exact_loop_law(TARGET, lambda: LookaheadProposer(**settings), PROMPT, 3, sampling, target_factory=target_factory)
+    return compare(spec, teacher_forced_law(TARGET, PROMPT, 3, sampling))
+
+
+@pytest.mark.parametrize("sname", ["T1", "T0.7-topk2"])
+def test_exact_law_through_the_real_loop(sname):
+    assert exact_tv(SAMPLINGS[sname], **SMALL).passes(1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("settings", [dict(window=3, ngram=3, guesses=3), dict(SMALL, pool_from_prompt=True)])
+@pytest.mark.parametrize("sname", SAMPLINGS)
+def test_exact_law_more_settings(sname, settings):
+    assert exact_tv(SAMPLINGS[sname], **settings).passes(1e-9)
+
+
+def test_side_row_kv_kept_at_commit_is_caught():
+    assert exact_tv(SAMPLINGS["T1"], **SMALL).passes(1e-9)  # the clean adapter passes this very case
+    assert exact_tv(SAMPLINGS["T1"], target_factory=SideRowsKeptAtCommit, **SMALL).tv > 1e-6
+
+
+def test_observe_side_grows_the_window_then_pools_its_columns():
+    proposer = LookaheadProposer(window=2, ngram=3, guesses=2)
+    proposer.prefill(torch.tensor([[5, 6]]), HFTarget(tiny_random_model("llama", vocab_size=16)))
+    assert proposer.levels.shape == (1, 1, 2) and set(proposer.levels.flatten().tolist()) <= {5, 6}  # prompt tokens
+    proposer.levels = torch.tensor([[[5, 6]]])
+    start = proposer.levels.clone()
+    logits = torch.zeros(1, 2, 16)
+    logits[0, 0, 9], logits[0, 1, 8] = 1.0, 1.0  # the top level's argmax: (9, 8)
+    proposer.observe_side(logits)
+    assert proposer.levels[0].tolist() == [start[0, 0].tolist(), [9, 8]] and not any(proposer.pool[0].values())
+    logits = torch.zeros(1, 4, 16)
+    logits[0, 2, 3], logits[0, 3, 4] = 1.0, 1.0  # rows 2, 3 = level 1: new (3, 4)
+    proposer.observe_side(logits)
+    first = start[0, 0].tolist()
+    assert proposer.pool[0][first[0]][0] == (9, 3) and proposer.pool[0][first[1]][0] == (8, 4)  # column n-grams
+    assert proposer.levels[0].tolist() == [[9, 8], [3, 4]]  # the oldest level dropped
+
+
+def test_one_target_forward_per_step_and_pooled_guesses_get_accepted(monkeypatch):
+    model = tiny_random_model("llama", vocab_size=8, seed=2, dtype="float64", init_std=0.6)
+    target = HFTarget(model)
+    calls = []
+    real = target.lm.forward
+    monkeypatch.setattr(target.lm, "forward", lambda *a, **k: calls.append(1) or real(*a, **k))
+    out = generate(target, LookaheadProposer(window=4, ngram=3, guesses=4), torch.tensor([[1, 2, 3]]), 48,
+                   SamplingConfig(temperature=0))
+    assert len(calls) == 1 + out.stats.target_forwards  # the prefill, then exactly one forward per step
+    assert out.stats.accepted_total > 0  # the Jacobi window's n-grams do get accepted (a peaked toy target)
+
+
+@pytest.mark.parametrize("arch", ["llama", pytest.param("gpt2", marks=pytest.mark.slow)])
+def test_greedy_identity(arch):
+    model = tiny_random_model(arch, vocab_size=16, seed=1, dtype="float64", init_std=0.4)
+    for settings in (dict(window=4, ngram=3, guesses=4), dict(window=3, ngram=4, guesses=2, pool_from_prompt=True)):
+        report = greedy_identity(model, lambda: LookaheadProposer(**settings), torch.tensor([[1, 2, 3, 1, 2, 3]]), 32)
+        assert report.equal, (arch, settings, report.first_difference)
+
+
+def test_rows_keep_their_own_window_and_pool():
+    model = tiny_random_model("llama", vocab_size=16, seed=1, dtype="float64", init_std=0.4)
+    prompts = torch.tensor([[1, 2, 3, 1, 2, 3], [7, 7, 5, 7, 7, 5], [4, 9, 4, 9, 4, 9]])
+    greedy = SamplingConfig(temperature=0)
+    together = generate(HFTarget(model), LookaheadProposer(window=3, ngram=3, guesses=3, pool_from_prompt=True), prompts, 24, greedy)
+    for b in range(3):
+        alone = generate(HFTarget(model), None, prompts[b : b + 1], 24, greedy)
+        assert together.tokens[b].tolist() == alone.tokens[0].tolist()
+
+
+def test_bad_settings_are_named():
+    for bad, name in ((dict(window=0), "window"), (dict(ngram=0), "ngram"), (dict(guesses=0), "guesses"),
+                      (dict(ngram=1), "ngram")):
+        with pytest.raises(ValueError, match=name):
+            LookaheadProposer(**bad)
+
+
+def test_a_prompt_shorter_than_the_ngram_is_a_plain_step():
+    model = tiny_random_model("llama", vocab_size=16, seed=1)
+    out = generate(HFTarget(model), LookaheadProposer(window=2, ngram=4, guesses=2, pool_from_prompt=True),
+                   torch.tensor([[3]]), 6, SamplingConfig(temperature=0))
+    assert (out.tokens >= 0).all() and out.stats.steps[0].nodes == 0
