@@ -40,7 +40,7 @@ def context_length(config) -> int | None:
 class CachedLM(SlotCache):
     def __init__(self, model, hidden_layers: tuple[int, ...] = (), tree_backend: str | None = None):
         """tree_backend: None passes a dense 4D mask (any attention implementation); a backend
-        name ("auto", "triton", "reference") passes the compact TreeMask to the registered
+        name ("auto", "triton", "sdpa", "reference") passes the compact TreeMask to the registered
         tree attention, which the model must be running."""
         super().__init__()
         if not hasattr(model, "config") or not callable(model):

@@ -55,7 +55,11 @@ class SlotCache:
             for name in ("keys", "values"):
                 tensor = getattr(layer, name)  # [B, H, S, D]
                 gathered = tensor.gather(2, index[:, None, :, None].expand(-1, tensor.shape[1], -1, tensor.shape[3]))
-                setattr(layer, name, torch.cat([tensor[:, :, :S0], gathered], dim=2))
+                if K <= pending:  # over the pending slots: the past is not copied again
+                    tensor[:, :, S0 : S0 + K] = gathered
+                    setattr(layer, name, tensor[:, :, : S0 + K])
+                else:  # more slots listed than written (padding beyond a row's count)
+                    setattr(layer, name, torch.cat([tensor[:, :, :S0], gathered], dim=2))
         kept = torch.arange(K, device=device)[None, :] < counts.to(device)[:, None]  # [B, K]
         self.valid = torch.cat([self.valid, kept], dim=1)
         self.length = self.length + counts.to(device)

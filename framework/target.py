@@ -23,8 +23,8 @@ class TargetOutput:
 class HFTarget:
     """prefill -> forward_tree -> commit, on the model's own KV cache.
 
-    backend: the tree attention: "auto" (the Triton kernel on CUDA, the PyTorch reference
-    elsewhere), "triton" or "reference" (forced); the model is switched to the registered
+    backend: the tree attention: "auto" (the Triton kernel on CUDA, PyTorch SDPA
+    elsewhere), "triton", "sdpa" or "reference" (forced); the model is switched to the registered
     `speculum_tree` attention. None keeps the model's own attention implementation, fed dense
     4D masks.
     hidden_layers: hidden-state layers to return with the logits (for heads: Medusa, EAGLE).

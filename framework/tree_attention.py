@@ -4,8 +4,10 @@ Every query row (the root and the tree nodes, or prompt tokens at prefill) sees 
 cached past, its ancestors and itself. HFTarget passes that pattern compactly, as a TreeMask in
 the forward's keyword arguments (`speculum_mask`), which the model hands through to the
 function registered here; no dense mask is built on the kernel path. The backend (`speculum_backend`:
-"auto", "triton" or "reference") picks the Triton kernel or this PyTorch reference; "auto" is
-Triton on CUDA, the reference elsewhere. Called without a TreeMask (a plain forward), the
+"auto", "triton", "sdpa" or "reference") picks the Triton kernel, PyTorch's fused
+scaled_dot_product_attention over the dense boolean mask, or the plain PyTorch reference written
+out here (einsum, mask, softmax: the one the others are tested against); "auto" is Triton on
+CUDA, SDPA elsewhere (2-3x the einsum reference on CPU). Called without a TreeMask (a plain forward), the
 function is ordinary causal attention over the given 4D mask, or a causal one.
 """
 
@@ -47,18 +49,24 @@ def reference_backend(query, key, value, mask: TreeMask, scaling: float) -> torc
     return tree_attention_reference(query, key, value, mask.dense(), scaling)
 
 
+def sdpa_backend(query, key, value, mask: TreeMask, scaling: float) -> torch.Tensor:
+    """Every query row sees at least itself, so no row of the mask is empty (SDPA would give NaN)."""
+    return torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask.dense(), scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+
+
 def triton_backend(query, key, value, mask: TreeMask, scaling: float) -> torch.Tensor:
     from framework.tree_attention_triton import tree_attention_triton  # triton loads only when used
 
     return tree_attention_triton(query, key, value, mask, scaling)
 
 
-BACKENDS = {"reference": reference_backend, "triton": triton_backend}
+BACKENDS = {"reference": reference_backend, "sdpa": sdpa_backend, "triton": triton_backend}
 
 
 def resolve_backend(name: str, device: torch.device) -> str:
     if name == "auto":
-        return "triton" if device.type == "cuda" else "reference"
+        return "triton" if device.type == "cuda" else "sdpa"
     if name not in BACKENDS:
         raise ValueError(f"unknown tree-attention backend {name!r} (have auto, {', '.join(BACKENDS)})")
     return name

@@ -8,6 +8,7 @@ iff the tree part says so (its ancestors and itself). The tree part is shared by
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -22,7 +23,12 @@ class TreeMask:
         return self.past_valid.shape[1] + self.tree.shape[1]
 
     def dense(self) -> torch.Tensor:
-        """[B, 1, M, S0+T] bool: the same pattern, materialised (reference path only)."""
+        """[B, 1, M, S0+T] bool: the same pattern, materialised (reference and SDPA paths), once per
+        forward: every layer reads the same mask."""
+        return self._dense
+
+    @cached_property
+    def _dense(self) -> torch.Tensor:
         B, M = self.past_valid.shape[0], self.tree.shape[0]
         past = self.past_valid[:, None, :].expand(B, M, -1)
         return torch.cat([past, self.tree[None].expand(B, -1, -1)], dim=-1)[:, None]

@@ -71,7 +71,7 @@ def test_typical_acceptance_fails_through_the_loop():
 class WrongPositions(HFTarget):
     """Bug: tree rows numbered as a chain (past + row index) instead of past + depth."""
 
-    def forward_tree(self, tree):
+    def forward_tree(self, tree, side=None):
         tokens = torch.cat([self.root[:, None], tree.tokens], dim=1)
         out = self.lm.forward(tokens, torch.arange(tree.num_nodes + 1), tree.ancestor_mask())
         return TargetOutput(out.logits, out.hidden)
