@@ -129,7 +129,19 @@ def exact_twin(proposer: str) -> str:
 @pytest.mark.parametrize("proposer", PROPOSERS)
 def test_check_exact_and_greedy(proposer, tmp_path):
     """experiments.check end to end (its exact and greedy checks; the statistical one is minutes).
-    The exact enumeration runs once per distinct proposer setting (the tiny twin), not again per zoo name."""
+    The exact enumeration runs once per distinct proposer setting (the tiny twin), not again per zoo name.
+    The default run is quick (one greedy prompt, a chain no longer than the exact depth); -m slow runs
+    the check's own prompts and the configured chain length."""
+    check_end_to_end(proposer, tmp_path, quick=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("proposer", PROPOSERS)
+def test_check_exact_and_greedy_full(proposer, tmp_path):
+    check_end_to_end(proposer, tmp_path, quick=False)
+
+
+def check_end_to_end(proposer: str, tmp_path: Path, quick: bool) -> None:
     from experiments.check import run as run_check
 
     twin = exact_twin(proposer)
@@ -142,8 +154,18 @@ def test_check_exact_and_greedy(proposer, tmp_path):
     checks = "[exact,greedy]" if twin == proposer else "[greedy]"
     small_tree = ["proposer.depth=1"] if proposer.endswith("_tree") else []  # enumeration is exponential
     one_sampling = ["~experiment.exact.samplings.t07_topk2", "~experiment.exact.samplings.penalty15"]  # tests/harness has them
+    # Quick: the longest of the check's prompts (a repeat, token 0), and a chain cut to the exact depth:
+    # draws past the first `depth` tokens are never read by their law, they only multiply the enumeration.
+    if quick:
+        node, depth = load(*family("proposer", proposer)).proposer, load(config_name="check").experiment.exact.depth
+        gamma = None if node is None else node.get("gamma")
+        short_chain = [f"proposer.gamma={depth}"] if twin == proposer and gamma is not None and gamma > depth else []
+        quick_settings = ["experiment.greedy.prompts=[[40,3,9,1,0,22,5,5]]", *short_chain]
+    else:
+        quick_settings = []
     cfg = load(*family("proposer", proposer), f"experiment.checks={checks}", "experiment.greedy.dtypes=[float64]",
-               "experiment.greedy.max_new_tokens=16", f"output_dir={tmp_path}", *small_tree, *one_sampling, config_name="check")
+               "experiment.greedy.max_new_tokens=16", f"output_dir={tmp_path}", *small_tree, *one_sampling,
+               *quick_settings, config_name="check")
     rows = run_check(cfg)
     expected = {"exact", "greedy"} if twin == proposer else {"greedy"}
     assert {r["check"] for r in rows} == expected and all(r["passed"] for r in rows), rows

@@ -35,8 +35,10 @@ def check_greedy_identity(arch, dtype, prompts, budget):
             assert len(report.baseline) == budget
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("arch", ARCHS)
+# Every architecture at float32 (where a tree-vs-sequential rounding difference could flip a token) and
+# llama at float64; -m slow takes the other float64 ones here and every pair at 64 tokens below.
+@pytest.mark.parametrize("arch, dtype", [(a, "float32") for a in ARCHS] + [("llama", "float64")] +
+                         [pytest.param(a, "float64", marks=pytest.mark.slow) for a in ARCHS[1:]])
 def test_greedy_identity(arch, dtype):
     check_greedy_identity(arch, dtype, PROMPTS[1:], 24)
 

@@ -92,11 +92,12 @@ def test_target_bugs_are_caught(bug):
 
 
 @pytest.mark.stat
-def test_statistical_check_real_models():
+@pytest.mark.parametrize("tv", [0.1, pytest.param(0.05, marks=pytest.mark.slow)])  # N = 2,500; 10,000
+def test_statistical_check_real_models(tv):
     """G-test of the first 3 tokens of a vocab-64 model; the lossy baseline fails at the same N."""
     target = tiny_random_model("llama", seed=0, dtype="float32", init_std=0.3)
     draft = tiny_random_model("llama", seed=1, num_layers=1, dtype="float32", init_std=0.3)
-    n = sample_size_for_tv(0.05)
+    n = sample_size_for_tv(tv)
     prompt = torch.tensor([[1, 2, 3]])
     exact = statistical_check(target, lambda: DraftModelProposer(draft, gamma=3), prompt, SamplingConfig(), n, seed=0)
     lossy = statistical_check(target, lambda: DraftModelProposer(draft, gamma=3), prompt, SamplingConfig(), n, seed=0,
