@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 
 import pytest
@@ -98,7 +98,8 @@ def test_run_end_to_end(proposer, tmp_path):
     cfg = load(*family("proposer", proposer), "max_new_tokens=8", f"output_dir={tmp_path}", *FAST)
     result = run(cfg)
     assert len(result["tokens"]) == len(result["plain_tokens"]) == 8
-    assert all(0 <= t < instantiate(cfg.target).config.vocab_size for t in result["tokens"])
+    vocab_size = instantiate(cfg.target).config.vocab_size  # once, not per token (a zoo load is ~0.2 s)
+    assert all(0 <= t < vocab_size for t in result["tokens"])
     assert (result["text"] is None) == proposer.startswith("tiny_")  # the zoo decodes to text
     assert result["stats"]["tokens_per_forward"] >= 1
     assert result["stats"]["steps"] >= 1 and result["speedup"] > 0
@@ -141,13 +142,24 @@ def test_check_exact_and_greedy_full(proposer, tmp_path):
     check_end_to_end(proposer, tmp_path, quick=False)
 
 
+@cache
+def proposer_node(name: str):
+    """The proposer node of `name` among its family's models, composed once (a compose is ~0.3 s)."""
+    return load(*family("proposer", name)).proposer
+
+
+@cache
+def check_exact_settings():
+    return load(config_name="check").experiment.exact
+
+
 def check_end_to_end(proposer: str, tmp_path: Path, quick: bool) -> None:
     from experiments.check import run as run_check
 
     twin = exact_twin(proposer)
     def settings(name: str) -> dict:
-        node = load(*family("proposer", name)).proposer
-        parts = load(config_name="check").experiment.exact.parts  # swapped for toy ones by the exact check
+        node = proposer_node(name)
+        parts = check_exact_settings().parts  # swapped for toy ones by the exact check
         return {} if node is None else {k: v for k, v in OmegaConf.to_container(node).items() if k not in parts}
 
     assert settings(twin) == settings(proposer), (proposer, twin)
@@ -157,7 +169,7 @@ def check_end_to_end(proposer: str, tmp_path: Path, quick: bool) -> None:
     # Quick: the longest of the check's prompts (a repeat, token 0), and a chain cut to the exact depth:
     # draws past the first `depth` tokens are never read by their law, they only multiply the enumeration.
     if quick:
-        node, depth = load(*family("proposer", proposer)).proposer, load(config_name="check").experiment.exact.depth
+        node, depth = proposer_node(proposer), check_exact_settings().depth
         gamma = None if node is None else node.get("gamma")
         short_chain = [f"proposer.gamma={depth}"] if twin == proposer and gamma is not None and gamma > depth else []
         quick_settings = ["experiment.greedy.prompts=[[40,3,9,1,0,22,5,5]]", *short_chain]
