@@ -36,6 +36,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.run import torch_threads
 from framework.engine import GenerationOutput, generate
 from framework.target import HFTarget
 from framework.text import encode_prompt, tokenizer_of
@@ -133,13 +134,8 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 
 def run(cfg: DictConfig) -> dict:
-    threads = torch.get_num_threads()
-    if cfg.experiment.num_threads is not None:
-        torch.set_num_threads(cfg.experiment.num_threads)
-    try:
+    with torch_threads(cfg.experiment.num_threads):
         return _run(cfg)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(cfg: DictConfig) -> dict:

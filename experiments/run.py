@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import hydra
@@ -45,15 +46,22 @@ def emitted(out: GenerationOutput) -> list[int]:
     return [t for t in out.tokens[0].tolist() if t >= 0]
 
 
-def run(cfg: DictConfig) -> dict:
-    """Build from cfg, decode speculatively and plainly, write and return the result dict."""
+@contextmanager
+def torch_threads(count: int | None):
+    """Run with `count` torch intra-op threads (None: as they are), restored afterwards."""
     threads = torch.get_num_threads()
-    if cfg.experiment.num_threads is not None:
-        torch.set_num_threads(cfg.experiment.num_threads)
+    if count is not None:
+        torch.set_num_threads(count)
     try:
-        return _run(cfg)
+        yield
     finally:
         torch.set_num_threads(threads)
+
+
+def run(cfg: DictConfig) -> dict:
+    """Build from cfg, decode speculatively and plainly, write and return the result dict."""
+    with torch_threads(cfg.experiment.num_threads):
+        return _run(cfg)
 
 
 def _run(cfg: DictConfig) -> dict:

@@ -33,3 +33,23 @@ class TokenHistory:
         for row, root, tokens, count in zip(self.rows, self.root, result.tokens.tolist(), accepted):
             row.append(root)
             row.extend(tokens[:count])
+
+
+class TextProposer:
+    """Base of the proposers that search the committed text itself (prompt lookup, lookahead, REST):
+    they read no hidden state, keep a TokenHistory, and share one tree shape across rows."""
+
+    hidden_layers = ()  # reads no target hidden state
+    couples_rows = True  # B > 1 rows share one tree shape (the union of their candidates)
+
+    def __init__(self):
+        self.history = TokenHistory()
+
+    def prefill(self, input_ids: torch.Tensor, target) -> None:
+        self.history.prefill(input_ids)
+
+    def commit(self, result) -> None:
+        self.history.commit(result)
+
+    def expand(self, batch_size: int) -> None:
+        self.history.expand(batch_size)

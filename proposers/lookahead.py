@@ -21,7 +21,7 @@ import torch
 from framework.path_tree import tree_from_paths
 from framework.proposer import DecodeState
 from framework.side_rows import SideRows
-from framework.token_history import TokenHistory
+from framework.token_history import TextProposer
 from framework.tree import CandidateTree
 
 
@@ -34,21 +34,18 @@ def window_pattern(levels: int, width: int) -> tuple[torch.Tensor, torch.Tensor]
     return l + i + 1, first_level_left | own_column_below
 
 
-class LookaheadProposer:
-    hidden_layers = ()  # reads no target hidden state
-    couples_rows = True  # B > 1 rows share one tree shape (the union of their guesses)
-
+class LookaheadProposer(TextProposer):
     def __init__(self, window: int = 5, ngram: int = 3, guesses: int = 5, pool_from_prompt: bool = False,
                  seed: int = 0):
         """window W, ngram N, guesses G (n-grams verified per step, also kept per first token in the
         pool). pool_from_prompt: seed the pool with the prompt's own n-grams."""
+        super().__init__()
         for name, value in (("window (W)", window), ("ngram (N)", ngram), ("guesses (G)", guesses)):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         if ngram < 2:
             raise ValueError(f"ngram (N) must be >= 2: a 1-gram has no continuation to propose, got {ngram}")
         self.W, self.N, self.G, self.pool_from_prompt, self.seed = window, ngram, guesses, pool_from_prompt, seed
-        self.history = TokenHistory()
         self.levels = torch.zeros(0, 0, window, dtype=torch.long)  # [B, levels, W]
         self.pool: list[dict[int, list[tuple[int, ...]]]] = []  # per row: first token -> n-gram tails, newest first
         self.max_positions: int | None = None
@@ -56,7 +53,7 @@ class LookaheadProposer:
         self.window_skipped = False  # the last step had no room for the window
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
-        self.history.prefill(input_ids)
+        super().prefill(input_ids, target)
         self.max_positions = target.max_positions
         rows = input_ids.tolist()
         pick = random.Random(self.seed)  # the window starts as prompt tokens: a guess, blind to every coin
@@ -108,10 +105,7 @@ class LookaheadProposer:
             self.levels = self.levels[:, 1:]
         self.levels = torch.cat([self.levels, new[:, None]], dim=1)
 
-    def commit(self, result) -> None:
-        self.history.commit(result)
-
     def expand(self, batch_size: int) -> None:
-        self.history.expand(batch_size)
+        super().expand(batch_size)
         self.levels = self.levels.expand(batch_size, -1, -1).clone()
         self.pool = [{k: list(v) for k, v in self.pool[0].items()} for _ in range(batch_size)]

@@ -13,37 +13,25 @@ import torch
 
 from framework.path_tree import tree_from_paths
 from framework.proposer import DecodeState
-from framework.token_history import TokenHistory
+from framework.token_history import TextProposer
 from framework.tree import CandidateTree
 from proposers.ngram import check_ngram_range, continuations
 
 
-class PromptLookupProposer:
-    hidden_layers = ()  # reads no target hidden state
-    couples_rows = True  # B > 1 rows share one tree shape (the union of their matches)
-
+class PromptLookupProposer(TextProposer):
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_tokens: int = 10, max_matches: int = 4,
                  budget: int = 32):
         """num_tokens: the longest candidate path; max_matches: distinct continuations merged per step;
         budget: the most nodes in the tree."""
+        super().__init__()
         check_ngram_range(min_ngram, max_ngram)
         for name, value in (("num_tokens", num_tokens), ("max_matches", max_matches), ("budget", budget)):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         self.min_ngram, self.max_ngram, self.num_tokens = min_ngram, max_ngram, num_tokens
         self.max_matches, self.budget = max_matches, budget
-        self.history = TokenHistory()
-
-    def prefill(self, input_ids: torch.Tensor, target) -> None:
-        self.history.prefill(input_ids)
 
     def propose(self, state: DecodeState) -> CandidateTree:
         rows = [continuations(ctx, self.min_ngram, self.max_ngram, self.num_tokens, self.max_matches)
                 for ctx in self.history.contexts(state.root)]
         return tree_from_paths(rows, self.budget, state.root.device)
-
-    def commit(self, result) -> None:
-        self.history.commit(result)
-
-    def expand(self, batch_size: int) -> None:
-        self.history.expand(batch_size)

@@ -14,20 +14,18 @@ import torch
 
 from framework.path_tree import tree_from_paths
 from framework.proposer import DecodeState
-from framework.token_history import TokenHistory
+from framework.token_history import TextProposer
 from framework.tree import CandidateTree
 from proposers.rest_datastore import Datastore, DatastoreSource
 
 
-class RestProposer:
-    hidden_layers = ()  # reads no target hidden state
-    couples_rows = True  # B > 1 rows share one tree shape (the union of their matches)
-
+class RestProposer(TextProposer):
     def __init__(self, datastore: Datastore | DatastoreSource, max_context: int = 16, min_context: int = 1,
                  num_tokens: int = 8, max_matches: int = 256, budget: int = 32):
         """datastore: token ids with their suffix array, or a DatastoreSource built with the target's
         tokenizer at prefill; num_tokens: the longest candidate path; max_matches: occurrences read
         per step; budget: the most nodes in the tree."""
+        super().__init__()
         if min_context < 1:
             raise ValueError(f"min_context must be >= 1, got {min_context}")
         if max_context < min_context:
@@ -40,20 +38,13 @@ class RestProposer:
         self.datastore, self.store = datastore, None
         self.max_context, self.min_context, self.num_tokens = max_context, min_context, num_tokens
         self.max_matches, self.budget = max_matches, budget
-        self.history = TokenHistory()
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
         self.store = self.datastore.for_model(target.lm.model)  # checks tokenizer and vocabulary
-        self.history.prefill(input_ids)
+        super().prefill(input_ids, target)
 
     def propose(self, state: DecodeState) -> CandidateTree:
         rows = [list(self.store.continuations(ctx[-self.max_context:], self.num_tokens, self.max_matches,
                                               self.max_context, self.min_context).items())
                 for ctx in self.history.contexts(state.root)]
         return tree_from_paths(rows, self.budget, state.root.device)
-
-    def commit(self, result) -> None:
-        self.history.commit(result)
-
-    def expand(self, batch_size: int) -> None:
-        self.history.expand(batch_size)

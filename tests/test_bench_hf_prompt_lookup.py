@@ -20,6 +20,7 @@ def load(*overrides: str):
 def test_four_methods_agree_and_report(tmp_path):
     result = run(load("experiment.per_category=1", "experiment.max_new_tokens=8", "experiment.categories=[repetition_editing]",
                       "experiment.warmup=0",  # timing is not checked here
+                      "proposer.num_tokens=10", "proposer.max_ngram=3",  # what transformers' K, M mirror
                       f"output_dir={tmp_path}"))
     assert result["methods"] == METHODS  # K=10, M=3 differ from transformers' defaults (M=2): both timed
     assert result["settings"]["hf_attention"] in ("sdpa", "eager") and result["settings"]["ours_attention"] == "speculum_tree"
