@@ -26,17 +26,15 @@ rounding, so a near-tie can break differently). Writes <output_dir>/bench_hf_pro
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import hydra
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.run import torch_threads
+from experiments.run import torch_threads, write_json
 from framework.engine import GenerationOutput, generate
 from framework.target import HFTarget
 from framework.text import encode_prompt, tokenizer_of
@@ -209,10 +207,7 @@ def _run(cfg: DictConfig) -> dict:
             row["pld_ours_vs_hf_defaults"] = seconds["hf_pld_defaults"] / seconds["ours_pld"]
         rows.append(row)
     result = {"config": OmegaConf.to_container(cfg, resolve=True), "settings": settings, "methods": names, "rows": rows}
-    path = Path(cfg.output_dir) / "bench_hf_prompt_lookup.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2))
-    result["path"] = str(path)
+    result["path"] = str(write_json(cfg.output_dir, "bench_hf_prompt_lookup.json", result))
     return result
 
 

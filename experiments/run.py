@@ -104,11 +104,16 @@ def _run(cfg: DictConfig) -> dict:
         "plain_tokens_per_s": len(emitted(plain)) / plain_median,
         "speedup": plain_median / spec_median,
     }
-    path = Path(cfg.output_dir) / "result.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2))
-    result["path"] = str(path)
+    result["path"] = str(write_json(cfg.output_dir, "result.json", result))
     return result
+
+
+def write_json(output_dir: str, name: str, data) -> Path:
+    """<output_dir>/<name>, folders made as needed; returns the path."""
+    path = Path(output_dir) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+    return path
 
 
 def report(result: dict) -> str:

@@ -17,7 +17,7 @@ Side rows (lookahead) of the parts ride along when they see only the tree's root
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import torch
 

@@ -9,7 +9,6 @@ coin: kind `point`, exact through the point rule.
 
 from __future__ import annotations
 
-import torch
 
 from framework.path_tree import tree_from_paths
 from framework.proposer import DecodeState

@@ -3,7 +3,6 @@
 import random
 
 import pytest
-import torch
 
 from framework.path_tree import node_paths, tree_from_paths
 
