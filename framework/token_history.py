@@ -22,10 +22,14 @@ class TokenHistory:
             raise ValueError("expand needs a history with one row")
         self.rows = [list(self.rows[0]) for _ in range(batch_size)]
 
+    def note_root(self, root: torch.Tensor) -> list[int]:
+        """root [B]: the step's root per row, remembered for commit."""
+        self.root = root.tolist()
+        return self.root
+
     def contexts(self, root: torch.Tensor) -> list[list[int]]:
         """root [B] -> each row's whole sequence, the root last (remembered for commit)."""
-        self.root = root.tolist()
-        return [row + [token] for row, token in zip(self.rows, self.root)]
+        return [row + [token] for row, token in zip(self.rows, self.note_root(root))]
 
     def commit(self, result) -> None:
         """Append the root and the accepted tokens (result: a verifiers.Verification)."""

@@ -50,7 +50,6 @@ class LookaheadProposer(TextProposer):
         self.pool: list[dict[int, list[tuple[int, ...]]]] = []  # per row: first token -> n-gram tails, newest first
         self.max_positions: int | None = None
         self.patterns: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.window_skipped = False  # the last step had no room for the window
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
         super().prefill(input_ids, target)
@@ -74,8 +73,8 @@ class LookaheadProposer(TextProposer):
 
     def propose(self, state: DecodeState) -> CandidateTree:
         rows = []
-        for pool, ctx in zip(self.pool, self.history.contexts(state.root)):
-            tails = pool.get(ctx[-1], [])[: self.G]
+        for pool, root in zip(self.pool, self.history.note_root(state.root)):
+            tails = pool.get(root, [])[: self.G]
             rows.append([(tail, self.G - rank) for rank, tail in enumerate(tails)])  # newest weighs most
         return tree_from_paths(rows, self.G * (self.N - 1), state.root.device)
 
@@ -86,9 +85,7 @@ class LookaheadProposer(TextProposer):
         depth, sees_side = self.patterns[levels]
         longest = max(len(row) for row in self.history.rows)  # the root's position, at most
         if self.max_positions is not None and longest + int(depth.max()) >= self.max_positions:
-            self.window_skipped = True
             return None  # no room left in the context: plain verification only, the window waits
-        self.window_skipped = False
         sees_tree = torch.zeros(depth.numel(), tree.num_nodes + 1, dtype=torch.bool)
         sees_tree[:, 0] = True  # the root only: the window guesses what follows the committed text
         return SideRows(self.levels.reshape(B, levels * W).to(tree.tokens.device), depth, sees_tree, sees_side)

@@ -49,6 +49,7 @@ class MixProposer:
         self.layer_index = [[layers.index(layer) for layer in part.hidden_layers] for part in self.parts]
         self.couples_rows = True  # one merged shape for the rows
         self.trees: list[CandidateTree] = []
+        self.part_paths: list[list[list[tuple]]] = []
         self.side_parts: list[tuple[int, int]] = []  # (part index, side rows) of this step
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
@@ -67,11 +68,12 @@ class MixProposer:
 
     def propose(self, state: DecodeState) -> CandidateTree:
         self.trees = [part.propose(self.part_state(state, j)) for j, part in enumerate(self.parts)]
+        self.part_paths = [node_paths(tree) for tree in self.trees]  # [part][b][node]: read again at commit
         rows = [[] for _ in range(state.root.shape[0])]
-        for tree, weight in zip(self.trees, self.weights):
-            for row, paths in zip(rows, node_paths(tree)):
-                leaves = set(range(tree.num_nodes)) - set(tree.parents.tolist())
-                row.extend((paths[i], weight) for i in sorted(leaves))
+        for tree, paths, weight in zip(self.trees, self.part_paths, self.weights):
+            leaves = sorted(set(range(tree.num_nodes)) - set(tree.parents.tolist()))
+            for row, row_paths in zip(rows, paths):
+                row.extend((row_paths[i], weight) for i in leaves)
         self.tree = tree_from_paths(rows, self.budget, state.root.device)
         return self.tree
 
@@ -106,8 +108,8 @@ class MixProposer:
 
     def commit(self, result: Verification) -> None:
         merged = node_paths(self.tree)
-        for part, own in zip(self.parts, self.trees):
-            part.commit(part_view(result, merged, node_paths(own)))
+        for part, own in zip(self.parts, self.part_paths):
+            part.commit(part_view(result, merged, own))
 
     def expand(self, batch_size: int) -> None:
         for part in self.parts:
