@@ -76,14 +76,14 @@ class CachedLM(SlotCache):
         all_hidden: bool = False,  # hidden states of every row, not only the logits rows
     ) -> LMOutput:
         B, M = input_ids.shape
+        device = self.device
         positions = self.positions(depth)  # [B, M]
-        if self.max_positions is not None and int(positions.max()) >= self.max_positions:
+        last = int(positions.max())  # the one host sync a forward needs (a bad position must not reach the model)
+        if self.max_positions is not None and last >= self.max_positions:
+            raise ValueError(f"position {last} exceeds the model's context of {self.max_positions} tokens")
+        if self.window is not None and last >= self.window:
             raise ValueError(
-                f"position {int(positions.max())} exceeds the model's context of {self.max_positions} tokens"
-            )
-        if self.window is not None and int(positions.max()) >= self.window:
-            raise ValueError(
-                f"position {int(positions.max())} reaches the model's sliding window of {self.window}: "
+                f"position {last} reaches the model's sliding window of {self.window}: "
                 "windowed attention is not supported by the tree mask"
             )
         tree_mask = self.tree_mask(pending_mask)
@@ -92,16 +92,16 @@ class CachedLM(SlotCache):
         else:
             masks = {"speculum_mask": tree_mask, "speculum_backend": self.tree_backend}
         out = self.model(
-            input_ids=input_ids.to(self.device),
+            input_ids=input_ids.to(device),
             **masks,
             position_ids=positions,
             cache=self.cache,
             use_cache=True,
             output_hidden_states=bool(self.hidden_layers),
-            logits_to_keep=logits_rows.to(self.device) if logits_rows is not None else 0,
+            logits_to_keep=logits_rows.to(device) if logits_rows is not None else 0,
         )
         hidden = None
         if self.hidden_layers:
-            rows = slice(None) if logits_rows is None or all_hidden else logits_rows.to(self.device)
+            rows = slice(None) if logits_rows is None or all_hidden else logits_rows.to(device)
             hidden = torch.stack([out.hidden_states[i][:, rows] for i in self.hidden_layers], dim=2)
         return LMOutput(out.logits, hidden)

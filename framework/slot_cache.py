@@ -9,14 +9,13 @@ Shared by CachedLM (a whole Hugging Face model) and the EAGLE head (one decoder 
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
-
+from framework.slot_kv import SlotKVCache
 from framework.tree_mask import TreeMask
 
 
 class SlotCache:
     def __init__(self):
-        self.cache: DynamicCache | None = None
+        self.cache: SlotKVCache | None = None
         self.valid = torch.zeros(0, 0, dtype=torch.bool)  # [B, S0] committed slots in use
         self.length = torch.zeros(0, dtype=torch.long)  # [B] committed tokens = next position
         self.committed_slots = 0  # S0; slots after it are pending
@@ -26,7 +25,7 @@ class SlotCache:
         return self.length.shape[0]
 
     def reset(self, batch_size: int, device: torch.device) -> None:
-        self.cache = DynamicCache()
+        self.cache = SlotKVCache()
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)
         self.length = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.committed_slots = 0
@@ -49,17 +48,14 @@ class SlotCache:
         if int(counts.max()) > K:
             raise ValueError(f"asked to keep {int(counts.max())} slots but only {K} were listed")
         index = (S0 + slots.clamp_min(0)).to(device)  # [B, K]
-        pending = self.cache.layers[0].keys.shape[2] - S0 if self.cache.layers else 0
-        in_place = K == pending and bool((slots == torch.arange(K, device=slots.device)).all())
-        for layer in [] if in_place else self.cache.layers:  # already laid out as kept: no copy
-            for name in ("keys", "values"):
-                tensor = getattr(layer, name)  # [B, H, S, D]
-                gathered = tensor.gather(2, index[:, None, :, None].expand(-1, tensor.shape[1], -1, tensor.shape[3]))
-                if K <= pending:  # over the pending slots: the past is not copied again
-                    tensor[:, :, S0 : S0 + K] = gathered
-                    setattr(layer, name, tensor[:, :, : S0 + K])
-                else:  # more slots listed than written (padding beyond a row's count)
-                    setattr(layer, name, torch.cat([tensor[:, :, :S0], gathered], dim=2))
+        pending = self.cache.layers[0].used - S0 if self.cache.layers else 0
+        in_place = K <= pending and bool((slots == torch.arange(K, device=slots.device)).all())  # laid out as kept
+        for layer in self.cache.layers:
+            if not in_place:  # gathered first, so writing over the pending slots cannot clobber a source
+                keys, values = (t.gather(2, index[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3]))
+                                for t in (layer.keys, layer.values))
+                layer.write(S0, keys, values)
+            layer.truncate(S0 + K)
         kept = torch.arange(K, device=device)[None, :] < counts.to(device)[:, None]  # [B, K]
         self.valid = torch.cat([self.valid, kept], dim=1)
         self.length = self.length + counts.to(device)

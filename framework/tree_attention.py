@@ -52,7 +52,7 @@ def reference_backend(query, key, value, mask: TreeMask, scaling: float) -> torc
 def sdpa_backend(query, key, value, mask: TreeMask, scaling: float) -> torch.Tensor:
     """Every query row sees at least itself, so no row of the mask is empty (SDPA would give NaN)."""
     return torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask.dense(), scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+        query, key, value, attn_mask=mask.additive(query.dtype), scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
 
 
 def triton_backend(query, key, value, mask: TreeMask, scaling: float) -> torch.Tensor:

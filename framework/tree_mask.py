@@ -33,6 +33,18 @@ class TreeMask:
         past = self.past_valid[:, None, :].expand(B, M, -1)
         return torch.cat([past, self.tree[None].expand(B, -1, -1)], dim=-1)[:, None]
 
+    def additive(self, dtype: torch.dtype) -> torch.Tensor:
+        """[B, 1, M, S0+T] of 0 (may attend) and -inf: SDPA converts a boolean mask to this form in
+        every call, i.e. in every layer; built here once per forward and dtype."""
+        if dtype not in self._additive:
+            zero = torch.zeros((), dtype=dtype, device=self.tree.device)
+            self._additive[dtype] = torch.where(self.dense(), zero, float("-inf"))
+        return self._additive[dtype]
+
+    @cached_property
+    def _additive(self) -> dict:
+        return {}
+
     def packed_tree(self) -> torch.Tensor:
         """[M, ceil(T/32)] int32 bitmask words: bit j % 32 of word j // 32 is tree[i, j]."""
         M, T = self.tree.shape
