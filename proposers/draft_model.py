@@ -12,9 +12,13 @@ Skipping a read changes no coin and no law: the deepest level's logits drew noth
 
 `stop_below` cuts the tree short where the draft is unsure: after reading a level, if no node of
 it (in any row) has a draft top-1 probability (its temperature-1 softmax) of at least stop_below,
-the deeper levels are not drafted. The decision reads only the draft's own logits before the
-children are drawn, so it is blind to the verifier's coins and to the drawn values: every node
-still has its children drawn from its exact law q, or none, and the output law is unchanged.
+its children are still drawn (that read is paid for; like transformers' confidence stop, the first
+unsure token is proposed) but become the last level. The decision reads only the draft's own
+logits, so it is blind to the verifier's coins: every node still has its children drawn from its
+exact law q, or none, and the output law is unchanged.
+
+`adaptive_depth` (DepthSchedule) sets how many levels to draft from the acceptance of the steps
+before: a function of the past only, so the same argument holds.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 
 from framework import tree_attention
 from framework.cached_lm import CachedLM
+from framework.depth_schedule import DepthSchedule
 from framework.drafting import draw_children
 from framework.proposer import DecodeState
 from framework.sampling import SamplingConfig, process_logits, seen_along_tree
@@ -44,22 +49,26 @@ class DraftModelProposer:
         sampling: SamplingConfig | None = None,
         backend: str | None = "auto",
         stop_below: float = 0.0,
+        adaptive_depth: int = 0,
     ):
         """gamma: chain length (branching=1); else a full tree of `branching` children per node
         down to `depth` (default gamma). sampling: the draft's own law (default: the target's).
-        stop_below: stop drafting deeper once a level's draft top-1 probabilities are all below it."""
+        stop_below: stop drafting deeper once a level's draft top-1 probabilities are all below it.
+        adaptive_depth: 0 drafts every level; k > 0 adapts the depth within [1, k] from the
+        acceptance history (DepthSchedule), starting at gamma (or depth)."""
         if gamma < 1 or branching < 1:
             raise ValueError(f"need gamma >= 1 and branching >= 1, got {gamma}, {branching}")
         if not 0.0 <= stop_below <= 1.0:
             raise ValueError(f"stop_below must lie in [0, 1], got {stop_below}")
         if kind not in ("iid", "wor", "point"):
             raise ValueError(f"kind must be iid, wor or point, got {kind!r}")
-        self.shape = TreeShape.chain(gamma) if branching == 1 else TreeShape.full(branching, depth or gamma)
+        start = gamma if branching == 1 else depth or gamma
+        levels = max(start, adaptive_depth)
+        self.shape = TreeShape.chain(levels) if branching == 1 else TreeShape.full(branching, levels)
+        self.schedule = DepthSchedule(start, adaptive_depth) if adaptive_depth else None
         self.kind, self.sampling, self.stop_below = kind, sampling, stop_below
-        # The cut looks at every row's draft, so with stop_below > 0 rows are coupled too; the exact
-        # harness still enumerates it batched (one world at a time is far too slow for iid chains):
-        # a known gap, see the README (EAGLE).
-        self.couples_rows = False
+        # One shape for the batch: the cut reads every row's draft, the schedule every row's acceptance.
+        self.couples_rows = stop_below > 0 or self.schedule is not None
         tree_attention.use_tree_attention(draft_model, backend)
         self.lm = CachedLM(draft_model, tree_backend=backend)
         node_depth = depths(self.shape.parents)
@@ -67,6 +76,7 @@ class DraftModelProposer:
         if not bool((node_depth[1:] >= node_depth[:-1]).all()):
             raise ValueError("the tree's nodes must come in level order (a cut keeps a prefix of them)")
         self.unread = self.levels[-1]  # nodes of the last proposed tree that have no draft KV yet
+        self.drafted_depth = len(self.levels)  # levels in the last proposed tree
         self.mask = ancestor_mask(self.shape.parents)  # [N+1, N+1]; slot of node i is i + 1 (level order)
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
@@ -88,24 +98,25 @@ class DraftModelProposer:
         tokens = torch.zeros(B, N, dtype=torch.long, device=state.root.device)
         q = torch.empty(B, N + 1, state.seen.shape[-1], dtype=torch.float64 if self.lm.dtype == torch.float64 else torch.float32, device=state.root.device)
         parents = self.shape.parents.tolist()
-        q[:, self.levels[-1] + 1] = 1.0 / q.shape[-1]  # deepest nodes draw no children: a placeholder law, never read
-        fed, kept, self.unread = 0, N, self.levels[-1]  # pending slots written (root = slot 0), nodes kept
-        for level in range(len(self.levels)):  # the root, then every level that has children
+        fed = 0  # pending slots written (root = slot 0)
+        depth = self.schedule.depth if self.schedule is not None else len(self.levels)
+        for level in range(depth):  # read the root, then each level that may have children
             rows = torch.tensor([0]) if level == 0 else self.levels[level - 1] + 1  # tree rows read now
             inputs = state.root[:, None] if level == 0 else tokens[:, rows - 1]
             out = self.lm.forward(inputs, torch.full((rows.numel(),), level), self.mask[rows][:, : fed + rows.numel()])
             fed += rows.numel()
-            if level > 0 and self.unsure(out.logits):  # cut here: these nodes were read, none is unread
-                kept, self.unread = int(rows.max()), self.levels[-1][:0]
-                q[:, rows] = 1.0 / q.shape[-1]  # they are leaves now: placeholder laws, never read
-                break
             seen = seen_along_tree(state.seen, tokens, self.shape.parents)[:, rows] if cfg.uses_history else None
             q[:, rows] = process_logits(out.logits, cfg, seen).to(q.dtype)
             for row in rows.tolist():  # draw each node's children from its own law
                 kids = [i for i in range(N) if parents[i] == row - 1]
                 if kids:
-                    drawn = draw_children(q[:, row], len(kids), self.kind, state.rng)
-                    tokens[:, kids] = drawn
+                    tokens[:, kids] = draw_children(q[:, row], len(kids), self.kind, state.rng)
+            if self.unsure(out.logits):  # the children just drawn are the last level
+                break
+        self.unread = self.levels[level]  # the last level drawn: leaves, never read by the draft
+        self.drafted_depth = level + 1
+        kept = int(self.unread.max()) + 1
+        q[:, self.unread + 1] = 1.0 / q.shape[-1]  # leaves draw no children: a placeholder law, never read
         draft_probs = q[:, : kept + 1] if self.kind != "point" else None
         return CandidateTree(tokens[:, :kept], self.shape.parents[:kept], draft_probs, self.kind)
 
@@ -119,6 +130,8 @@ class DraftModelProposer:
         """Keep the accepted nodes' KV; tokens accepted without a draft slot (a deepest node never
         read, or, inside a mix, nodes of another part's tree: path -1) get theirs in one forward."""
         path, accepted = result.path, result.num_accepted  # [B, D] node indices (-1 padded), [B]
+        if self.schedule is not None:
+            self.schedule.update(accepted, self.drafted_depth)
         in_draft = (path >= 0) & ~torch.isin(path, self.unread.to(path.device))  # [B, D] nodes with a slot
         kept = torch.minimum(in_draft.long().cumprod(1).sum(1), accepted)  # [B] leading nodes with a slot
         self.lm.keep_path(path.masked_fill(~in_draft, -1), kept)

@@ -172,6 +172,10 @@ def check_end_to_end(proposer: str, tmp_path: Path, quick: bool) -> None:
         node, depth = proposer_node(proposer), check_exact_settings().depth
         gamma = None if node is None else node.get("gamma")
         short_chain = [f"proposer.gamma={depth}"] if twin == proposer and gamma is not None and gamma > depth else []
+        # The draft's confidence cut and depth schedule couple the rows, so their worlds run one at a
+        # time (~80 s here): tests/harness/test_real_models checks both exactly; -m slow runs them here.
+        if twin == proposer and node is not None and node.get("adaptive_depth", 0):
+            short_chain += ["proposer.adaptive_depth=0", "proposer.stop_below=0"]
         quick_settings = ["experiment.greedy.prompts=[[40,3,9,1,0,22,5,5]]", *short_chain]
     else:
         quick_settings = []
