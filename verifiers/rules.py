@@ -32,10 +32,18 @@ class ChildRule(Protocol):
         ...
 
 
-def normalize_or_keep(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-    """new / sum(new); where new sums to 0 (an unreachable branch, e.g. p == q), keep old."""
-    total = new.sum(-1, keepdim=True)
-    return torch.where(total > 0, new / torch.where(total > 0, total, 1), old)
+def normalize_or_keep(new: torch.Tensor, old: torch.Tensor, *, in_place: bool = False) -> torch.Tensor:
+    """new / sum(new); where new sums to 0 (an unreachable branch, e.g. p == q), keep old.
+
+    in_place: new is the caller's own temporary, divided where it lies (one [B, V] allocation
+    fewer: fresh large tensors cost page faults)."""
+    total = new.sum(-1, keepdim=True)  # [B, 1]
+    empty = ~(total > 0).squeeze(-1)  # [B] (a NaN total counts as empty too)
+    denominator = torch.where(total > 0, total, 1)  # [B, 1]
+    out = new.div_(denominator) if in_place else new / denominator  # [B, V]
+    if bool(empty.any()):  # rare: copy those rows rather than a select over all of [B, V]
+        out[empty] = old[empty]
+    return out
 
 
 def at(probs: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
@@ -63,7 +71,7 @@ class PointRule:
         return at(law.r, token)
 
     def after_reject(self, law: NodeLaw, token: torch.Tensor) -> NodeLaw:
-        return replace(law, r=normalize_or_keep(without(law.r, token), law.r))
+        return replace(law, r=normalize_or_keep(without(law.r, token), law.r, in_place=True))
 
 
 class IidRule:
@@ -75,7 +83,7 @@ class IidRule:
         return draft_ratio(law.r, law.q, token)
 
     def after_reject(self, law: NodeLaw, token: torch.Tensor) -> NodeLaw:
-        return replace(law, r=normalize_or_keep((law.r - law.q).clamp_min(0), law.r))
+        return replace(law, r=normalize_or_keep(torch.sub(law.r, law.q).clamp_min_(0), law.r, in_place=True))
 
 
 class WorRule(IidRule):
@@ -83,7 +91,7 @@ class WorRule(IidRule):
 
     def after_reject(self, law: NodeLaw, token: torch.Tensor) -> NodeLaw:
         law = super().after_reject(law, token)
-        return replace(law, q=normalize_or_keep(without(law.q, token), law.q))
+        return replace(law, q=normalize_or_keep(without(law.q, token), law.q, in_place=True))
 
 
 LOSSLESS_RULES: dict[str, ChildRule] = {"point": PointRule(), "iid": IidRule(), "wor": WorRule()}
