@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from framework.compiled import EagerFallback
 from framework.slot_cache import SlotCache
 
 
@@ -38,14 +39,17 @@ def context_length(config) -> int | None:
 
 
 class CachedLM(SlotCache):
-    def __init__(self, model, hidden_layers: tuple[int, ...] = (), tree_backend: str | None = None):
+    def __init__(self, model, hidden_layers: tuple[int, ...] = (), tree_backend: str | None = None,
+                 compile: bool = False):
         """tree_backend: None passes a dense 4D mask (any attention implementation); a backend
         name ("auto", "triton", "sdpa", "reference") passes the compact TreeMask to the registered
-        tree attention, which the model must be running."""
+        tree attention, which the model must be running. compile: run the forward through
+        torch.compile (falling back to eager on failure, see framework.compiled)."""
         super().__init__()
         if not hasattr(model, "config") or not callable(model):
             raise ValueError("expected a Hugging Face causal LM (AutoModelForCausalLM)")
         self.model = model
+        self.call = EagerFallback(model, compile)
         self.tree_backend = tree_backend
         self.hidden_layers = tuple(hidden_layers)
         self.max_positions = context_length(model.config)
@@ -91,11 +95,11 @@ class CachedLM(SlotCache):
             masks = {"attention_mask": tree_mask.dense()}  # [B, 1, M, S+M] for any attention
         else:
             masks = {"speculum_mask": tree_mask, "speculum_backend": self.tree_backend}
-        out = self.model(
+        out = self.call(
+            self.cache,
             input_ids=input_ids.to(device),
             **masks,
             position_ids=positions,
-            cache=self.cache,
             use_cache=True,
             output_hidden_states=bool(self.hidden_layers),
             logits_to_keep=logits_rows.to(device) if logits_rows is not None else 0,

@@ -28,11 +28,12 @@ class HFTarget:
     `speculum_tree` attention. None keeps the model's own attention implementation, fed dense
     4D masks.
     hidden_layers: hidden-state layers to return with the logits (for heads: Medusa, EAGLE).
+    compile: run the forward through torch.compile, eager on failure (off: on CPU it loses).
     """
 
-    def __init__(self, model, backend: str | None = "auto", hidden_layers: tuple[int, ...] = ()):
+    def __init__(self, model, backend: str | None = "auto", hidden_layers: tuple[int, ...] = (), compile: bool = False):
         tree_attention.use_tree_attention(model, backend)
-        self.lm = CachedLM(model, hidden_layers, backend)
+        self.lm = CachedLM(model, hidden_layers, backend, compile)
         self.root = torch.zeros(0, dtype=torch.long)  # [B] last emitted token, not yet in the cache
 
     @property

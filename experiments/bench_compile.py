@@ -1,0 +1,74 @@
+"""Benchmark: the target's forward through torch.compile against eager, same run, interleaved.
+
+    python -m experiments.bench_compile                 # zoo target, plain decoding and a draft chain, 64 tokens
+    python -m experiments.bench_compile --new-tokens 128 --rounds 5 --json compile.json
+
+Both targets hold their own copy of the same weights. Compile time: the first (warm-up)
+generation of the compiled target minus the eager one's. Then --rounds interleaved rounds of each
+setting; the figure is the median seconds per generation and eager / compiled (> 1: compile wins).
+The texts must agree (greedy), else the run says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from experiments.bench_loop import heldout_prompt
+from framework import SamplingConfig
+from framework.engine import generate
+from framework.target import HFTarget
+from framework.zoo.checkpoints import load_causal_lm
+from proposers.draft_model import DraftModelProposer
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", default="target")
+    ap.add_argument("--draft", default="draft")
+    ap.add_argument("--prompt", type=int, default=64)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    draft = load_causal_lm(args.draft)
+    targets = {"eager": HFTarget(load_causal_lm(args.target)), "compiled": HFTarget(load_causal_lm(args.target), compile=True)}
+    prompt = heldout_prompt(targets["eager"].lm.model, args.prompt)
+    settings = {"plain": lambda: None, "draft": lambda: DraftModelProposer(draft, gamma=4, stop_below=0.3, adaptive_depth=8)}
+    greedy = SamplingConfig(temperature=0.0)
+
+    def run(name: str, setting: str):
+        start = time.perf_counter()
+        out = generate(targets[name], settings[setting](), prompt, args.new_tokens, greedy)
+        return time.perf_counter() - start, out.tokens
+
+    first = {name: run(name, "plain")[0] for name in targets}
+    results = {"compile_s": first["compiled"] - first["eager"], "failure": targets["compiled"].lm.call.failure}
+    for setting in settings:
+        times = {name: [] for name in targets}
+        tokens = {}
+        for _ in range(args.rounds):
+            for name in targets:
+                seconds, tokens[name] = run(name, setting)
+                times[name].append(seconds)
+        eager, compiled = (statistics.median(times[n]) for n in ("eager", "compiled"))
+        results[setting] = {"eager_s": eager, "compiled_s": compiled, "eager_over_compiled": eager / compiled,
+                            "same_tokens": bool(torch.equal(tokens["eager"], tokens["compiled"]))}
+    print(f"compile time {results['compile_s']:.1f} s" + (f" (fell back: {results['failure']})" if results["failure"] else ""))
+    print("| setting | eager s | compiled s | eager / compiled | same tokens |\n|---|---:|---:|---:|---|")
+    for setting in settings:
+        r = results[setting]
+        print(f"| {setting} | {r['eager_s']:.2f} | {r['compiled_s']:.2f} | {r['eager_over_compiled']:.2f}x | {r['same_tokens']} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
