@@ -92,6 +92,13 @@ class Decoder:
         self.eos_token_id, self.verifier = eos_token_id, verifier
         self.stats = GenerationStats()
         self.state: DecodeState | None = None
+        self._plain: CandidateTree | None = None
+
+    def plain_tree(self, batch_size: int) -> CandidateTree:
+        """The empty tree of plain decoding, built (and validated) once, not at every step."""
+        if self._plain is None or self._plain.tokens.shape[0] != batch_size:
+            self._plain = empty_tree(batch_size, self.target.device)
+        return self._plain
 
     def prefill(self, input_ids: torch.Tensor, copies: int = 1, root: torch.Tensor | None = None) -> torch.Tensor:
         """Run the prompt [B, L]; returns the first new token [B], sampled from the target.
@@ -131,7 +138,7 @@ class Decoder:
         device = self.target.device
         t0 = _clock(device)
         state = self.state
-        tree = self.proposer.propose(state) if self.proposer is not None else empty_tree(state.root.shape[0], device)
+        tree = self.proposer.propose(state) if self.proposer is not None else self.plain_tree(state.root.shape[0])
         side = self.proposer.side_rows(tree) if isinstance(self.proposer, SideRowProposer) else None
         t1 = _clock(device)
         out = self.target.forward_tree(tree, side)

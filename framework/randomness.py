@@ -27,9 +27,13 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     cdf = probs.cumsum(-1)
     target = (u.to(cdf.dtype) * cdf[..., -1]).unsqueeze(-1)
     idx = torch.searchsorted(cdf.contiguous(), target.contiguous(), right=True).squeeze(-1)
-    # Rounding can put u * total at or past the last step: fall back to the last positive entry.
-    last_positive = probs.shape[-1] - 1 - (probs > 0).flip(-1).to(torch.int8).argmax(-1)
-    return torch.minimum(idx, last_positive)
+    # The first index whose cdf exceeds the target has mass, unless there is none (idx == V): rounding
+    # put u * total at or past the last step. Only then is the last positive entry looked for.
+    V = probs.shape[-1]
+    if bool((idx >= V).any()):
+        last_positive = V - 1 - (probs > 0).flip(-1).to(torch.int8).argmax(-1)
+        idx = torch.minimum(idx, last_positive)
+    return idx
 
 
 class TorchSource:

@@ -66,29 +66,31 @@ def process_logits(
 
     seen [..., V] bool: tokens already in each row's own sequence (for the repetition penalty).
     """
-    if torch.isnan(logits).any():
-        raise ValueError("logits contain NaN")
+    top = logits.amax(-1)  # one pass for both checks: a max is NaN if any entry is, -inf if all are
+    if bool((torch.isnan(top) | (top == float("-inf"))).any()):
+        if torch.isnan(top).any():
+            raise ValueError("logits contain NaN")
+        raise ValueError("every logit in a row is -inf: no token can be sampled")
     if not logits.dtype.is_floating_point or logits.element_size() < 4:
         logits = logits.float()
-    if cfg.uses_history:
+    if cfg.uses_history:  # the penalty scales finite logits only: the checks above still hold
         if seen is None:
             raise ValueError("repetition_penalty needs the tokens seen along each row's path")
         logits = apply_repetition_penalty(logits, seen, cfg.repetition_penalty)
-    if (logits == float("-inf")).all(-1).any():
-        raise ValueError("every logit in a row is -inf: no token can be sampled")
     if cfg.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
-    logits = logits / cfg.temperature
+    if cfg.temperature != 1.0:
+        logits = logits / cfg.temperature
     if 0 < cfg.top_k < logits.shape[-1]:
         kth = logits.topk(cfg.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = torch.softmax(logits, dim=-1)
-    keep = torch.ones_like(probs, dtype=torch.bool)
-    if cfg.top_p < 1:
-        keep &= _keep_top_p(probs, cfg.top_p)
-    if cfg.min_p > 0:
-        keep &= probs >= cfg.min_p * probs.amax(-1, keepdim=True)
     if cfg.top_p < 1 or cfg.min_p > 0:
+        keep = torch.ones_like(probs, dtype=torch.bool)
+        if cfg.top_p < 1:
+            keep &= _keep_top_p(probs, cfg.top_p)
+        if cfg.min_p > 0:
+            keep &= probs >= cfg.min_p * probs.amax(-1, keepdim=True)
         probs = probs * keep
         probs = probs / probs.sum(-1, keepdim=True)
     return probs
