@@ -8,17 +8,23 @@ Inputs are one prebuilt batch per shape (p and q: softmax of random logits, scal
 verified again and again until --total verifications are done (the last call takes a slice).
 Timing uses validate=False, as an engine would; the chain/iid setting is also timed with
 validate=True and the ratio (with / without) is printed as a side figure.
+
+Then the Triton chain path (verifiers/triton_chain.py) on a small batch under the Triton
+interpreter (TRITON_INTERPRET=1, set here if unset): a correctness check only (its tokens
+against the PyTorch verifier's on the same injected uniforms); the interpreter runs each
+program in Python, so its time is no speed figure. --no-triton skips it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import torch
 
-from framework import CandidateTree
+from framework import CandidateTree, ReplaySource
 from verifiers import verify
 
 LOGIT_SCALE = 3.0
@@ -100,12 +106,52 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def triton_interpreter_check(vocab: int, gen: torch.Generator, batch: int = 16) -> list[dict]:
+    """The Triton chain path against the PyTorch verifier on chain-4 (point, iid), same uniforms."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # read when the kernels are decorated, at import
+    try:
+        from verifiers.triton_chain import TritonChainVerifier
+    except ImportError as err:
+        print(f"\nTriton path skipped: {err}")
+        return []
+    parents = torch.arange(-1, CHAIN_LEN - 1)
+    p, q, tokens = make_inputs(parents, batch, vocab, gen)
+    p[: batch // 2] = q[: batch // 2]  # half the rows p == q: iid accepts them to the bonus
+    rows = []
+    for kind in KINDS:
+        tree = build_tree(kind, tokens, parents, q)
+        draws = [torch.rand(batch, CHAIN_LEN + 1, 1, generator=gen, dtype=torch.float64),
+                 torch.rand(batch, generator=gen, dtype=torch.float64)]
+        timed = {}
+        for name, verifier in (("triton", TritonChainVerifier()), ("pytorch", None)):
+            extra = {} if verifier is None else {"verifier": verifier}
+            start = time.perf_counter()
+            timed[name] = verify(tree, p, rng=ReplaySource(list(draws)), validate=False, **extra)
+            timed[name + "_s"] = time.perf_counter() - start
+        same = torch.equal(timed["triton"].tokens, timed["pytorch"].tokens) and torch.equal(
+            timed["triton"].num_accepted, timed["pytorch"].num_accepted)
+        rows.append({"shape": "chain-4", "kind": kind, "batch": batch, "vocab": vocab, "path": "triton-interpreter",
+                     "matches_pytorch": same, "seconds": timed["triton_s"], "pytorch_seconds": timed["pytorch_s"],
+                     "accepted": int(timed["pytorch"].num_accepted.sum())})
+    return rows
+
+
+def triton_table(rows: list[dict]) -> str:
+    lines = ["| Triton chain path (interpreter) | kind | batch | same tokens as PyTorch | accepted nodes | "
+             "seconds per call (interpreter) | PyTorch seconds per call |", "|---|---|---:|---|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['shape']} | {r['kind']} | {r['batch']} | {'yes' if r['matches_pytorch'] else 'NO'} | "
+                     f"{r['accepted']} | {r['seconds']:.3f} | {r['pytorch_seconds']:.4f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--total", type=int, default=100_000, help="verifications per setting")
     parser.add_argument("--vocab", type=int, default=8192, help="vocabulary size V")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as a JSON list")
+    parser.add_argument("--no-triton", action="store_true", help="skip the Triton interpreter check")
     args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -131,10 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     ratio = validated["verifications_per_s"] / plain["verifications_per_s"]
     print(f"\nchain-4/iid with validate=True: {validated['verifications_per_s']:,.0f} verifications/s, "
           f"{ratio:.2f}x the rate without validation")
+    triton_rows = [] if args.no_triton else triton_interpreter_check(args.vocab, gen)
+    if triton_rows:
+        print("\n" + triton_table(triton_rows))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(rows + [validated], f, indent=2)
-    return 0
+            json.dump(rows + [validated] + triton_rows, f, indent=2)
+    return 0 if all(r["matches_pytorch"] for r in triton_rows) else 1
 
 
 if __name__ == "__main__":
