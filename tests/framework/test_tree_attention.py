@@ -102,18 +102,19 @@ def accepted(path, num_accepted):
 
 
 def test_hf_target_on_the_triton_path():
-    """A tiny Llama forced onto the kernel gives the reference path's tree logits."""
+    """A tiny Llama forced onto the kernel gives the reference path's tree logits; two rows that
+    commit different counts read strided views of the preallocated KV buffers, holes masked."""
     model = tiny_random_model("llama", seed=4, init_std=0.3)
     logits = {}
     for backend in ("reference", "triton"):
         target = HFTarget(model, backend=backend)
-        target.prefill(torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]]))
-        target.set_root(torch.tensor([5]))
-        tree = CandidateTree.from_parents(torch.tensor([[10, 11, 12, 13, 14]]), [-1, -1, 0, 0, 2])
+        target.prefill(torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8, 1, 8]]))
+        target.set_root(torch.tensor([5, 6]))
+        tree = CandidateTree.from_parents(torch.tensor([[10, 11, 12, 13, 14], [15, 16, 17, 18, 19]]), [-1, -1, 0, 0, 2])
         logits[backend] = target.forward_tree(tree).logits
-        target.commit(accepted([[0, 2, 4]], [3]))
-        target.set_root(torch.tensor([7]))
-        logits[backend + "/after commit"] = target.forward_tree(CandidateTree.chain(torch.tensor([[8, 9]]))).logits
+        target.commit(accepted([[0, 2, 4], [1, -1, -1]], [3, 1]))
+        target.set_root(torch.tensor([7, 3]))
+        logits[backend + "/after commit"] = target.forward_tree(CandidateTree.chain(torch.tensor([[8, 9], [4, 4]]))).logits
     assert (logits["triton"] - logits["reference"]).abs().max() <= 1e-4
     assert (logits["triton/after commit"] - logits["reference/after commit"]).abs().max() <= 1e-4
 
