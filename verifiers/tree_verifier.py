@@ -59,14 +59,17 @@ class _Step:
     num_accepted: torch.Tensor  # [B]
     emits: torch.Tensor  # [B] False once a row accepted EOS
     final: torch.Tensor  # [B, V] law of each row's recovered or bonus token
+    entry: tuple  # ([rows, V], [rows, V] or None): where enter copies p and q, reused level after level
 
 
-def _rows(probs: torch.Tensor, batch: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
-    """probs[batch, row] for probs [B, N+1, V] -> [A, V]. Whole-row copies (index_select) where
-    probs is contiguous: several times faster than advanced indexing's per-element gather."""
+def _rows(probs: torch.Tensor, batch: torch.Tensor, row: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """probs[batch, row] for probs [B, N+1, V] -> [A, V], into out[:A] if given. Whole-row copies
+    (index_select) where probs is contiguous: several times faster than advanced indexing's
+    per-element gather."""
     if not probs.is_contiguous():
         return probs[batch, row]
-    return probs.view(-1, probs.shape[-1]).index_select(0, batch * probs.shape[1] + row)
+    flat, index = probs.view(-1, probs.shape[-1]), batch * probs.shape[1] + row  # [B*(N+1), V], [A]
+    return flat.index_select(0, index) if out is None else torch.index_select(flat, 0, index, out=out[: index.numel()])
 
 
 def _take(law: NodeLaw, mask: torch.Tensor) -> NodeLaw:
@@ -101,9 +104,12 @@ class TreeVerifier:
     def final_law(self, law: NodeLaw, at_leaf: torch.Tensor) -> torch.Tensor:
         return law.r
 
-    def enter(self, target_probs, draft_probs, batch, row) -> NodeLaw:
-        p = _rows(target_probs, batch, row)
-        return NodeLaw(p, p, None if draft_probs is None else _rows(draft_probs, batch, row))
+    def enter(self, target_probs, draft_probs, batch, row, *, out=None) -> NodeLaw:
+        """The law at node `row` of each row `batch`: r = p (nothing rejected yet), and q.
+        out: buffers to copy p and q into (the walk's, reused: no fresh [rows, V] each level)."""
+        out_p, out_q = (None, None) if out is None else out
+        p = _rows(target_probs, batch, row, out_p)
+        return NodeLaw(p, p, None if draft_probs is None else _rows(draft_probs, batch, row, out_q))
 
     def __call__(
         self,
@@ -123,17 +129,19 @@ class TreeVerifier:
         children = children_table(tree.parents).to(device)  # [N+1, C]
         max_depth = int(depths(tree.parents).max())
         uniforms = rng.uniform((B, max_depth + 1, children.shape[1]), device)
+        # CUDA's caching allocator already reuses blocks: one block there, fewer launches and syncs.
+        block = min(B, max(1, CPU_BLOCK_ELEMENTS // V)) if device.type == "cpu" else B
+        q = tree.draft_probs
         step = _Step(
             self.rules[tree.kind], tree.tokens.to(device), torch.nn.functional.pad(children, (0, 1), value=-1),
-            target_probs, tree.draft_probs, eos_token_id,
+            target_probs, q, eos_token_id,
             out=torch.full((B, N + 1), -1, dtype=torch.long, device=device),
             path=torch.full((B, max_depth + 1), -1, dtype=torch.long, device=device),
             num_accepted=torch.zeros(B, dtype=torch.long, device=device),
             emits=torch.ones(B, dtype=torch.bool, device=device),
             final=torch.empty(B, V, dtype=target_probs.dtype, device=device),  # every row writes its own
+            entry=(target_probs.new_empty(block, V), None if q is None else q.new_empty(block, V)),
         )
-        # CUDA's caching allocator already reuses blocks: one block there, fewer launches and syncs.
-        block = max(1, CPU_BLOCK_ELEMENTS // V) if device.type == "cpu" else B
         for start in range(0, B, block):
             self._walk(step, start, uniforms[start : start + block])
 
@@ -149,12 +157,14 @@ class TreeVerifier:
             leaf = step.children[node, 0] < 0  # [A] the bonus: drawn from the leaf's full p
             if bool(leaf.any()):
                 ended = rows[leaf]
-                law = self.enter(step.target_probs, step.draft_probs, ended, node[leaf])
+                law = self.enter(step.target_probs, step.draft_probs, ended, node[leaf], out=step.entry)
                 self._stop(step, ended, law, torch.ones_like(ended, dtype=torch.bool), at_leaf=True)
                 rows, node = rows[~leaf], node[~leaf]
             if not rows.numel():
                 return
-            law = self.enter(step.target_probs, step.draft_probs, rows, node)  # [A, V]
+            # [A, V] in step.entry: the leaf rows' law is already copied into final, and this
+            # level's law is dead by the next enter (stopped rows copied, the rest re-enter).
+            law = self.enter(step.target_probs, step.draft_probs, rows, node, out=step.entry)
             rows, child = self._try_children(step, level, rows, node, law, uniforms, start)
             rows, node = self._advance(step, level, rows, child)
 
