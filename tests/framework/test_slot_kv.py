@@ -57,6 +57,14 @@ def test_keep_moves_the_accepted_slots_per_row():
     assert cache.valid.tolist() == [[True, True, True], [True, True, False]]
 
 
+def test_batch_select_keeps_the_buffer_behind_the_views():
+    layer, keys = _filled(batch=3)
+    layer.batch_select_indices(torch.tensor([2, 0]))
+    layer.update(keys[:2, :, :1] + 100, keys[:2, :, :1])  # writes must land in the selected rows' buffer
+    torch.testing.assert_close(layer.keys[:, 0, :6, 0], keys[[2, 0], 0, :, 0])
+    torch.testing.assert_close(layer.keys[:, 0, 6, 0], keys[:2, 0, 0, 0] + 100)
+
+
 def test_batch_repeat_interleave_copies_rows():
     layer, keys = _filled(batch=1)
     layer.batch_repeat_interleave(3)
