@@ -39,8 +39,14 @@ def draw_without_replacement(q: torch.Tensor, k: int, rng: RandomSource) -> torc
 DRAWERS = {"point": top_tokens, "iid": draw_iid, "wor": draw_without_replacement}
 
 
-def draw_children(q: torch.Tensor, k: int, kind: str, rng: RandomSource) -> torch.Tensor:
-    """q [B, V] -> k children [B, k] of the given kind."""
+def draw_children(q: torch.Tensor, k: int, kind: str, rng: RandomSource, point_mass: bool = False) -> torch.Tensor:
+    """q [B, V] -> k children [B, k] of the given kind.
+
+    point_mass: the caller knows each row of q is one atom (a greedy law). Every iid or wor draw
+    is then that atom whatever the coin (wor repeats it once the support runs out), so none is spent.
+    """
     if kind not in DRAWERS:
         raise ValueError(f"unknown kind of children {kind!r} (have {sorted(DRAWERS)})")
+    if point_mass and kind != "point":
+        return q.argmax(-1, keepdim=True).expand(-1, k)
     return DRAWERS[kind](q, k, rng)

@@ -44,9 +44,12 @@ class SlotCache:
         slots [B, K] index the pending slots (0 = first slot after the committed ones).
         """
         S0, device = self.committed_slots, self.valid.device
+        most = int(counts.max()) if counts.numel() else 0
+        if most > slots.shape[1]:
+            raise ValueError(f"asked to keep {most} slots but only {slots.shape[1]} were listed")
+        # Listed slots past every row's count would only be holes that later forwards attend over.
+        slots = slots[:, :most]
         B, K = slots.shape
-        if int(counts.max()) > K:
-            raise ValueError(f"asked to keep {int(counts.max())} slots but only {K} were listed")
         index = (S0 + slots.clamp_min(0)).to(device)  # [B, K]
         pending = self.cache.layers[0].used - S0 if self.cache.layers else 0
         in_place = K <= pending and bool((slots == torch.arange(K, device=slots.device)).all())  # laid out as kept
@@ -60,6 +63,17 @@ class SlotCache:
         self.valid = torch.cat([self.valid, kept], dim=1)
         self.length = self.length + counts.to(device)
         self.committed_slots = S0 + K
+
+    def commit_leading(self, count: int) -> None:
+        """Commit the first `count` pending slots in every row; later pending slots stay pending.
+        No data moves: they already sit right after the committed ones."""
+        pending = self.cache.layers[0].used - self.committed_slots if self.cache.layers else 0
+        if not 0 <= count <= pending:
+            raise ValueError(f"asked to commit {count} leading slots but {pending} are pending")
+        kept = torch.ones(self.batch_size, count, dtype=torch.bool, device=self.valid.device)
+        self.valid = torch.cat([self.valid, kept], dim=1)
+        self.length = self.length + count
+        self.committed_slots += count
 
     def drop_pending(self) -> None:
         """Forget every slot written since the last keep."""

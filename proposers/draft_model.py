@@ -5,9 +5,10 @@ committed past and its own ancestors), processes its logits with the sampling la
 the next depth's children from that exact law q: "iid" (duplicates kept), "wor" (without
 replacement, in draw order) or "point" (top-k). The deepest level is not read: its nodes have
 no children to draw, so a chain of gamma costs gamma draft forwards, not gamma + 1. Commit
-gathers the accepted nodes' KV; only when a row accepted a deepest node (or, in a mix, tokens of
-another part's tree) does one more forward put those tokens in the draft's cache (for every row
-at once, kept by the rows that need them).
+gathers the accepted nodes' KV. Tokens accepted without a draft slot (a deepest node, or, in a
+mix, nodes of another part's tree) are read at the next step, in front of the root in the root's
+forward (a forward of 2 tokens costs about what one of 1 does), when every row lacks the same
+number; rows that lack different numbers get them in one forward at commit.
 Skipping a read changes no coin and no law: the deepest level's logits drew nothing.
 
 `stop_below` cuts the tree short where the draft is unsure: after reading a level, if no node of
@@ -77,6 +78,7 @@ class DraftModelProposer:
             raise ValueError("the tree's nodes must come in level order (a cut keeps a prefix of them)")
         self.unread = self.levels[-1]  # nodes of the last proposed tree that have no draft KV yet
         self.drafted_depth = len(self.levels)  # levels in the last proposed tree
+        self.deferred: torch.Tensor | None = None  # [B, K] accepted tokens the next root forward reads first
         self.mask = ancestor_mask(self.shape.parents)  # [N+1, N+1]; slot of node i is i + 1 (level order)
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
@@ -89,6 +91,7 @@ class DraftModelProposer:
             )
         B, L = input_ids.shape
         self.lm.reset(B)
+        self.deferred = None
         self.lm.forward(input_ids, torch.arange(L), torch.ones(L, L, dtype=torch.bool).tril(), logits_rows=torch.tensor([L - 1]))
         self.lm.keep(torch.arange(L).expand(B, L), torch.full((B,), L))
 
@@ -102,15 +105,17 @@ class DraftModelProposer:
         depth = self.schedule.depth if self.schedule is not None else len(self.levels)
         for level in range(depth):  # read the root, then each level that may have children
             rows = torch.tensor([0]) if level == 0 else self.levels[level - 1] + 1  # tree rows read now
-            inputs = state.root[:, None] if level == 0 else tokens[:, rows - 1]
-            out = self.lm.forward(inputs, torch.full((rows.numel(),), level), self.mask[rows][:, : fed + rows.numel()])
+            if level == 0:
+                out = self.read_root(state.root)
+            else:
+                out = self.lm.forward(tokens[:, rows - 1], torch.full((rows.numel(),), level), self.mask[rows][:, : fed + rows.numel()])
             fed += rows.numel()
             seen = seen_along_tree(state.seen, tokens, self.shape.parents)[:, rows] if cfg.uses_history else None
             q[:, rows] = process_logits(out.logits, cfg, seen).to(q.dtype)
             for row in rows.tolist():  # draw each node's children from its own law
                 kids = [i for i in range(N) if parents[i] == row - 1]
                 if kids:
-                    tokens[:, kids] = draw_children(q[:, row], len(kids), self.kind, state.rng)
+                    tokens[:, kids] = draw_children(q[:, row], len(kids), self.kind, state.rng, point_mass=cfg.greedy)
             if self.unsure(out.logits):  # the children just drawn are the last level
                 break
         self.unread = self.levels[level]  # the last level drawn: leaves, never read by the draft
@@ -120,6 +125,17 @@ class DraftModelProposer:
         draft_probs = q[:, : kept + 1] if self.kind != "point" else None
         return CandidateTree(tokens[:, :kept], self.shape.parents[:kept], draft_probs, self.kind)
 
+    def read_root(self, root: torch.Tensor):
+        """The root's forward (root [B]); the tokens the last commit deferred go first and are committed."""
+        lead, self.deferred = self.deferred, None
+        if lead is None:
+            return self.lm.forward(root[:, None], torch.zeros(1, dtype=torch.long), self.mask[:1, :1])
+        K = lead.shape[1]
+        out = self.lm.forward(torch.cat([lead, root[:, None].to(lead.device)], dim=1), torch.arange(K + 1),
+                              torch.ones(K + 1, K + 1, dtype=torch.bool).tril(), logits_rows=torch.tensor([K]))
+        self.lm.commit_leading(K)  # the root stays pending: slot 0 of this step's tree
+        return out
+
     def unsure(self, logits: torch.Tensor) -> bool:
         """logits [B, M, V] of one level: True when no node's draft top-1 probability reaches stop_below."""
         if self.stop_below <= 0.0:
@@ -128,7 +144,10 @@ class DraftModelProposer:
 
     def commit(self, result: Verification) -> None:
         """Keep the accepted nodes' KV; tokens accepted without a draft slot (a deepest node never
-        read, or, inside a mix, nodes of another part's tree: path -1) get theirs in one forward."""
+        read, or, inside a mix, nodes of another part's tree: path -1) are deferred to the next
+        root forward, or, when rows lack different numbers of them, get theirs in one forward now."""
+        if self.deferred is not None:
+            raise RuntimeError("commit called twice without a propose between: deferred tokens were never read")
         path, accepted = result.path, result.num_accepted  # [B, D] node indices (-1 padded), [B]
         if self.schedule is not None:
             self.schedule.update(accepted, self.drafted_depth)
@@ -140,8 +159,13 @@ class DraftModelProposer:
         if K:  # one forward for all rows, each keeping its own missing ones
             index = (kept[:, None] + torch.arange(K, device=kept.device)).clamp_max(result.tokens.shape[1] - 1)
             tokens = result.tokens.gather(1, index.to(result.tokens.device)).clamp_min(0)  # [B, K]
+            if bool((missing == K).all()):
+                self.deferred = tokens
+                return
             self.lm.forward(tokens, torch.arange(K), torch.ones(K, K, dtype=torch.bool).tril())
             self.lm.keep(torch.arange(K).expand(path.shape[0], K), missing)
 
     def expand(self, batch_size: int) -> None:
         self.lm.expand(batch_size)
+        if self.deferred is not None:
+            self.deferred = self.deferred.expand(batch_size, -1).clone()

@@ -184,9 +184,9 @@ def test_draft_cache_after_commit_matches_a_fresh_prefill():
     proposer.commit = lambda result: results.append(result) or real_commit(result)
     prompts = torch.tensor([[1, 2, 3], [9, 8, 7], [4, 4, 4]])
     out = generate(HFTarget(target), proposer, prompts, 17, SamplingConfig(), seed=0)
+    query = torch.tensor([5, 6, 7])
+    got = proposer.read_root(query).logits[:, -1]  # also commits what the last step deferred, as a next step would
     lengths = proposer.lm.length.tolist()
-    query = torch.tensor([[5], [6], [7]])
-    got = proposer.lm.forward(query, torch.zeros(1, dtype=torch.long), torch.ones(1, 1, dtype=torch.bool)).logits[:, -1]
     for b in range(3):
         seq, root = prompts[b].tolist(), int(out.tokens[b, 0])  # committed: prompt, then each root + its accepted
         for r in results:
@@ -195,7 +195,7 @@ def test_draft_cache_after_commit_matches_a_fresh_prefill():
             root = int(r.tokens[b, n])
         assert lengths[b] == len(seq)
         with torch.no_grad():
-            want = reference(torch.tensor([seq + query[b].tolist()])).logits[0, -1]
+            want = reference(torch.tensor([seq + [int(query[b])]])).logits[0, -1]
         torch.testing.assert_close(got[b], want, rtol=1e-9, atol=1e-9)
     assert len(set(lengths)) > 1  # the rows really did commit different counts
     deepest = torch.stack([st.accepted == 3 for st in out.stats.steps])  # [steps, B]
@@ -211,5 +211,7 @@ def test_chain_of_gamma_costs_gamma_draft_forwards(monkeypatch):
     out = generate(HFTarget(target), proposer, torch.tensor([[1, 2]]), 30, SamplingConfig(), seed=0)
     steps = out.stats.summary()["steps"]
     all_accepted = sum(int(st.accepted.item() == 4) for st in out.stats.steps)
-    # one prefill, then 4 reads per step (root + 3 levels) plus one per step whose deepest node was accepted
-    assert 0 < all_accepted < steps and len(calls) == 1 + 4 * steps + all_accepted
+    # one prefill, then 4 reads per step (root + 3 levels); a step that accepted its deepest node hands
+    # that token to the next step's root read (2 tokens), not to a forward of its own
+    assert 0 < all_accepted < steps and len(calls) == 1 + 4 * steps
+    assert calls[1::4] == [1] + [2 if int(st.accepted) == 4 else 1 for st in out.stats.steps[:-1]]

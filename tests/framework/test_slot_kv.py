@@ -57,6 +57,20 @@ def test_keep_moves_the_accepted_slots_per_row():
     assert cache.valid.tolist() == [[True, True, True], [True, True, False]]
 
 
+def test_keep_commits_no_slot_past_every_rows_count():
+    """A path padded beyond what any row accepted (a rejected deepest level) must not become holes
+    that every later forward attends over: the committed region grows by the largest count."""
+    cache = SlotCache()
+    cache.reset(2, torch.device("cpu"))
+    layer, keys = _filled()
+    cache.cache.layers.append(layer)
+    cache.keep(torch.tensor([[0, 2, 4, -1], [0, 1, -1, -1]]), torch.tensor([2, 1]))
+    assert cache.committed_slots == 2 and layer.keys.shape[2] == 2
+    assert cache.valid.tolist() == [[True, True], [True, False]]
+    torch.testing.assert_close(layer.keys[0, 0, :, 0], keys[0, 0, [0, 2], 0])
+    with pytest.raises(ValueError, match="only 4 were listed"):
+        cache.keep(torch.zeros(2, 4, dtype=torch.long), torch.tensor([5, 1]))
+
 def test_batch_select_keeps_the_buffer_behind_the_views():
     layer, keys = _filled(batch=3)
     layer.batch_select_indices(torch.tensor([2, 0]))
