@@ -10,24 +10,33 @@ tokenizer saved beside the target's checkpoint. For every prompt the speculative
 run alternate; per category: tokens per target forward, mean accepted drafts, the speedup
 = total plain wall time / total speculative wall time, the time split of the speculative loop
 (draft, target forward, verify, other) and the cost of one speculative step in plain steps: the
-speedup is bounded by tokens per forward / that cost. Writes <output_dir>/categories.json.
+speedup is bounded by tokens per forward / that cost. Writes <output_dir>/categories.json (the
+rows) and <output_dir>/result.json (the overall figures, one per multirun job, as experiments.run).
+`main` returns the overall speedup (total plain s / total speculative s over every prompt), the
+objective of the Optuna sweeper `hydra/sweeper=tune_draft`.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from functools import cache
 
 import hydra
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from experiments.run import timed_generate
+from experiments.run import timed_generate, write_json
 from framework.target import HFTarget
 from framework.text import encode_prompt, tokenizer_of
 from framework.zoo.corpus import build_corpus, stdlib_files
 from framework.zoo.prompts import CATEGORIES, build_prompt_sets
+
+
+@cache
+def prompt_sets():
+    """The zoo's prompt sets, built once a process (seconds): an in-process sweep's trials share them."""
+    return build_prompt_sets(build_corpus(stdlib_files())["heldout"])
 
 
 def run(cfg: DictConfig) -> list[dict]:
@@ -35,6 +44,9 @@ def run(cfg: DictConfig) -> list[dict]:
     unknown = set(exp.categories) - set(CATEGORIES)
     if unknown:
         raise ValueError(f"unknown categories {sorted(unknown)} (have {list(CATEGORIES)})")
+    if not exp.categories or exp.per_category < 1:
+        raise ValueError(f"no prompts to time: experiment.categories={list(exp.categories)}, "
+                         f"experiment.per_category={exp.per_category}")
     if exp.num_threads is not None:
         torch.set_num_threads(exp.num_threads)
     model = instantiate(cfg.target)
@@ -42,7 +54,7 @@ def run(cfg: DictConfig) -> list[dict]:
     if tokenizer is None:
         raise ValueError("the prompt sets are text: the target needs a tokenizer beside its checkpoint (e.g. target=zoo_target)")
     target, make_proposer, sampling = HFTarget(model), instantiate(cfg.proposer), instantiate(cfg.sampling)
-    sets = build_prompt_sets(build_corpus(stdlib_files())["heldout"])
+    sets = prompt_sets()
     tokens = exp.max_new_tokens
     timed_generate(target, None, encode_prompt("import os\n", tokenizer), cfg, sampling, tokens)  # warm-up, untimed
     rows = []
@@ -65,10 +77,22 @@ def run(cfg: DictConfig) -> list[dict]:
                      "speculative_s": spec_s, "plain_s": plain_s, "speedup": plain_s / spec_s if spec_s else 0.0,
                      "step_cost": (spec_s / max(forwards, 1)) / (plain_s / max(plain_forwards, 1)),
                      **{k.replace("_s", "_frac"): v / max(sum(split.values()), 1e-12) for k, v in split.items()}})
-    path = Path(cfg.output_dir) / "categories.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rows, indent=2))
+    write_json(cfg.output_dir, "categories.json", rows)
+    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    write_json(cfg.output_dir, "result.json", {
+        "choices": {k: v for k, v in choices.items() if not k.startswith("hydra")},
+        "config": OmegaConf.to_container(cfg, resolve=True), **overall(rows),
+        "speedup_by_category": {r["category"]: r["speedup"] for r in rows},
+        "tokens_per_forward_by_category": {r["category"]: r["tokens_per_forward"] for r in rows}})
     return rows
+
+
+def overall(rows: list[dict]) -> dict:
+    """Every prompt at once: speedup = total plain s / total speculative s, so a category's weight is
+    its time, not 1 / len(rows) as a mean of the categories' speedups would give it."""
+    spec_s, plain_s = sum(r["speculative_s"] for r in rows), sum(r["plain_s"] for r in rows)
+    return {"prompts": sum(r["prompts"] for r in rows), "speculative_s": spec_s, "plain_s": plain_s,
+            "speedup": plain_s / spec_s}
 
 
 def table(rows: list[dict]) -> str:
@@ -82,8 +106,13 @@ def table(rows: list[dict]) -> str:
 
 
 @hydra.main(config_path="../conf", config_name="categories", version_base="1.3")
-def main(cfg: DictConfig) -> None:
-    print(table(run(cfg)))
+def main(cfg: DictConfig) -> float:
+    rows = run(cfg)
+    total = overall(rows)
+    print(table(rows))
+    print(f"all {total['prompts']} prompts: speedup {total['speedup']:.3f}x "
+          f"(plain {total['plain_s']:.2f} s / speculative {total['speculative_s']:.2f} s)")
+    return total["speedup"]  # the Optuna sweeper's objective (hydra/sweeper=tune_draft)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,139 @@
+"""One table of a Hydra multirun sweep: every job's overrides beside its figures.
+
+    python -m experiments.sweep_merge multirun/2026-12-01/10-00-00        # one sweep (or all of multirun/)
+    python -m experiments.sweep_merge multirun/2026-12-01/10-00-00 --all  # nested figures in the table too
+
+A job folder is one holding `.hydra/overrides.yaml` (Hydra writes it before the job runs) or a
+result.json (experiments.run and experiments.categories write one per job). A job without a result
+(it crashed, or is still running) is a row with an `error`, never dropped. Prints a markdown table
+and writes <folder>/sweep.csv with every column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+RESULT = "result.json"
+NESTED = ":"  # "stats:tokens_per_forward"; Hydra keys never hold a colon, so no override column does
+SKIPPED = ("config", "choices")  # the job's whole config and group choices: its overrides say what varied
+
+
+def collect(folder: str | Path) -> list[dict]:
+    """One row per job under `folder`: {"job": its path under folder, **overrides, "error"?, **figures}."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"not a folder: {folder}")
+    jobs = {p.parent.parent for p in folder.rglob(".hydra/overrides.yaml")} | {p.parent for p in folder.rglob(RESULT)}
+    if not jobs:
+        raise ValueError(f"no Hydra job folders (with .hydra/overrides.yaml or {RESULT}) under {folder}")
+    return [row(job, folder) for job in sorted(jobs, key=lambda p: natural(p.relative_to(folder)))]
+
+
+def natural(path: Path) -> tuple:
+    """Sort key: job 10 after job 9."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in path.parts)
+
+
+def row(job: Path, folder: Path) -> dict:
+    out, errors = {"job": job.relative_to(folder).as_posix() or "."}, []
+    overrides = job / ".hydra" / "overrides.yaml"
+    if overrides.is_file():
+        try:
+            lines = OmegaConf.to_container(OmegaConf.load(overrides), resolve=False)  # "x=${y}" stays text
+            out.update(parse_overrides(lines))
+        except Exception as e:  # a broken file is this job's problem, not the sweep's
+            errors.append(f"unreadable .hydra/overrides.yaml: {e}")
+    try:
+        result = json.loads((job / RESULT).read_text())
+        if not isinstance(result, dict):
+            raise ValueError(f"holds a {type(result).__name__}, not an object")
+    except FileNotFoundError:
+        errors.append(f"no {RESULT}: the job crashed or has not finished (see its .log)")
+        result = {}
+    except ValueError as e:  # json.JSONDecodeError included
+        errors.append(f"unreadable {RESULT}: {e}")
+        result = {}
+    if errors:
+        out["error"] = "; ".join(errors)
+    for key, value in figures(result).items():
+        out[key if key not in out else f"result{NESTED}{key}"] = value
+    return out
+
+
+def parse_overrides(lines: list[str]) -> dict:
+    """["proposer=tiny_draft", "+x=3", "prompt=[1,2]"] -> {"proposer": "tiny_draft", "x": 3, "prompt": "[1,2]"}."""
+    columns = {}
+    for o in OverridesParser.create().parse_overrides(lines):
+        value = o.value()
+        scalar = value is None or isinstance(value, (str, int, float, bool))
+        columns[o.get_key_element().lstrip("+")] = value if scalar else o.get_value_element_as_str()
+    return columns
+
+
+def figures(result: dict) -> dict:
+    """The result's numbers: top-level ones, and one level down as "stats:tokens_per_forward"."""
+    out = {}
+    for key, value in result.items():
+        if key in SKIPPED:
+            continue
+        if isinstance(value, dict):
+            out.update({f"{key}{NESTED}{k}": v for k, v in value.items() if is_number(v)})
+        elif is_number(value):
+            out[key] = value
+    return out
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def columns_of(rows: list[dict]) -> list[str]:
+    """Every key in the order first seen (job, overrides, figures), then `error` if any row has one."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    return [k for k in keys if k != "error"] + ["error"] * ("error" in keys)
+
+
+def table(rows: list[dict], nested: bool = False) -> str:
+    """Markdown; nested figures ("stats:...") only when asked (sweep.csv always has them)."""
+    columns = [c for c in columns_of(rows) if nested or NESTED not in c]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def cell(value) -> str:
+    if value is None:
+        return ""
+    return f"{value:.4g}" if isinstance(value, float) else str(value).replace("|", "\\|")
+
+
+def write_csv(rows: list[dict], path: Path) -> Path:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns_of(rows), restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m experiments.sweep_merge", description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, help="a multirun sweep folder (multirun/<date>/<time>) or any folder above it")
+    parser.add_argument("--all", action="store_true", help="nested figures (stats:...) in the printed table too")
+    args = parser.parse_args(argv)
+    try:
+        rows = collect(args.folder)
+    except ValueError as e:
+        parser.error(str(e))
+    print(table(rows, nested=args.all))
+    failed = sum("error" in r for r in rows)
+    print(f"\n{len(rows)} jobs, {failed} with an error; wrote {write_csv(rows, args.folder / 'sweep.csv')}")
+
+
+if __name__ == "__main__":
+    main()

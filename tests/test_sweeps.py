@@ -1,0 +1,150 @@
+"""Sweeps: a -m sweep as parallel local processes (joblib), on submitit's local executor, the Optuna
+search of the draft's settings, and experiments.sweep_merge over a sweep folder.
+
+The launcher tests run the real CLI in a subprocess on the random-weight tiny models; their time
+is mostly the imports of torch and transformers, once in the parent and once in each worker.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from experiments.categories import overall
+from experiments.sweep_merge import collect
+from experiments.sweep_merge import main as merge
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+TINY_SWEEP = ["target=tiny_llama", "proposer=tiny_draft,none", "prompt=[1,2,3]", "max_new_tokens=4",
+              "experiment.warmup=0", "experiment.repeats=1"]
+
+
+def multirun(module: str, *overrides: str, folder: Path) -> str:
+    """`python -m module -m overrides` with its sweep in folder; returns what it printed."""
+    done = subprocess.run([sys.executable, "-m", module, "-m", *overrides, f"hydra.sweep.dir={folder}"],
+                          cwd=folder.parent, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout + done.stderr
+
+
+def check_tiny_sweep(folder: Path) -> None:
+    rows = collect(folder)
+    assert [(r["job"], r["proposer"]) for r in rows] == [("0", "tiny_draft"), ("1", "none")]
+    for r in rows:
+        assert "error" not in r, r
+        assert (r["target"], r["prompt"], r["max_new_tokens"]) == ("tiny_llama", "[1,2,3]", 4)
+        assert r["speedup"] > 0 and r["stats:tokens_per_forward"] >= 1
+
+
+def test_joblib_runs_the_jobs_as_parallel_processes(tmp_path):
+    printed = multirun("experiments.run", *TINY_SWEEP, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                       folder=tmp_path / "sweep")
+    assert "Joblib.Parallel(n_jobs=2,backend=loky,prefer=processes" in printed  # loky: worker processes
+    check_tiny_sweep(tmp_path / "sweep")
+
+
+def test_submitit_local_runs_the_sweep(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install -e '.[cluster]'")
+    multirun("experiments.run", *TINY_SWEEP, "hydra/launcher=submitit_local", folder=tmp_path / "sweep")
+    assert (tmp_path / "sweep" / ".submitit").is_dir()  # submitit's own files: not job folders
+    check_tiny_sweep(tmp_path / "sweep")
+
+
+def test_optuna_maximises_the_measured_speedup(tmp_path):
+    """Two trials on one short zoo prompt: each job's result.json holds total plain s / total
+    speculative s, and the study's best value is the largest of them, so main returned that figure."""
+    multirun("experiments.categories", "hydra/sweeper=tune_draft", "hydra.sweeper.n_trials=2",
+             "experiment.categories=[code_continuation]", "experiment.per_category=1", "experiment.max_new_tokens=4",
+             folder=tmp_path / "sweep")
+    rows = collect(tmp_path / "sweep")
+    assert len(rows) == 2 and not any("error" in r for r in rows), rows
+    for r in rows:
+        assert r["proposer"] == "zoo_draft" and 1 <= r["proposer.gamma"] <= 6
+        assert 0.0 <= r["proposer.stop_below"] <= 0.6 and r["proposer.adaptive_depth"] in (0, 6, 8)
+        assert r["prompts"] == 1 and r["speedup"] == pytest.approx(r["plain_s"] / r["speculative_s"])
+    best = OmegaConf.load(tmp_path / "sweep" / "optimization_results.yaml")
+    assert best.best_value == pytest.approx(max(r["speedup"] for r in rows))
+
+
+def ends(text: str) -> list:
+    """The extreme values of one sweeper param: interval(a, b) -> [a, b], choice(...) -> its choices."""
+    override = OverridesParser.create().parse_override(f"x={text}")
+    value = override.value()
+    if override.is_interval_sweep():
+        return [value.start, value.end]
+    return list(value.list) if override.is_choice_sweep() else [value]
+
+
+def test_tune_draft_maximises_over_settings_that_all_build():
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="categories", overrides=["hydra/sweeper=tune_draft"], return_hydra_config=True)
+    sweeper = cfg.hydra.sweeper
+    assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "maximize"
+    assert 1 <= sweeper.n_trials <= 10 and sweeper.n_jobs == 1  # few trials; one at a time, timed alone
+    params = dict(sweeper.params)
+    assert params.pop("proposer") == "zoo_draft"  # fixed: the settings below are this config's
+    assert {"gamma", "stop_below", "adaptive_depth"} <= {k.removeprefix("proposer.") for k in params}
+    factory = instantiate(cfg.proposer)  # the zoo draft, loaded once; each corner only rebuilds the tree
+    names = [k.removeprefix("proposer.") for k in params]
+    for corner in itertools.product(*(ends(v) for v in params.values())):
+        factory(**dict(zip(names, corner)))  # a corner no proposer accepts would fail every trial there
+
+
+def test_overall_speedup_is_total_plain_over_total_speculative():
+    rows = [{"prompts": 2, "plain_s": 4.0, "speculative_s": 2.0}, {"prompts": 1, "plain_s": 1.0, "speculative_s": 1.0}]
+    total = overall(rows)
+    assert total["speedup"] == pytest.approx(5 / 3)  # not the mean of 2.0 and 1.0
+    assert (total["prompts"], total["plain_s"], total["speculative_s"]) == (3, 5.0, 3.0)
+
+
+def fake_job(folder: Path, overrides: list[str], result: str | None) -> None:
+    (folder / ".hydra").mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create(overrides), folder / ".hydra" / "overrides.yaml")
+    if result is not None:
+        (folder / "result.json").write_text(result)
+
+
+def test_a_crashed_job_is_a_row_with_its_error(tmp_path, capsys):
+    sweep = tmp_path / "multirun" / "2026-12-01" / "10-00-00"
+    result = {"speedup": 1.5, "stats": {"tokens_per_forward": 2.0}, "tokens": [1, 2], "config": {"seed": 0}}
+    fake_job(sweep / "0", ["proposer=tiny_draft", "+experiment.tag=a"], json.dumps(result))
+    fake_job(sweep / "2", ["proposer=none", "+experiment.tag=b"], None)  # crashed before writing a result
+    fake_job(sweep / "10", ["proposer=zoo_draft", "+experiment.tag=c"], "{not json")
+    (sweep / ".submitit" / "123").mkdir(parents=True)  # a launcher's files: no job there
+    rows = collect(tmp_path / "multirun")
+    assert [r["job"] for r in rows] == ["2026-12-01/10-00-00/0", "2026-12-01/10-00-00/2", "2026-12-01/10-00-00/10"]
+    assert rows[0] == {"job": "2026-12-01/10-00-00/0", "proposer": "tiny_draft", "experiment.tag": "a",
+                       "speedup": 1.5, "stats:tokens_per_forward": 2.0}
+    assert rows[1]["proposer"] == "none" and "no result.json" in rows[1]["error"]
+    assert rows[2]["proposer"] == "zoo_draft" and "unreadable result.json" in rows[2]["error"]
+
+    merge([str(sweep)])
+    printed = capsys.readouterr().out
+    assert "| 2 | none | b |  | no result.json" in printed and "3 jobs, 2 with an error" in printed
+    with (sweep / "sweep.csv").open() as f:
+        written = list(csv.DictReader(f))
+    assert [r["job"] for r in written] == ["0", "2", "10"]
+    assert written[0]["error"] == "" and written[1]["error"].startswith("no result.json")
+    assert written[0]["stats:tokens_per_forward"] == "2.0"
+
+
+def test_a_folder_without_jobs_is_named(tmp_path, capsys):
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    with pytest.raises(ValueError, match=f"no Hydra job folders .* under {re.escape(str(tmp_path / 'empty'))}$"):
+        collect(tmp_path / "empty")
+    with pytest.raises(ValueError, match="not a folder"):
+        collect(tmp_path / "missing")
+    with pytest.raises(SystemExit) as exit_:
+        merge([str(tmp_path / "missing")])
+    assert exit_.value.code == 2 and "not a folder" in capsys.readouterr().err
