@@ -1,0 +1,190 @@
+"""experiments.compare's outputs: cells from the records, compare.csv/json/md and the plots.
+
+    python -m experiments.compare_report <run folder>/compare.md   # puts that table in README.md
+
+The README's results section lies between the two BEGIN/END markers below; the command above
+replaces what is between them, so the section is regenerated, never edited by hand.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+
+BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
+SPLIT = ("draft_s", "target_s", "verify_s", "other_s")
+COLUMNS = ["method", "sampling", "category", "tokens_per_forward", "speedup", "tokens_per_s", "mean_accepted",
+           "prompts", "greedy_identical", "lossless_check", "check_samples", "check_detectable_tv", "check_p",
+           *(f"{k[:-2]}_frac" for k in SPLIT), "seconds", "plain_seconds", "errors"]
+
+
+def aggregate(methods: list[str], samplings, categories: list[str], records: Iterable[dict]) -> list[dict]:
+    """One row per (method, sampling, category) from the run records, in plan order."""
+    runs, checks = defaultdict(list), {}
+    for r in records:
+        if r["id"].startswith("run/"):
+            runs[r["method"], r["sampling"], r["category"]].append(r)
+        elif r["id"].startswith("check/"):
+            checks[r["method"], r["sampling"]] = r
+    rows = []
+    for method in methods:
+        for sampling in samplings:
+            for category in categories:
+                cell = runs.get((method, sampling, category), [])
+                ok = [r for r in cell if "error" not in r]
+                errors = sorted({r["error"] for r in cell if "error" in r})
+                seconds, plain = sum(r["seconds"] for r in ok), sum(r["plain_seconds"] for r in ok)
+                tokens, forwards = sum(r["new_tokens"] for r in ok), sum(r["forwards"] for r in ok)
+                steps, accepted = sum(r.get("steps", 0) for r in ok), sum(r.get("accepted", 0) for r in ok)
+                split = {k: sum(r.get("split", {}).get(k, 0.0) for r in ok) for k in SPLIT}
+                loop = sum(split.values())
+                same = [r["same_as_plain"] for r in ok if r.get("same_as_plain") is not None]
+                check = checks.get((method, sampling), {})
+                rows.append({
+                    "method": method, "sampling": sampling, "category": category, "prompts": len(ok),
+                    "tokens_per_forward": tokens / forwards if forwards else None,
+                    "speedup": plain / seconds if seconds else None,
+                    "tokens_per_s": tokens / seconds if seconds else None,
+                    "mean_accepted": accepted / steps if steps else None,
+                    "greedy_identical": f"{sum(same)}/{len(same)}" if same else None,
+                    "lossless_check": check_verdict(check),
+                    "check_samples": check.get("samples"), "check_detectable_tv": check.get("detectable_tv"),
+                    "check_p": check.get("g_test_p"),
+                    **{f"{k[:-2]}_frac": (split[k] / loop if loop else None) for k in SPLIT},
+                    "seconds": seconds, "plain_seconds": plain, "errors": "; ".join(errors) or None,
+                    "accepted_hist": {str(k): v for k, v in sorted(Counter(a for r in ok for a in r.get("accepted_counts", [])).items())},
+                })
+    return rows
+
+
+def check_verdict(check: dict) -> str | None:
+    if not check:
+        return None
+    if "error" in check:
+        return f"error: {check['error']}"
+    return "pass" if check["passes"] else "FAIL"
+
+
+def fmt(value, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+BY_CATEGORY = "### By category"
+
+
+def markdown(result: dict) -> str:
+    """The summary over all categories, then every cell (BY_CATEGORY); the README takes the first."""
+    text = "### By method (all categories)\n\n" + cell_table(result["summary"])
+    if result.get("skipped"):
+        text += "\nSkipped (do not run on this target): " + "; ".join(f"{k} ({v})" for k, v in result["skipped"].items()) + "\n"
+    return text + f"\n{BY_CATEGORY}\n\n" + cell_table(result["rows"])
+
+
+def cell_table(rows: list[dict]) -> str:
+    lines = ["| method | sampling | category | tokens/forward | speedup | tokens/s | mean accepted | greedy identical "
+             "| lossless check (N, detectable TV) | draft / target / verify / other |",
+             "|---|---|---|---:|---:|---:|---:|---|---|---|"]
+    for r in rows:
+        check = r["lossless_check"] or "-"
+        if r["check_samples"]:
+            check += f" (N={r['check_samples']:,}, TV {r['check_detectable_tv']:.3f}, p={r['check_p']:.3f})"
+        split = " / ".join(fmt(r[f"{k[:-2]}_frac"] and 100 * r[f"{k[:-2]}_frac"], 0) for k in SPLIT)
+        speed = f"{fmt(r['speedup'])}x" if r["speedup"] is not None else "-"
+        row = (f"| {r['method']} | {r['sampling']} | {r['category']} | {fmt(r['tokens_per_forward'])} | {speed} | "
+               f"{fmt(r['tokens_per_s'], 1)} | {fmt(r['mean_accepted'])} | {r['greedy_identical'] or '-'} | {check} | {split} |")
+        lines.append(row + (f" error: {r['errors']}" if r["errors"] else ""))
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(result: dict, out: Path) -> None:
+    (out / "compare.json").write_text(json.dumps(result, indent=2))
+    with (out / "compare.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(result["rows"] + result["summary"])  # category "all": the summary rows
+    (out / "compare.md").write_text(markdown(result))
+    plots(result["rows"], out)
+
+
+def plots(rows: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    samplings = list(dict.fromkeys(r["sampling"] for r in rows))
+    categories = list(dict.fromkeys(r["category"] for r in rows))
+    by = {(r["method"], r["sampling"], r["category"]): r for r in rows}
+
+    fig, axes = plt.subplots(len(samplings), 1, figsize=(max(6, 0.9 * len(methods) * len(categories) / 2), 3.5 * len(samplings)), squeeze=False)
+    width = 0.8 / max(1, len(categories))
+    for ax, sampling in zip(axes[:, 0], samplings):
+        for j, category in enumerate(categories):
+            values = [by[m, sampling, category]["speedup"] or 0.0 for m in methods]
+            ax.bar([i + j * width for i in range(len(methods))], values, width, label=category)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(methods))], methods, rotation=45, ha="right", fontsize=8)
+        ax.set_ylabel(f"speedup vs plain ({sampling})")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "speedup_by_category.png", dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(len(samplings), 1, figsize=(8, 3.5 * len(samplings)), squeeze=False)
+    for ax, sampling in zip(axes[:, 0], samplings):
+        for m in methods:
+            hist = Counter()
+            for c in categories:
+                hist.update({int(k): v for k, v in by[m, sampling, c]["accepted_hist"].items()})
+            total = sum(hist.values())
+            if total:
+                xs = sorted(hist)
+                ax.plot(xs, [hist[x] / total for x in xs], marker="o", label=m)
+        ax.set_xlabel("drafts accepted per step")
+        ax.set_ylabel(f"share of steps ({sampling})")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "accepted_length.png", dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(methods) * len(samplings)), 4))
+    bottoms = None
+    cells = [(m, s) for s in samplings for m in methods]
+    for k in SPLIT:
+        values = []
+        for m, s in cells:  # the categories' shares, weighted by their time
+            parts = [by[m, s, c] for c in categories]
+            total = sum(r["seconds"] for r in parts)
+            values.append(sum((r[f"{k[:-2]}_frac"] or 0.0) * r["seconds"] for r in parts) / total if total else 0.0)
+        ax.bar(range(len(cells)), values, bottom=bottoms, label=k[:-2])
+        bottoms = values if bottoms is None else [a + b for a, b in zip(bottoms, values)]
+    labels = [f"{m}\n{s}" for m, s in cells]
+    ax.set_xticks(range(len(cells)), labels, rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("share of the decoding loop")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "time_split.png", dpi=110)
+    plt.close(fig)
+
+
+def update_readme(table: Path, readme: Path = Path(__file__).resolve().parents[1] / "README.md") -> None:
+    text = readme.read_text()
+    if text.count(BEGIN) != 1 or text.count(END) != 1:
+        raise ValueError(f"{readme} needs exactly one {BEGIN} and one {END} around its results section")
+    head, rest = text.split(BEGIN)
+    _, tail = rest.split(END)
+    summary = table.read_text().split(BY_CATEGORY)[0].rstrip() + "\n"  # the per-category cells stay in compare.md
+    readme.write_text(f"{head}{BEGIN}\n{summary}{END}{tail}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or not Path(sys.argv[1]).is_file():
+        sys.exit("usage: python -m experiments.compare_report <run folder>/compare.md")
+    update_readme(Path(sys.argv[1]))

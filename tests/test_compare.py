@@ -1,0 +1,125 @@
+"""experiments.compare on the tiny random-weight models: cells, outputs, resume, faults, bad names."""
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+
+from experiments import compare
+from experiments.compare_report import BEGIN, BY_CATEGORY, COLUMNS, END, update_readme
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+TINY = ["target=tiny_llama", "experiment.prompts=[[1,2,3,4,5],[7,7,7,8,9,1,7]]", "experiment.max_new_tokens=6",
+        "experiment.assistant=tiny_draft", "prompt=[1,2,3]", "experiment.check.samples=400", "experiment.check.batch=400"]
+METHODS = ["tiny_draft", "prompt_lookup", "hf_assisted", "hf_prompt_lookup"]
+
+
+def load(tmp_path, *overrides: str):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="compare", overrides=[*TINY, f"output_dir={tmp_path}", *overrides])
+
+
+def records(tmp_path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+
+
+def test_every_cell_with_speed_identity_and_a_lossless_check(tmp_path):
+    result = compare.run(load(tmp_path, f"experiment.methods=[{','.join(METHODS)}]"))
+    rows = {(r["method"], r["sampling"]): r for r in result["rows"]}
+    assert set(rows) == {(m, s) for m in METHODS for s in ("greedy", "t1")}
+    runs = [r for r in records(tmp_path) if r["id"].startswith("run/")]
+    for (method, sampling), r in rows.items():
+        assert r["category"] == "prompts" and r["prompts"] == 2 and r["errors"] is None
+        cell = [x for x in runs if x["method"] == method and x["sampling"] == sampling]
+        assert r["speedup"] == pytest.approx(sum(x["plain_seconds"] for x in cell) / sum(x["seconds"] for x in cell))
+        assert r["tokens_per_forward"] == pytest.approx(12 / sum(x["forwards"] for x in cell))
+        if sampling == "greedy":  # float32 on a tiny model: no near-ties, so every method matches plain
+            assert r["greedy_identical"] == "2/2" and r["lossless_check"] is None
+        elif method.startswith("hf_"):
+            assert r["lossless_check"] is None and r["mean_accepted"] is None  # our harness checks our loop only
+        else:
+            assert r["lossless_check"] == "pass" and r["check_samples"] == 400
+            assert r["check_detectable_tv"] == pytest.approx(5 / math.sqrt(400))
+            assert (tmp_path / f"first_token_{method}_t1.png").exists()
+    with (tmp_path / "compare.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert list(table[0]) == COLUMNS and len(table) == 16  # the cells, then the summary (category "all")
+    summary = {(r["method"], r["sampling"]): r for r in result["summary"]}
+    assert summary["tiny_draft", "t1"]["speedup"] == rows["tiny_draft", "t1"]["speedup"]  # one category: the same
+    assert json.loads((tmp_path / "compare.json").read_text())["rows"] == result["rows"]
+    assert "| tiny_draft | t1 | prompts |" in (tmp_path / "compare.md").read_text()
+    for png in ("speedup_by_category", "accepted_length", "time_split"):
+        assert (tmp_path / f"{png}.png").stat().st_size > 0
+
+
+def test_rerun_skips_done_cells_and_a_failing_cell_does_not_stop_the_rest(tmp_path):
+    compare.run(load(tmp_path, "experiment.methods=[tiny_draft]", "experiment.samplings=[t1]"))
+    first = records(tmp_path)
+    # transformers maps temperature only: its top-k rows fail, each recorded with its error
+    result = compare.run(load(tmp_path, "experiment.methods=[tiny_draft,hf_assisted]", "experiment.samplings=[t1,topk20]"))
+    later = records(tmp_path)[len(first):]
+    assert not any(r["method"] == "tiny_draft" and r["sampling"] == "t1" for r in later)  # done before: skipped
+    assert not any(r["id"].startswith("check/tiny_draft/t1/") for r in later)
+    rows = {(r["method"], r["sampling"]): r for r in result["rows"]}
+    assert "only temperature" in rows["hf_assisted", "topk20"]["errors"] and rows["hf_assisted", "topk20"]["speedup"] is None
+    assert rows["tiny_draft", "topk20"]["errors"] is None and rows["tiny_draft", "topk20"]["lossless_check"] == "pass"
+    assert rows["tiny_draft", "t1"]["prompts"] == 2  # read back from the first run's records
+    assert "error: " in (tmp_path / "compare.md").read_text()
+
+
+def test_discovery_skips_the_configs_that_do_not_fit_the_target(tmp_path):
+    config = load(tmp_path, "experiment.samplings=[greedy]", "experiment.check.samples=1")
+    plan = compare.plan(config)
+    assert set(plan.methods) == {*compare.proposer_configs(), *compare.HF_ROWS}
+    model = instantiate(config.target)
+    plan.proposers = {m: plan.proposers[m] for m in ("tiny_draft", "zoo_draft")}
+    plan.methods = ["tiny_draft", "zoo_draft", "hf_assisted"]
+    compare.probe(plan, model, torch.tensor([[1, 2, 3]]), listed=False)
+    assert plan.methods == ["tiny_draft", "hf_assisted"] and "vocabulary" in plan.skipped["zoo_draft"]
+    with pytest.raises(ValueError, match="zoo_draft does not run on this target"):
+        compare.probe(compare.plan(load(tmp_path, "experiment.methods=[zoo_draft]")), model,
+                      torch.tensor([[1, 2, 3]]), listed=True)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("experiment.methods=[tiny_draft,beam_search]", r"unknown methods \['beam_search'\].*'tiny_draft'"),
+    ("experiment.samplings=[greedy,t9]", r"unknown samplings \['t9'\].*'t1'"),
+])
+def test_unknown_names_fail_before_any_work(tmp_path, override, message):
+    with pytest.raises(ValueError, match=message):
+        compare.run(load(tmp_path, override))
+    assert not (tmp_path / "records.jsonl").exists()
+
+
+def test_unknown_category_lists_the_sets(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown categories \['poetry'\].*'code_continuation'"):
+        compare.plan(load(tmp_path, "experiment.prompts=null", "experiment.categories=[code_continuation,poetry]"))
+
+
+def test_readme_section_is_replaced_between_its_markers(tmp_path):
+    readme, table = tmp_path / "README.md", tmp_path / "compare.md"
+    readme.write_text(f"# title\nbefore\n{BEGIN}\nold table\n{END}\nafter\n")
+    table.write_text(f"| new | table |\n\n{BY_CATEGORY}\n\n| every | cell |\n")
+    update_readme(table, readme)
+    assert readme.read_text() == f"# title\nbefore\n{BEGIN}\n| new | table |\n{END}\nafter\n"
+    readme.write_text("no markers\n")
+    with pytest.raises(ValueError, match="needs exactly one"):
+        update_readme(table, readme)
+
+
+@pytest.mark.slow
+def test_compare_smoke_on_the_zoo(tmp_path):
+    """The documented smoke run: every method that runs on the zoo, both transformers rows."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        config = compose(config_name="compare", overrides=["experiment=compare_smoke", f"output_dir={tmp_path}"])
+    result = compare.run(config)
+    methods = {r["method"] for r in result["rows"]}
+    assert {"zoo_draft", "prompt_lookup", "hf_assisted", "hf_prompt_lookup"} <= methods
+    assert "tiny_draft" in result["skipped"] and "tiny_draft" not in methods  # built for another vocabulary
+    assert all(r["errors"] is None for r in result["rows"])
+    assert all(r["lossless_check"] == "pass" for r in result["rows"] if r["sampling"] == "t1" and not r["method"].startswith("hf_"))
