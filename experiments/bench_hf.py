@@ -218,10 +218,14 @@ def run(cfg: DictConfig) -> dict:
         return _run(cfg)
 
 
-def _run(cfg: DictConfig) -> dict:
-    exp = cfg.experiment
+def full_length_only(cfg: DictConfig) -> None:
     if cfg.eos_token_id is not None:
         raise ValueError("every method runs to max_new_tokens here (transformers' EOS is off too): leave eos_token_id null")
+
+
+def _run(cfg: DictConfig) -> dict:
+    exp = cfg.experiment
+    full_length_only(cfg)
     samplings = {name: instantiate(option("sampling", name, cfg.target, "experiment.samplings")) for name in exp.samplings}
     for law in samplings.values():
         hf_sampling(law)  # refuses an unmappable law before anything runs

@@ -34,7 +34,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from experiments.bench_hf import CONF, HF_PLD_DEFAULTS, build_methods, option
+from experiments.bench_hf import CONF, HF_PLD_DEFAULTS, build_methods, full_length_only, option
 from experiments.compare_report import aggregate, write_outputs
 from experiments.first_token import first_tokens, plot, summarise
 from experiments.run import torch_threads
@@ -206,15 +206,13 @@ def workload(cfg: DictConfig, plan: Plan, tokenizer) -> dict[str, list[torch.Ten
 
 
 def run(cfg: DictConfig) -> dict:
+    full_length_only(cfg)
     with torch_threads(cfg.experiment.num_threads):
-        return _run(cfg)
+        return _run(cfg, plan(cfg))  # every name checked before any work
 
 
-def _run(cfg: DictConfig) -> dict:
+def _run(cfg: DictConfig, the_plan: Plan) -> dict:
     exp = cfg.experiment
-    if cfg.eos_token_id is not None:
-        raise ValueError("every method runs to max_new_tokens (transformers' EOS is off too): leave eos_token_id null")
-    the_plan = plan(cfg)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     probe_model = instantiate(cfg.target)  # its own copy: the timed ones start fresh

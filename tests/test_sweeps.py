@@ -47,6 +47,7 @@ def check_tiny_sweep(folder: Path) -> None:
         assert r["speedup"] > 0 and r["stats:tokens_per_forward"] >= 1
 
 
+@pytest.mark.slow  # launches real jobs: ~25 s of process start-up and imports
 def test_joblib_runs_the_jobs_as_parallel_processes(tmp_path):
     printed = multirun("experiments.run", *TINY_SWEEP, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
                        folder=tmp_path / "sweep")
@@ -54,6 +55,7 @@ def test_joblib_runs_the_jobs_as_parallel_processes(tmp_path):
     check_tiny_sweep(tmp_path / "sweep")
 
 
+@pytest.mark.slow  # launches real jobs: ~20-35 s of process start-up and imports
 def test_submitit_local_runs_the_sweep(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install -e '.[cluster]'")
     multirun("experiments.run", *TINY_SWEEP, "hydra/launcher=submitit_local", folder=tmp_path / "sweep")
@@ -61,6 +63,7 @@ def test_submitit_local_runs_the_sweep(tmp_path):
     check_tiny_sweep(tmp_path / "sweep")
 
 
+@pytest.mark.slow  # launches real jobs: ~20-35 s of process start-up and imports
 def test_optuna_maximises_the_measured_speedup(tmp_path):
     """Two trials on one short zoo prompt: each job's result.json holds total plain s / total
     speculative s, and the study's best value is the largest of them, so main returned that figure."""

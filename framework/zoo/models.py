@@ -32,3 +32,11 @@ def target_config(vocab_size: int, **overrides) -> LlamaConfig:
 
 def draft_config(vocab_size: int, **overrides) -> LlamaConfig:
     return llama_config(vocab_size, **{"num_layers": 1, **overrides})
+
+
+def multiply_adds_per_token(config: LlamaConfig) -> int:
+    """Weight multiply-adds of one token's forward: every layer's projections and MLP, then the
+    output head (attention over the context and the embedding lookup left out)."""
+    hidden, head_dim = config.hidden_size, config.hidden_size // config.num_attention_heads
+    attention = 2 * hidden * hidden + 2 * hidden * config.num_key_value_heads * head_dim  # q, o; k, v
+    return config.num_hidden_layers * (attention + 3 * hidden * config.intermediate_size) + hidden * config.vocab_size

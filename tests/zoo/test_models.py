@@ -3,7 +3,12 @@ from __future__ import annotations
 import torch
 import transformers
 
-from framework.zoo.models import draft_config, target_config
+from pathlib import Path
+
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from framework.zoo.models import draft_config, multiply_adds_per_token, target_config
 
 
 def n_params(config) -> int:
@@ -19,3 +24,12 @@ def test_sizes_match_the_issue():
     assert n_params(draft) == 3_932_928
     assert 2 * (n_params(target) + n_params(draft)) < 43e6  # bf16 pair + two 0.4 MB tokenizers within 45 MB
     assert draft.vocab_size == target.vocab_size
+
+
+def test_the_cpu_sized_draft_recipe_is_within_an_eighth_of_the_target():
+    """conf/experiment/zoo.yaml's draft_small (issue 13: at most 1/8 of the target's per-token compute)."""
+    models = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "experiment" / "zoo.yaml").models
+    target = multiply_adds_per_token(target_config(6144))
+    small = multiply_adds_per_token(instantiate(models.draft_small.config)(6144))
+    assert small <= target / 8 < multiply_adds_per_token(draft_config(6144))  # the committed draft is 1/6.5
+    assert target == 20 * (2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 640) + 256 * 6144
