@@ -4,11 +4,15 @@
     python -m experiments.compare experiment=compare_smoke         # 1 prompt per category, 16 tokens (minutes)
     python -m experiments.compare 'experiment.methods=[zoo_draft,prompt_lookup,hf_assisted]'
     python -m experiments.compare_report <run folder>/compare.md   # rewrites the README's results section
+    python -m experiments.compare -m 'experiment.methods=[proposer]' proposer=zoo_draft proposer.gamma=2,4,6 \
+        hydra/launcher=joblib && python -m experiments.compare_report --merge multirun/<date>/<time>
 
 Methods: the proposer configs of conf/proposer (all of them that run on the target when
 experiment.methods is null: the others are listed as skipped, with why), plus transformers' own
 `hf_assisted` (assistant_model = the draft of proposer config experiment.assistant) and
-`hf_prompt_lookup` (its prompt lookup at its defaults). Cells: method x sampling x category.
+`hf_prompt_lookup` (its prompt lookup at its defaults), and `proposer`: the run's own proposer
+group with its command-line overrides (what a sweep over tree settings varies; a merged sweep names
+each job's overrides). Cells: method x sampling x category.
 
 Per prompt and sampling, plain decoding of the same target runs once, then every method still to
 run, in turn (the first rotating): a method's speedup is the plain time of its own passes over
@@ -47,6 +51,7 @@ from framework.zoo.prompts import CATEGORIES, build_prompt_sets
 
 HF_ROWS = {"hf_assisted": "hf_assisted", "hf_prompt_lookup": "hf_pld"}  # our row -> bench_hf's runner
 PLAIN = "ours_plain"
+OWN = "proposer"  # the method that is the run's own proposer group (e.g. -m proposer.gamma=2,4)
 ALL = "all"  # the summary rows' category: every category's runs together
 CUSTOM = "prompts"  # the one category of experiment.prompts (token ids, for targets without a tokenizer)
 
@@ -74,9 +79,11 @@ def plan(cfg: DictConfig) -> Plan:
     known = proposer_configs()
     listed = exp.methods is not None
     methods = list(exp.methods) if listed else known + list(HF_ROWS)
-    wrong = [m for m in methods if m not in known and m not in HF_ROWS]
+    wrong = [m for m in methods if m not in known and m not in HF_ROWS and m != OWN]
     if wrong:
-        raise ValueError(f"unknown methods {wrong} in experiment.methods (have {known + list(HF_ROWS)})")
+        raise ValueError(f"unknown methods {wrong} in experiment.methods (have {known + list(HF_ROWS)} and {OWN!r})")
+    if OWN in methods and cfg.proposer is None:
+        raise ValueError(f"experiment.methods: {OWN!r} is the run's own proposer group, but proposer=none")
     categories = [CUSTOM] if exp.prompts is not None else list(exp.categories)
     wrong = [c for c in categories if c not in (*CATEGORIES, CUSTOM)]
     if wrong:
@@ -86,6 +93,8 @@ def plan(cfg: DictConfig) -> Plan:
         raise ValueError(f"unknown samplings {wrong} in experiment.samplings (have {sampling_configs()})")
     samplings = {s: instantiate(option("sampling", s, cfg.target, "experiment.samplings")) for s in exp.samplings}
     proposers = {m: option("proposer", m, cfg.target, "experiment.methods") for m in methods if m in known}
+    if OWN in methods:  # the composed group, command-line overrides included: what a sweep varies
+        proposers[OWN] = cfg.proposer
     return Plan(methods, proposers, samplings, categories, {})
 
 

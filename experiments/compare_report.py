@@ -1,6 +1,7 @@
 """experiments.compare's outputs: cells from the records, compare.csv/json/md and the plots.
 
     python -m experiments.compare_report <run folder>/compare.md   # puts that table in README.md
+    python -m experiments.compare_report --merge <sweep folder>     # one table of a -m sweep's jobs
 
 The README's results section lies between the two BEGIN/END markers below; the command above
 replaces what is between them, so the section is regenerated, never edited by hand.
@@ -14,6 +15,8 @@ import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
+
+from omegaconf import OmegaConf
 
 BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
 SPLIT = ("draft_s", "target_s", "verify_s", "other_s")
@@ -184,7 +187,41 @@ def update_readme(table: Path, readme: Path = Path(__file__).resolve().parents[1
     readme.write_text(f"{head}{BEGIN}\n{summary}{END}{tail}")
 
 
+def merge(folder: Path) -> dict:
+    """Every compare.json under a sweep folder as one result, written to the folder (csv/json/md,
+    plots). A method that several jobs ran gets the job's overrides in its name, e.g.
+    "zoo_draft (proposer.gamma=2)", so the cells stay apart."""
+    from experiments.sweep_merge import parse_overrides
+
+    jobs = sorted(folder.rglob("compare.json"))
+    jobs = [j for j in jobs if j.parent != folder]  # not an earlier merge of this folder
+    if not jobs:
+        raise ValueError(f"no compare.json under {folder}: run experiments.compare with -m into it first")
+    loaded = []
+    for path in jobs:
+        overrides = path.parent / ".hydra" / "overrides.yaml"
+        varied = parse_overrides(override_lines(overrides)) if overrides.is_file() else {}
+        label = ", ".join(f"{k}={v}" for k, v in varied.items() if k != "experiment.methods")
+        loaded.append((label, json.loads(path.read_text())))
+    counts = Counter(r["method"] for _, result in loaded for r in result["summary"])
+    merged = {"rows": [], "summary": [], "skipped": {}, "jobs": [str(j.parent.relative_to(folder)) for j in jobs]}
+    for label, result in loaded:
+        for part in ("rows", "summary"):
+            merged[part] += [{**r, "method": f"{r['method']} ({label})" if label and counts[r["method"]] > 1 else r["method"]}
+                             for r in result[part]]
+        merged["skipped"].update(result.get("skipped", {}))
+    write_outputs(merged, folder)
+    return merged
+
+
+def override_lines(path: Path) -> list[str]:
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=False)  # "x=${y}" stays text
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or not Path(sys.argv[1]).is_file():
-        sys.exit("usage: python -m experiments.compare_report <run folder>/compare.md")
-    update_readme(Path(sys.argv[1]))
+    if len(sys.argv) == 3 and sys.argv[1] == "--merge" and Path(sys.argv[2]).is_dir():
+        print(markdown(merge(Path(sys.argv[2]))))
+    elif len(sys.argv) == 2 and Path(sys.argv[1]).is_file():
+        update_readme(Path(sys.argv[1]))
+    else:
+        sys.exit("usage: python -m experiments.compare_report <run folder>/compare.md | --merge <sweep folder>")

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from experiments import compare
-from experiments.compare_report import BEGIN, BY_CATEGORY, COLUMNS, END, update_readme
+from experiments.compare_report import BEGIN, BY_CATEGORY, COLUMNS, END, merge, update_readme
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 TINY = ["target=tiny_llama", "experiment.prompts=[[1,2,3,4,5],[7,7,7,8,9,1,7]]", "experiment.max_new_tokens=6",
@@ -96,6 +96,11 @@ def test_unknown_names_fail_before_any_work(tmp_path, override, message):
     assert not (tmp_path / "records.jsonl").exists()
 
 
+def test_own_proposer_needs_one(tmp_path):
+    with pytest.raises(ValueError, match="the run's own proposer group, but proposer=none"):
+        compare.plan(load(tmp_path, "experiment.methods=[proposer]", "proposer=none"))
+
+
 def test_unknown_category_lists_the_sets(tmp_path):
     with pytest.raises(ValueError, match=r"unknown categories \['poetry'\].*'code_continuation'"):
         compare.plan(load(tmp_path, "experiment.prompts=null", "experiment.categories=[code_continuation,poetry]"))
@@ -123,3 +128,22 @@ def test_compare_smoke_on_the_zoo(tmp_path):
     assert "tiny_draft" in result["skipped"] and "tiny_draft" not in methods  # built for another vocabulary
     assert all(r["errors"] is None for r in result["rows"])
     assert all(r["lossless_check"] == "pass" for r in result["rows"] if r["sampling"] == "t1" and not r["method"].startswith("hf_"))
+
+
+def test_merge_keeps_the_jobs_of_a_sweep_apart(tmp_path):
+    """A -m sweep writes one compare.json per job: the merged table names each job's variant."""
+    for job, gamma in (("0", 1), ("1", 3)):
+        folder = tmp_path / job
+        overrides = ["experiment.methods=[proposer]", "proposer=tiny_draft", f"proposer.gamma={gamma}"]
+        config = load(folder, *overrides, "experiment.samplings=[greedy]")
+        assert compare.plan(config).proposers["proposer"].gamma == gamma  # the override reaches the method
+        compare.run(config)
+        (folder / ".hydra").mkdir()  # as Hydra's multirun writes it
+        (folder / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    merged = merge(tmp_path)
+    names = [r["method"] for r in merged["summary"]]
+    assert names == [f"proposer (proposer=tiny_draft, proposer.gamma={g})" for g in (1, 3)]
+    assert f"| {names[1]} | greedy | all |" in (tmp_path / "compare.md").read_text()
+    assert len(list(csv.DictReader((tmp_path / "compare.csv").open()))) == 4
+    with pytest.raises(ValueError, match="no compare.json"):
+        merge(tmp_path / "0" / ".hydra")
