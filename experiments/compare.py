@@ -5,7 +5,7 @@
     python -m experiments.compare 'experiment.methods=[zoo_draft,prompt_lookup,hf_assisted]'
     python -m experiments.compare_report <run folder>/compare.md   # rewrites the README's results section
     python -m experiments.compare -m 'experiment.methods=[proposer]' proposer=zoo_draft proposer.gamma=2,4,6 \
-        hydra/launcher=joblib && python -m experiments.compare_report --merge multirun/<date>/<time>
+        hydra/launcher=joblib && python -m experiments.compare experiment.merge=multirun/<date>/<time>
 
 Methods: the proposer configs of conf/proposer (all of them that run on the target when
 experiment.methods is null: the others are listed as skipped, with why), plus transformers' own
@@ -39,7 +39,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from experiments.bench_hf import CONF, HF_PLD_DEFAULTS, build_methods, full_length_only, option
-from experiments.compare_report import aggregate, write_outputs
+from experiments.compare_report import aggregate, markdown, merge, write_outputs
 from experiments.first_token import first_tokens, plot, summarise
 from experiments.run import torch_threads
 from framework.engine import generate
@@ -244,7 +244,10 @@ def _run(cfg: DictConfig, the_plan: Plan) -> dict:
 
 @hydra.main(config_path="../conf", config_name="compare", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    result = run(cfg)
+    if cfg.experiment.merge is not None:  # a finished -m sweep's folder: one table of its jobs, nothing run
+        print(markdown(merge(Path(cfg.experiment.merge))))
+        return
+    run(cfg)
     print((Path(cfg.output_dir) / "compare.md").read_text())
 
 

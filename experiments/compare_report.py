@@ -193,16 +193,18 @@ def merge(folder: Path) -> dict:
     "zoo_draft (proposer.gamma=2)", so the cells stay apart."""
     from experiments.sweep_merge import parse_overrides
 
+    if not folder.is_dir():
+        raise ValueError(f"not a folder: {folder}")
     jobs = sorted(folder.rglob("compare.json"))
     jobs = [j for j in jobs if j.parent != folder]  # not an earlier merge of this folder
     if not jobs:
         raise ValueError(f"no compare.json under {folder}: run experiments.compare with -m into it first")
-    loaded = []
-    for path in jobs:
-        overrides = path.parent / ".hydra" / "overrides.yaml"
-        varied = parse_overrides(override_lines(overrides)) if overrides.is_file() else {}
-        label = ", ".join(f"{k}={v}" for k, v in varied.items() if k != "experiment.methods")
-        loaded.append((label, json.loads(path.read_text())))
+    overrides = [parse_overrides(override_lines(j.parent / ".hydra" / "overrides.yaml"))
+                 if (j.parent / ".hydra" / "overrides.yaml").is_file() else {} for j in jobs]
+    varied = [k for k in dict.fromkeys(k for o in overrides for k in o)
+              if len({repr(o.get(k)) for o in overrides}) > 1]  # the settings the sweep varied
+    loaded = [(", ".join(f"{k}={o[k]}" for k in varied if k in o), json.loads(j.read_text()))
+              for j, o in zip(jobs, overrides)]
     counts = Counter(r["method"] for _, result in loaded for r in result["summary"])
     merged = {"rows": [], "summary": [], "skipped": {}, "jobs": [str(j.parent.relative_to(folder)) for j in jobs]}
     for label, result in loaded:
