@@ -1,0 +1,106 @@
+"""verifiers.adapters.ragged_chains: vLLM's rejection-sampler cases, in our words, through the one verifier."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from framework.sampling import SamplingConfig, process_logits
+from verifiers.adapters import ragged_chains
+
+V = 6
+
+
+def one_hot(ids, vocab=V):
+    return torch.nn.functional.one_hot(torch.tensor(ids), vocab).double()
+
+
+def test_all_accepted_emits_every_draft_then_the_bonus():
+    drafts = torch.tensor([1, 2, 3, 4, 5])
+    out = ragged_chains(drafts, [3, 2], one_hot([1, 2, 3, 4, 5]), one_hot([1, 2, 3, 4, 5]), torch.tensor([[0], [1]]))
+    assert out.tolist() == [[1, 2, 3, 0], [4, 5, 1, -1]]
+
+
+def test_early_rejection_emits_the_recovered_token_then_stops():
+    target = one_hot([3, 2])  # the first draft (1) has target probability 0: rejected, 3 recovered
+    out = ragged_chains(torch.tensor([1, 2]), [2], None, target, torch.tensor([[5]]))
+    assert out.tolist() == [[3, -1, -1]]
+
+
+def test_mixed_lengths_and_a_request_without_drafts():
+    drafts = torch.tensor([1, 2, 4])
+    target = one_hot([1, 2, 0])  # request 0 accepts both; request 2's only draft (4) is rejected for 0
+    out = ragged_chains(drafts, [2, 0, 1], None, target, torch.tensor([[3], [5], [1]]))
+    assert out.tolist() == [[1, 2, 3], [5, -1, -1], [0, -1, -1]]
+
+
+def test_a_bonus_equal_to_the_padding_rule_cannot_be_accepted_twice():
+    """Padding must never be accepted, whatever the bonus: a short row ends at its own length."""
+    for bonus in range(V):
+        out = ragged_chains(torch.tensor([1, 2, 3]), [1, 2], None, one_hot([1, 2, 3]), torch.tensor([[bonus], [0]]))
+        assert out[0].tolist() == [1, bonus, -1]
+
+
+def law(gen, rows, vocab):
+    return torch.rand(rows, vocab, generator=gen, dtype=torch.float64).softmax(-1) if rows else torch.zeros(0, vocab)
+
+
+@pytest.mark.parametrize("samples", [10, 1000, 100000])
+def test_distribution_is_the_targets(samples):
+    """vocab 10, k = 2: the first emitted token follows the target law at the first position; with more
+    samples it sits closer to it than to random reference laws (a biased sampler would not converge)."""
+    gen, vocab, k = torch.Generator().manual_seed(0), 10, 2
+    p, q = law(gen, k, vocab), law(gen, k, vocab)
+    drafts = torch.stack([torch.multinomial(q[i], samples, replacement=True, generator=gen) for i in range(k)], 1)
+    out = ragged_chains(drafts.flatten(), [k] * samples, q.repeat(samples, 1), p.repeat(samples, 1),
+                        torch.multinomial(law(gen, 1, vocab)[0], samples, replacement=True, generator=gen)[:, None],
+                        generator=torch.Generator().manual_seed(1))
+    empirical = torch.bincount(out[:, 0], minlength=vocab).double() / samples
+    distance = (empirical - p[0]).abs().sum() / 2
+    references = [(empirical - law(gen, 1, vocab)[0]).abs().sum() / 2 for _ in range(20)]
+    if samples >= 1000:
+        assert distance < min(references)
+    if samples == 100000:
+        assert distance < 0.01
+
+
+def test_draft_equal_to_target_accepts_everything():
+    gen = torch.Generator().manual_seed(3)
+    p = law(gen, 4, V)
+    drafts = torch.stack([torch.multinomial(p[i], 1, generator=gen) for i in range(4)]).flatten()
+    out = ragged_chains(drafts, [4], p, p, torch.tensor([[2]]), generator=gen)
+    assert out[0].tolist() == [*drafts.tolist(), 2]
+
+
+@pytest.mark.parametrize("sampling", [SamplingConfig(top_k=3), SamplingConfig(top_p=0.6)])
+def test_masked_target_never_emits_a_masked_token(sampling):
+    """A target law after top-k / top-p (zeros outside what is kept) never emits a masked token: drafts
+    that fall outside are rejected and the recovered token comes from the kept ones."""
+    gen = torch.Generator().manual_seed(4)
+    p = process_logits(torch.randn(2, V, generator=gen, dtype=torch.float64), sampling)  # [2, V]
+    q = law(gen, 2, V)
+    drafts = torch.stack([torch.multinomial(q[i], 2000, replacement=True, generator=gen) for i in range(2)], 1)
+    bonus = torch.multinomial(p[1], 2000, replacement=True, generator=gen)[:, None]  # stands for the next law
+    out = ragged_chains(drafts.flatten(), [2] * 2000, q.repeat(2000, 1), p.repeat(2000, 1), bonus, generator=gen)
+    assert bool((p[0][out[:, 0]] > 0).all()) and bool((p[1][out[out[:, 1] >= 0, 1]] > 0).all())
+    assert bool((drafts[:, 0] != out[:, 0]).any())  # some drafts were masked out and replaced
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: ragged_chains(torch.tensor([1, 2]), [3], None, one_hot([1, 2]), torch.tensor([[0]])), "sums to 3 but draft_token_ids holds 2"),
+    (lambda: ragged_chains(torch.tensor([1, 9]), [1, 1], None, one_hot([1, 2]), torch.tensor([[0], [0]])), "request 1: draft_token_ids holds 9"),
+    (lambda: ragged_chains(torch.tensor([1, 2]), [1, 1], None, one_hot([1, 2]) * 0.5, torch.tensor([[0], [0]])), "request 0: target_probs rows do not sum to 1"),
+    (lambda: ragged_chains(torch.tensor([1, 2]), [1, 1], one_hot([1, 3]), one_hot([1, 2]), torch.tensor([[0], [0]])), "request 1: a draft has zero draft_probs"),
+    (lambda: ragged_chains(torch.tensor([1]), [1], None, one_hot([1]), torch.tensor([[0], [1]])), r"bonus_token_ids must be \[B, 1\]"),
+])
+def test_bad_input_names_the_request_and_the_field(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_import_verifiers_pulls_in_neither_transformers_nor_hydra():
+    code = ("import sys, verifiers, verifiers.adapters; "
+            "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'transformers', 'hydra', 'omegaconf', 'datasets'}); "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)

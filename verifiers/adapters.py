@@ -1,0 +1,103 @@
+"""The verifier in the shapes engines already hold: converters around the one `verify`, no rule of their own.
+
+ragged_chains: flat ragged chains as vLLM's rejection sampler takes them. Field by field:
+    draft_token_ids [T]     every request's drafts, request after request   -> row b of a chain [B, K]
+    num_draft_tokens [B]    k_b, drafts of request b (sum = T)              -> row b's chain length
+    draft_probs [T, V]      the law each draft was sampled from, or None     -> draft_probs rows 0..k_b-1,
+                            (argmax / n-gram drafts: a rule, no law)            kind "iid" (None: "point")
+    target_probs [T, V]     the target's processed law at each draft's       -> target_probs rows 0..k_b-1
+                            position (given the drafts before it)
+    bonus_token_ids [B, 1]  the target's sample after a fully accepted chain -> row k_b: a point mass on it
+Output [B, max k + 1]: the accepted drafts, then the recovered token at the first rejection (or the
+bonus token), then -1. Rows shorter than K = max k are padded with a token the point mass at their
+bonus position gives probability 0, so a padded node is rejected with certainty and the residual there
+is the bonus token itself: each row's law is the one its own k_b drafts define. A request with no
+drafts emits its bonus token (the target's own sample).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from framework.tree import CandidateTree
+from verifiers import verify
+from verifiers.checks import check_law, law_tolerance
+
+
+def _request_of(flat_index: int, counts: torch.Tensor) -> int:
+    return int(torch.searchsorted(counts.cumsum(0), torch.tensor(flat_index), right=True))
+
+
+def _check_ragged(draft_token_ids, counts, draft_probs, target_probs, bonus, vocab: int) -> None:
+    T = draft_token_ids.shape[0]
+    if (counts < 0).any():
+        raise ValueError(f"num_draft_tokens: request {int((counts < 0).nonzero()[0])} has a negative count")
+    if int(counts.sum()) != T:
+        raise ValueError(f"num_draft_tokens sums to {int(counts.sum())} but draft_token_ids holds {T} tokens")
+    for name, probs in (("target_probs", target_probs), ("draft_probs", draft_probs)):
+        if probs is not None and (probs.dim() != 2 or probs.shape[0] != T):
+            raise ValueError(f"{name} must be [T, V] = [{T}, V], got {tuple(probs.shape)}")
+    if draft_probs is not None and draft_probs.shape[1] != vocab:
+        raise ValueError(f"draft_probs has vocabulary {draft_probs.shape[1]} but target_probs has {vocab}")
+    bad = ((draft_token_ids < 0) | (draft_token_ids >= vocab)).nonzero()
+    if bad.numel():
+        i = int(bad[0])
+        raise ValueError(f"request {_request_of(i, counts)}: draft_token_ids holds {int(draft_token_ids[i])}, outside [0, {vocab})")
+    bad = ((bonus < 0) | (bonus >= vocab)).nonzero()
+    if bad.numel():
+        raise ValueError(f"request {int(bad[0])}: bonus_token_ids holds {int(bonus[bad[0]])}, outside [0, {vocab})")
+    for name, probs in (("target_probs", target_probs), ("draft_probs", draft_probs)):
+        if probs is None:
+            continue
+        bad = bad_law_rows(probs)  # [T]
+        if bad.any():
+            i = int(bad.nonzero()[0])
+            try:
+                check_law(name, probs[i])  # its message says what is wrong with that row
+            except ValueError as error:
+                raise ValueError(f"request {_request_of(i, counts)}: {error}") from None
+        if name == "draft_probs" and T and (probs.gather(1, draft_token_ids[:, None]) <= 0).any():
+            i = int((probs.gather(1, draft_token_ids[:, None]) <= 0).nonzero()[0, 0])
+            raise ValueError(f"request {_request_of(i, counts)}: a draft has zero draft_probs: it must be the law it was drawn from")
+
+
+def bad_law_rows(probs: torch.Tensor) -> torch.Tensor:
+    """probs [T, V] -> [T] bool: rows check_law refuses, found in one pass over all rows."""
+    if not probs.dtype.is_floating_point:
+        return torch.ones(probs.shape[0], dtype=torch.bool, device=probs.device)
+    broken = torch.isnan(probs).any(-1) | (probs < 0).any(-1) | torch.isinf(probs).any(-1)
+    return broken | ((probs.sum(-1, dtype=torch.float64) - 1).abs() > law_tolerance(probs.dtype))
+
+def ragged_chains(
+    draft_token_ids: torch.Tensor,
+    num_draft_tokens: torch.Tensor | list[int],
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    bonus_token_ids: torch.Tensor,
+    generator: torch.Generator | None = None,
+    validate: bool = True,
+) -> torch.Tensor:
+    """vLLM-shaped chains through `verify` (see the module docstring): [B, max drafts + 1], -1 padded."""
+    counts = torch.as_tensor(num_draft_tokens, dtype=torch.long, device=draft_token_ids.device)
+    B, V, T = counts.numel(), target_probs.shape[-1], draft_token_ids.shape[0]
+    bonus = bonus_token_ids.reshape(-1).long()
+    if bonus.numel() != B:
+        raise ValueError(f"bonus_token_ids must be [B, 1] = [{B}, 1], got {tuple(bonus_token_ids.shape)}")
+    if validate:
+        _check_ragged(draft_token_ids, counts, draft_probs, target_probs, bonus, V)
+    K = int(counts.max()) if B else 0
+    position = torch.arange(K, device=counts.device)
+    real = position[None, :] < counts[:, None]  # [B, K] drafts, not padding
+    flat = ((counts.cumsum(0) - counts)[:, None] + position[None, :]).clamp(0, max(T - 1, 0))  # [B, K]
+    pad = (bonus + 1) % V  # [B] never the bonus: probability 0 under the point mass at the bonus position
+    tokens = torch.where(real, draft_token_ids[flat] if T else pad[:, None], pad[:, None])  # [B, K]
+    point = torch.nn.functional.one_hot(bonus, V).to(target_probs.dtype)  # [B, V]
+    p = point[:, None, :].repeat(1, K + 1, 1)  # [B, K+1, V]: rows past k_b stay the bonus point mass
+    p[:, :K][real] = target_probs[flat[real]]
+    q = None
+    if draft_probs is not None:
+        q = torch.nn.functional.one_hot(pad, V).to(draft_probs.dtype)[:, None, :].repeat(1, K + 1, 1)
+        q[:, :K][real] = draft_probs[flat[real]]
+        q[:, K] = 1.0 / V  # the last node draws no children: a placeholder law, never read
+    tree = CandidateTree.chain(tokens, q, "iid" if q is not None else "point")
+    return verify(tree, p, generator, validate=validate).tokens
