@@ -13,6 +13,19 @@ bonus token), then -1. Rows shorter than K = max k are padded with a token the p
 bonus position gives probability 0, so a padded node is rejected with certainty and the residual there
 is the bonus token itself: each row's law is the one its own k_b drafts define. A request with no
 drafts emits its bonus token (the target's own sample).
+
+flat_trees: one tree per request, flat, as tree engines (SGLang-style) hold them:
+    draft_token_ids [T], num_draft_tokens [B]  as above                      -> each request's nodes
+    parents [T]                 per node, its parent's index within the     -> CandidateTree parents
+                                request (-1 = a child of the root)
+                                (sibling links: parents_from_links first)
+    target_probs [T + B, V]     per request its root's law, then each       -> target_probs [N+1, V]
+                                node's (the law after it: where the bonus
+                                or the next level comes from)
+    draft_probs [T + B, V]      the same layout: the law each node's        -> draft_probs, kind "iid" or
+                                children were drawn from, or None              "wor"; None: "point"
+Requests with the same tree shape are verified together in one call (engines with a static tree
+verify the whole batch at once); the output is [B, max nodes + 1], -1 padded.
 """
 
 from __future__ import annotations
@@ -101,3 +114,69 @@ def ragged_chains(
         q[:, K] = 1.0 / V  # the last node draws no children: a placeholder law, never read
     tree = CandidateTree.chain(tokens, q, "iid" if q is not None else "point")
     return verify(tree, p, generator, validate=validate).tokens
+
+
+def parents_from_links(first_child: list[int], next_sibling: list[int]) -> list[int]:
+    """Sibling links over [root, node 0, node 1, ...] (index 0 = the root; -1 = none) -> parents [N]
+    in our convention (-1 = a child of the root, else the parent's node index)."""
+    if len(first_child) != len(next_sibling):
+        raise ValueError(f"first_child has {len(first_child)} entries but next_sibling has {len(next_sibling)}")
+    parents = [None] * (len(first_child) - 1)
+    for slot, child in enumerate(first_child):
+        seen = set()
+        while child != -1:
+            if not 0 < child < len(first_child) or child in seen:
+                raise ValueError(f"sibling links: slot {child} (under slot {slot}) is not a node, or a cycle")
+            if parents[child - 1] is not None:
+                raise ValueError(f"sibling links: node slot {child} has two parents")
+            seen.add(child)
+            parents[child - 1] = slot - 1
+            child = next_sibling[child]
+    orphans = [i for i, parent in enumerate(parents) if parent is None]
+    if orphans:
+        raise ValueError(f"sibling links: node slots {[i + 1 for i in orphans]} hang under no node")
+    return parents
+
+
+def flat_trees(
+    draft_token_ids: torch.Tensor,
+    num_draft_tokens: torch.Tensor | list[int],
+    parents: torch.Tensor | list[int],
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    kind: str = "iid",
+    generator: torch.Generator | None = None,
+    validate: bool = True,
+) -> torch.Tensor:
+    """SGLang-shaped flat trees through `verify` (see the module docstring): [B, max nodes + 1], -1 padded."""
+    counts = [int(c) for c in torch.as_tensor(num_draft_tokens).tolist()]
+    parents = [int(x) for x in torch.as_tensor(parents).tolist()]
+    T, B = draft_token_ids.shape[0], len(counts)
+    if validate:
+        if any(c < 0 for c in counts) or sum(counts) != T or len(parents) != T:
+            raise ValueError(f"num_draft_tokens {counts} must be >= 0 and sum to draft_token_ids' {T} (and parents' {len(parents)})")
+        for name, probs in (("target_probs", target_probs), ("draft_probs", draft_probs)):
+            if probs is not None and (probs.dim() != 2 or probs.shape[0] != T + B):
+                raise ValueError(f"{name} must be [T + B, V] = [{T + B}, V] (a root row per request), got {tuple(probs.shape)}")
+    starts = [sum(counts[:b]) for b in range(B)]
+    shapes: dict[tuple[int, ...], list[int]] = {}
+    for b in range(B):
+        own = tuple(parents[starts[b] : starts[b] + counts[b]])
+        if validate and any(not -1 <= x < i for i, x in enumerate(own)):
+            raise ValueError(f"request {b}: parents {list(own)} must point backwards (-1 = the root)")
+        shapes.setdefault(own, []).append(b)
+    width = max(counts, default=0) + 1
+    out = torch.full((B, width), -1, dtype=torch.long, device=draft_token_ids.device)
+    for shape, rows in shapes.items():
+        n = len(shape)
+        nodes = torch.tensor([[starts[b] + i for i in range(n)] for b in rows], dtype=torch.long).reshape(len(rows), n)
+        laws = torch.tensor([[starts[b] + b + i for i in range(n + 1)] for b in rows], dtype=torch.long)  # root, then nodes
+        tree = CandidateTree(draft_token_ids[nodes.to(draft_token_ids.device)], torch.tensor(shape, dtype=torch.long),
+                             None if draft_probs is None else draft_probs[laws.to(draft_probs.device)],
+                             kind if draft_probs is not None else "point")
+        try:
+            emitted = verify(tree, target_probs[laws.to(target_probs.device)], generator, validate=validate).tokens
+        except ValueError as error:
+            raise ValueError(f"requests {rows}: {error}") from None
+        out[torch.tensor(rows, device=out.device), : n + 1] = emitted
+    return out

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from framework.sampling import SamplingConfig, process_logits
-from verifiers.adapters import ragged_chains
+from verifiers.adapters import flat_trees, parents_from_links, ragged_chains
 
 V = 6
 
@@ -104,3 +104,41 @@ def test_import_verifiers_pulls_in_neither_transformers_nor_hydra():
             "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'transformers', 'hydra', 'omegaconf', 'datasets'}); "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_flat_trees_of_different_shapes_in_one_call():
+    # request 0: the root's children 1 and 2, node 0's child 3; request 1: a chain of one (5)
+    target = torch.cat([one_hot([2, 0, 4, 0]), one_hot([5, 0])])  # per request: the root's law, then each node's
+    out = flat_trees(torch.tensor([1, 2, 3, 5]), [3, 1], [-1, -1, 0, -1], None, target)
+    assert out.tolist() == [[2, 4, -1, -1], [5, 0, -1, -1]]  # node 1 accepted, then its law's token
+
+
+def test_flat_trees_follow_the_target_law():
+    """Two iid children of the root, 20,000 requests of the same shape (one verify call): the first
+    emitted token follows the root's target law."""
+    gen, n = torch.Generator().manual_seed(5), 20000
+    p, q = law(gen, 3, 4), law(gen, 3, 4)  # rows: root, node 0, node 1
+    drafts = torch.multinomial(q[0], 2 * n, replacement=True, generator=gen)
+    out = flat_trees(drafts, [2] * n, [-1, -1] * n, q.repeat(n, 1), p.repeat(n, 1), kind="iid", generator=gen)
+    empirical = torch.bincount(out[:, 0], minlength=4).double() / n
+    assert float((empirical - p[0]).abs().sum() / 2) < 0.015
+
+
+def test_sibling_links_become_parents():
+    # slots: 0 = root, 1..3 = nodes; root's children 1 and 2 (siblings), node at slot 1 has child 3
+    assert parents_from_links([1, 3, -1, -1], [-1, 2, -1, -1]) == [-1, -1, 0]
+    with pytest.raises(ValueError, match="hang under no node"):
+        parents_from_links([1, -1, -1], [-1, -1, -1])
+    with pytest.raises(ValueError, match="two parents"):
+        parents_from_links([1, 1, -1], [-1, -1, -1])
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: flat_trees(torch.tensor([1, 2]), [2], [0, -1], None, one_hot([1, 2, 3])), r"request 0: parents \[0, -1\] must point backwards"),
+    (lambda: flat_trees(torch.tensor([1, 2]), [3], [-1, 0], None, one_hot([1, 2, 3])), "must be >= 0 and sum to"),
+    (lambda: flat_trees(torch.tensor([1, 2]), [2], [-1, 0], None, one_hot([1, 2])), r"target_probs must be \[T \+ B, V\]"),
+    (lambda: flat_trees(torch.tensor([1, 2]), [2], [-1, 0], None, one_hot([1, 2, 3]) * 2), r"requests \[0\]: target_probs rows do not sum to 1"),
+])
+def test_flat_trees_bad_input_names_the_request(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
