@@ -9,6 +9,9 @@ verified again and again until --total verifications are done (the last call tak
 Timing uses validate=False, as an engine would; the chain/iid setting is also timed with
 validate=True and the ratio (with / without) is printed as a side figure.
 
+Then ragged chains (verifiers.adapters.ragged_chains, flat fields padded per call) against verify on
+the same rows already padded: the cost of raggedness (goal <= 1.2x).
+
 Then the Triton chain path (verifiers/triton_chain.py) on a small batch under the Triton
 interpreter (TRITON_INTERPRET=1, set here if unset): a correctness check only (its tokens
 against the PyTorch verifier's on the same injected uniforms); the interpreter runs each
@@ -106,6 +109,33 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def ragged_check(vocab: int, gen: torch.Generator, requests: int = 1024, max_drafts: int = CHAIN_LEN,
+                 repeats: int = 20) -> dict:
+    """verifiers.adapters.ragged_chains (flat ragged fields, converted and padded per call) against
+    `verify` on the already padded rows, same requests (k drafts uniform in 0..max_drafts, iid)."""
+    from verifiers.adapters import padded_chains, ragged_chains
+
+    counts = torch.randint(0, max_drafts + 1, (requests,), generator=gen)
+    T = int(counts.sum())
+    q, p = random_law((T, vocab), gen), random_law((T, vocab), gen)
+    drafts = torch.multinomial(q, 1, generator=gen).flatten()
+    bonus = torch.randint(0, vocab, (requests, 1), generator=gen)
+    tree, padded_p = padded_chains(drafts, counts, q, p, bonus)
+
+    def best(call) -> float:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    ragged = best(lambda: ragged_chains(drafts, counts, q, p, bonus, validate=False))
+    padded = best(lambda: verify(tree, padded_p, validate=False))
+    return {"shape": f"ragged chains <= {max_drafts}", "kind": "iid", "batch": requests, "vocab": vocab,
+            "ragged_s": ragged, "padded_s": padded, "ratio": ragged / padded}
+
+
 def triton_interpreter_check(vocab: int, gen: torch.Generator, batch: int = 16) -> list[dict]:
     """The Triton chain path against the PyTorch verifier on chain-4 (point, iid), same uniforms."""
     os.environ.setdefault("TRITON_INTERPRET", "1")  # read when the kernels are decorated, at import
@@ -177,6 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     ratio = validated["verifications_per_s"] / plain["verifications_per_s"]
     print(f"\nchain-4/iid with validate=True: {validated['verifications_per_s']:,.0f} verifications/s, "
           f"{ratio:.2f}x the rate without validation")
+    ragged = ragged_check(args.vocab, gen, requests=min(1024, args.total))
+    print(f"\nragged chains (k uniform in 0..{CHAIN_LEN}, {ragged['batch']} requests, iid): ragged_chains "
+          f"{ragged['ragged_s'] * 1e3:.2f} ms, verify on the padded rows {ragged['padded_s'] * 1e3:.2f} ms: "
+          f"{ragged['ratio']:.2f}x (goal <= 1.2x)")
+    rows.append(ragged)
     triton_rows = [] if args.no_triton else triton_interpreter_check(args.vocab, gen)
     if triton_rows:
         print("\n" + triton_table(triton_rows))

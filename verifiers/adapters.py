@@ -91,6 +91,13 @@ def ragged_chains(
     validate: bool = True,
 ) -> torch.Tensor:
     """vLLM-shaped chains through `verify` (see the module docstring): [B, max drafts + 1], -1 padded."""
+    tree, p = padded_chains(draft_token_ids, num_draft_tokens, draft_probs, target_probs, bonus_token_ids, validate)
+    return verify(tree, p, generator, validate=validate).tokens
+
+
+def padded_chains(draft_token_ids, num_draft_tokens, draft_probs, target_probs, bonus_token_ids,
+                  validate: bool = True) -> tuple[CandidateTree, torch.Tensor]:
+    """The flat ragged fields -> (a chain [B, K], target_probs [B, K+1, V]) for `verify`."""
     counts = torch.as_tensor(num_draft_tokens, dtype=torch.long, device=draft_token_ids.device)
     B, V, T = counts.numel(), target_probs.shape[-1], draft_token_ids.shape[0]
     bonus = bonus_token_ids.reshape(-1).long()
@@ -104,16 +111,27 @@ def ragged_chains(
     flat = ((counts.cumsum(0) - counts)[:, None] + position[None, :]).clamp(0, max(T - 1, 0))  # [B, K]
     pad = (bonus + 1) % V  # [B] never the bonus: probability 0 under the point mass at the bonus position
     tokens = torch.where(real, draft_token_ids[flat] if T else pad[:, None], pad[:, None])  # [B, K]
-    point = torch.nn.functional.one_hot(bonus, V).to(target_probs.dtype)  # [B, V]
-    p = point[:, None, :].repeat(1, K + 1, 1)  # [B, K+1, V]: rows past k_b stay the bonus point mass
-    p[:, :K][real] = target_probs[flat[real]]
+    real_rows = torch.nn.functional.pad(real, (0, 1))  # [B, K+1]: rows holding a given law
+    p = padded_rows(target_probs, real_rows, bonus)  # rows from k_b on: the point mass on the bonus
     q = None
     if draft_probs is not None:
-        q = torch.nn.functional.one_hot(pad, V).to(draft_probs.dtype)[:, None, :].repeat(1, K + 1, 1)
-        q[:, :K][real] = draft_probs[flat[real]]
+        q = padded_rows(draft_probs, real_rows, pad)  # padded nodes were "drawn" from a point mass
         q[:, K] = 1.0 / V  # the last node draws no children: a placeholder law, never read
-    tree = CandidateTree.chain(tokens, q, "iid" if q is not None else "point")
-    return verify(tree, p, generator, validate=validate).tokens
+    return CandidateTree.chain(tokens, q, "iid" if q is not None else "point"), p
+
+
+def padded_rows(flat_probs: torch.Tensor, real_rows: torch.Tensor, atom: torch.Tensor) -> torch.Tensor:
+    """[B, K+1, V]: flat_probs' rows in order where real_rows, a point mass on atom[b] elsewhere; each row is
+    written once (no pass over a full padded tensor first: it is as large as the laws themselves)."""
+    B, rows = real_rows.shape
+    V = flat_probs.shape[-1]
+    out = flat_probs.new_empty(B * rows, V)
+    given = real_rows.flatten().nonzero().flatten()  # row-major: request after request, as flat_probs holds them
+    out.index_copy_(0, given, flat_probs)  # one pass, straight into place
+    filler = (~real_rows).flatten().nonzero().flatten()
+    out.index_fill_(0, filler, 0.0)
+    out[filler, atom.repeat_interleave(rows)[filler]] = 1.0
+    return out.view(B, rows, V)
 
 
 def parents_from_links(first_child: list[int], next_sibling: list[int]) -> list[int]:
