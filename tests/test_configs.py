@@ -182,11 +182,11 @@ def check_end_to_end(proposer: str, tmp_path: Path, quick: bool) -> None:
         # time (~80 s here): tests/harness/test_real_models checks both exactly; -m slow runs them here.
         if twin == proposer and node is not None and node.get("adaptive_depth", 0):
             short_chain += ["proposer.adaptive_depth=0", "proposer.stop_below=0"]
-        quick_settings = ["experiment.greedy.prompts=[[40,3,9,1,0,22,5,5]]", *short_chain]
+        quick_settings = ["experiment.greedy.prompts=[[40,3,9,1,0,22,5,5]]", "experiment.greedy.max_new_tokens=8", *short_chain]
     else:
-        quick_settings = []
+        quick_settings = ["experiment.greedy.max_new_tokens=16"]
     cfg = load(*family("proposer", proposer), f"experiment.checks={checks}", "experiment.greedy.dtypes=[float64]",
-               "experiment.greedy.max_new_tokens=16", f"output_dir={tmp_path}", *small_tree, *one_sampling,
+               f"output_dir={tmp_path}", *small_tree, *one_sampling,
                *quick_settings, config_name="check")
     rows = run_check(cfg)
     expected = {"exact", "greedy"} if twin == proposer else {"greedy"}

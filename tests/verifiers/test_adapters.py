@@ -114,14 +114,14 @@ def test_flat_trees_of_different_shapes_in_one_call():
 
 
 def test_flat_trees_follow_the_target_law():
-    """Two iid children of the root, 20,000 requests of the same shape (one verify call): the first
+    """Two iid children of the root, 8,000 requests of the same shape (one verify call): the first
     emitted token follows the root's target law."""
-    gen, n = torch.Generator().manual_seed(5), 20000
+    gen, n = torch.Generator().manual_seed(5), 8000
     p, q = law(gen, 3, 4), law(gen, 3, 4)  # rows: root, node 0, node 1
     drafts = torch.multinomial(q[0], 2 * n, replacement=True, generator=gen)
     out = flat_trees(drafts, [2] * n, [-1, -1] * n, q.repeat(n, 1), p.repeat(n, 1), kind="iid", generator=gen)
     empirical = torch.bincount(out[:, 0], minlength=4).double() / n
-    assert float((empirical - p[0]).abs().sum() / 2) < 0.015
+    assert float((empirical - p[0]).abs().sum() / 2) < 0.025  # ~4 standard errors at N = 8,000
 
 
 def test_sibling_links_become_parents():
