@@ -34,7 +34,7 @@ import torch
 
 from framework.tree import CandidateTree
 from verifiers import verify
-from verifiers.checks import check_law, law_tolerance
+from verifiers.checks import check_law
 
 
 def _request_of(flat_index: int, counts: torch.Tensor) -> int:
@@ -62,24 +62,35 @@ def _check_ragged(draft_token_ids, counts, draft_probs, target_probs, bonus, voc
     for name, probs in (("target_probs", target_probs), ("draft_probs", draft_probs)):
         if probs is None:
             continue
-        bad = bad_law_rows(probs)  # [T]
-        if bad.any():
-            i = int(bad.nonzero()[0])
-            try:
-                check_law(name, probs[i])  # its message says what is wrong with that row
-            except ValueError as error:
-                raise ValueError(f"request {_request_of(i, counts)}: {error}") from None
-        if name == "draft_probs" and T and (probs.gather(1, draft_token_ids[:, None]) <= 0).any():
-            i = int((probs.gather(1, draft_token_ids[:, None]) <= 0).nonzero()[0, 0])
+        try:
+            check_law(name, probs)  # one pass over every row; only a failure looks for its row
+        except ValueError:
+            i, error = _first_refused_row(name, probs)
+            raise ValueError(f"request {_request_of(i, counts)}: {error}") from None
+    if draft_probs is not None and T:
+        drawn = draft_probs.gather(1, draft_token_ids[:, None])[:, 0]  # [T] each draft's own probability
+        if (drawn <= 0).any():
+            i = int((drawn <= 0).nonzero()[0])
             raise ValueError(f"request {_request_of(i, counts)}: a draft has zero draft_probs: it must be the law it was drawn from")
 
 
-def bad_law_rows(probs: torch.Tensor) -> torch.Tensor:
-    """probs [T, V] -> [T] bool: rows check_law refuses, found in one pass over all rows."""
-    if not probs.dtype.is_floating_point:
-        return torch.ones(probs.shape[0], dtype=torch.bool, device=probs.device)
-    broken = torch.isnan(probs).any(-1) | (probs < 0).any(-1) | torch.isinf(probs).any(-1)
-    return broken | ((probs.sum(-1, dtype=torch.float64) - 1).abs() > law_tolerance(probs.dtype))
+def _first_refused_row(name: str, probs: torch.Tensor) -> tuple[int, ValueError]:
+    """The first row check_law refuses in probs [T, V] (which it refuses as a whole), by bisection:
+    check_law judges rows one by one, so a slice fails exactly when it holds a refused row."""
+    lo, hi = 0, probs.shape[0]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            check_law(name, probs[lo:mid])
+            lo = mid
+        except ValueError:
+            hi = mid
+    try:
+        check_law(name, probs[lo : lo + 1])
+    except ValueError as error:
+        return lo, error
+    raise AssertionError("check_law refused the whole but none of its rows")
+
 
 def ragged_chains(
     draft_token_ids: torch.Tensor,

@@ -7,7 +7,7 @@ import torch
 from framework.tree import CandidateTree
 
 
-def law_tolerance(dtype: torch.dtype) -> float:
+def _tolerance(dtype: torch.dtype) -> float:
     return {torch.float64: 1e-6, torch.float32: 1e-3}.get(dtype, 2e-2)
 
 
@@ -20,7 +20,7 @@ def check_law(name: str, probs: torch.Tensor) -> None:
     if (probs < 0).any() or torch.isinf(probs).any():
         raise ValueError(f"{name} has negative or infinite entries: pass probabilities, not logits")
     err = (probs.sum(-1, dtype=torch.float64) - 1).abs().max()
-    if err > law_tolerance(probs.dtype):
+    if err > _tolerance(probs.dtype):
         raise ValueError(f"{name} rows do not sum to 1 (worst error {float(err):.3g})")
 
 

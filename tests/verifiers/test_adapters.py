@@ -92,6 +92,8 @@ def test_masked_target_never_emits_a_masked_token(sampling):
     (lambda: ragged_chains(torch.tensor([1, 9]), [1, 1], None, one_hot([1, 2]), torch.tensor([[0], [0]])), "request 1: draft_token_ids holds 9"),
     (lambda: ragged_chains(torch.tensor([1, 2]), [1, 1], None, one_hot([1, 2]) * 0.5, torch.tensor([[0], [0]])), "request 0: target_probs rows do not sum to 1"),
     (lambda: ragged_chains(torch.tensor([1, 2]), [1, 1], one_hot([1, 3]), one_hot([1, 2]), torch.tensor([[0], [0]])), "request 1: a draft has zero draft_probs"),
+    (lambda: ragged_chains(torch.tensor([1, 2, 3, 4, 5]), [1, 2, 2], None, one_hot([1, 2, 3, 4, 5]) * torch.tensor([[1.0], [1], [1], [0.5], [1]]),
+                           torch.tensor([[0], [0], [0]])), "request 2: target_probs rows do not sum to 1"),
     (lambda: ragged_chains(torch.tensor([1]), [1], None, one_hot([1]), torch.tensor([[0], [1]])), r"bonus_token_ids must be \[B, 1\]"),
 ])
 def test_bad_input_names_the_request_and_the_field(call, message):
