@@ -27,7 +27,6 @@ the total-variation error that N detects; at greedy, identity with plain decodin
 from __future__ import annotations
 
 import json
-import math
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from experiments.compare_report import aggregate, markdown, merge, write_outputs
 from experiments.first_token import first_tokens, plot, summarise
 from experiments.run import torch_threads
 from framework.engine import generate
+from framework.harness.stats import detectable_tv
 from framework.sampling import SamplingConfig
 from framework.target import HFTarget
 from framework.text import encode_prompt, tokenizer_of
@@ -195,7 +195,7 @@ def lossless_checks(cfg: DictConfig, plan: Plan, model, records: Records, out: P
                 stats = summarise(result["counts"], result["target"])
                 plot(result, check.top, out / f"first_token_{method}_{sampling}.png",
                      f"{method} ({sampling}): first token, N={stats['samples']:,}; G-test p={stats['g_test_p']:.3f}")
-                record = {"samples": stats["samples"], "detectable_tv": 5 / math.sqrt(stats["samples"]),
+                record = {"samples": stats["samples"], "detectable_tv": detectable_tv(stats["samples"]),
                           "g_test_p": stats["g_test_p"], "passes": stats["g_test_passes"]}
             except Exception as error:  # noqa: BLE001
                 record = {"error": f"{type(error).__name__}: {error}"}

@@ -16,8 +16,6 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
 SPLIT = ("draft_s", "target_s", "verify_s", "other_s")
 COLUMNS = ["method", "sampling", "category", "tokens_per_forward", "speedup", "tokens_per_s", "mean_accepted",
@@ -191,7 +189,7 @@ def merge(folder: Path) -> dict:
     """Every compare.json under a sweep folder as one result, written to the folder (csv/json/md,
     plots). A method that several jobs ran gets the job's overrides in its name, e.g.
     "zoo_draft (proposer.gamma=2)", so the cells stay apart."""
-    from experiments.sweep_merge import parse_overrides
+    from experiments.sweep_merge import job_overrides
 
     if not folder.is_dir():
         raise ValueError(f"not a folder: {folder}")
@@ -199,8 +197,7 @@ def merge(folder: Path) -> dict:
     jobs = [j for j in jobs if j.parent != folder]  # not an earlier merge of this folder
     if not jobs:
         raise ValueError(f"no compare.json under {folder}: run experiments.compare with -m into it first")
-    overrides = [parse_overrides(override_lines(j.parent / ".hydra" / "overrides.yaml"))
-                 if (j.parent / ".hydra" / "overrides.yaml").is_file() else {} for j in jobs]
+    overrides = [job_overrides(j.parent) for j in jobs]
     varied = [k for k in dict.fromkeys(k for o in overrides for k in o)
               if len({repr(o.get(k)) for o in overrides}) > 1]  # the settings the sweep varied
     loaded = [(", ".join(f"{k}={o[k]}" for k in varied if k in o), json.loads(j.read_text()))
@@ -214,10 +211,6 @@ def merge(folder: Path) -> dict:
         merged["skipped"].update(result.get("skipped", {}))
     write_outputs(merged, folder)
     return merged
-
-
-def override_lines(path: Path) -> list[str]:
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=False)  # "x=${y}" stays text
 
 
 if __name__ == "__main__":

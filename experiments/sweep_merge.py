@@ -42,13 +42,10 @@ def natural(path: Path) -> tuple:
 
 def row(job: Path, folder: Path) -> dict:
     out, errors = {"job": job.relative_to(folder).as_posix() or "."}, []
-    overrides = job / ".hydra" / "overrides.yaml"
-    if overrides.is_file():
-        try:
-            lines = OmegaConf.to_container(OmegaConf.load(overrides), resolve=False)  # "x=${y}" stays text
-            out.update(parse_overrides(lines))
-        except Exception as e:  # a broken file is this job's problem, not the sweep's
-            errors.append(f"unreadable .hydra/overrides.yaml: {e}")
+    try:
+        out.update(job_overrides(job))
+    except Exception as e:  # a broken file is this job's problem, not the sweep's
+        errors.append(f"unreadable .hydra/overrides.yaml: {e}")
     try:
         result = json.loads((job / RESULT).read_text())
         if not isinstance(result, dict):
@@ -64,6 +61,14 @@ def row(job: Path, folder: Path) -> dict:
     for key, value in figures(result).items():
         out[key if key not in out else f"result{NESTED}{key}"] = value
     return out
+
+
+def job_overrides(job: Path) -> dict:
+    """The overrides Hydra recorded for a job folder ({} without .hydra/overrides.yaml)."""
+    path = job / ".hydra" / "overrides.yaml"
+    if not path.is_file():
+        return {}
+    return parse_overrides(OmegaConf.to_container(OmegaConf.load(path), resolve=False))  # "x=${y}" stays text
 
 
 def parse_overrides(lines: list[str]) -> dict:

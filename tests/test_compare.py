@@ -44,7 +44,7 @@ def test_every_cell_with_speed_identity_and_a_lossless_check(tmp_path):
             assert r["lossless_check"] is None and r["mean_accepted"] is None  # our harness checks our loop only
         else:
             assert r["lossless_check"] == "pass" and r["check_samples"] == 256
-            assert r["check_detectable_tv"] == pytest.approx(5 / math.sqrt(256))
+            assert r["check_detectable_tv"] == pytest.approx(5 / math.sqrt(256))  # N = 25 / TV^2
             assert (tmp_path / f"first_token_{method}_t1.png").exists()
     with (tmp_path / "compare.csv").open() as f:
         table = list(csv.DictReader(f))

@@ -24,6 +24,13 @@ def sample_size_for_tv(delta: float) -> int:
     return math.ceil(25 / delta**2)
 
 
+def detectable_tv(n: int) -> float:
+    """The total-variation error n samples detect: sample_size_for_tv's inverse."""
+    if n < 1:
+        raise ValueError(f"need at least one sample, got {n}")
+    return 5 / math.sqrt(n)
+
+
 @dataclass
 class GTest:
     statistic: float

@@ -1,9 +1,10 @@
 """Statistical mode: the G-test has power where it should and holds its size under the null."""
 
+import pytest
 import torch
 
 from framework import CandidateTree
-from framework.harness.stats import g_test, sample_size_for_tv
+from framework.harness.stats import detectable_tv, g_test, sample_size_for_tv
 from verifiers import typical_verifier, verify
 
 P = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
@@ -45,3 +46,10 @@ def test_null_bracket():
     tokens = seed_example_first_tokens(groups * per_group, 2).reshape(groups, per_group)
     rejections = sum(not g_test(counts(row), LAW).passes(alpha=0.05) for row in tokens)
     assert 1 <= rejections <= 22, rejections  # Binomial(200, 0.05): mean 10, sd 3.1
+
+
+def test_detectable_tv_inverts_the_sample_size():
+    for n in (1, 256, 2500, 250_000):
+        assert sample_size_for_tv(detectable_tv(n)) in (n, n + 1)  # n + 1: float rounding of 25 / tv^2
+    with pytest.raises(ValueError, match="at least one sample"):
+        detectable_tv(0)
