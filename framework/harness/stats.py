@@ -25,7 +25,8 @@ def sample_size_for_tv(delta: float) -> int:
 
 
 def detectable_tv(n: int) -> float:
-    """The total-variation error n samples detect: sample_size_for_tv's inverse."""
+    """The total-variation error n samples detect: sample_size_for_tv's inverse (above 1 for n < 25:
+    so few samples detect no possible error)."""
     if n < 1:
         raise ValueError(f"need at least one sample, got {n}")
     return 5 / math.sqrt(n)
