@@ -117,7 +117,9 @@ def fingerprint(cfg: DictConfig) -> str:
     """What a stored record must share with this run to be reused."""
     exp = cfg.experiment
     return json.dumps({"target": OmegaConf.to_container(cfg.target, resolve=True), "seed": cfg.seed,
-                       "max_new_tokens": exp.max_new_tokens, "threads": exp.num_threads}, sort_keys=True)
+                       "max_new_tokens": exp.max_new_tokens, "threads": exp.num_threads,
+                       "prompts": OmegaConf.to_container(exp.prompts) if exp.prompts is not None else None},
+                      sort_keys=True)  # a token-id workload is not named by its category and index
 
 
 class Records:
@@ -185,9 +187,10 @@ def lossless_checks(cfg: DictConfig, plan: Plan, model, records: Records, out: P
     """G-test of the first speculated token per (method, sampling), ours only; a plot of each."""
     check = cfg.experiment.check
     prompt = encode_prompt(cfg.prompt, tokenizer_of(model))
+    checked = cfg.prompt if isinstance(cfg.prompt, str) else list(cfg.prompt)  # text or token ids
     for method in plan.proposers:
         for sampling, law in plan.samplings.items():
-            rid = f"check/{method}/{sampling}/{check.samples}"
+            rid = f"check/{method}/{sampling}/{check.samples}/{json.dumps(checked)}"  # its N and prompt
             if rid in records.done or law.greedy:  # greedy: identity with plain decoding is the check
                 continue
             try:

@@ -70,6 +70,13 @@ def test_rerun_skips_done_cells_and_a_failing_cell_does_not_stop_the_rest(tmp_pa
     assert rows["tiny_draft", "topk20"]["errors"] is None and rows["tiny_draft", "topk20"]["lossless_check"] == "pass"
     assert rows["tiny_draft", "t1"]["prompts"] == 2  # read back from the first run's records
     assert "error: " in (tmp_path / "compare.md").read_text()
+    # another workload or check prompt is another measurement: nothing of the above is reused for it
+    before = len(records(tmp_path))
+    compare.run(load(tmp_path, "experiment.methods=[tiny_draft]", "experiment.samplings=[t1]",
+                     "experiment.prompts=[[5,4,3,2]]", "prompt=[3,2,1]"))
+    again = records(tmp_path)[before:]
+    assert any(r["id"].startswith("run/tiny_draft/t1/") for r in again)
+    assert any(r["id"].startswith("check/tiny_draft/t1/") for r in again)
 
 
 def test_discovery_skips_the_configs_that_do_not_fit_the_target(tmp_path):
