@@ -49,8 +49,7 @@ from experiments.run import emitted, timed_generate, torch_threads, write_json
 from framework.sampling import SamplingConfig
 from framework.target import HFTarget
 from framework.text import encode_prompt, tokenizer_of
-from framework.zoo.corpus import build_corpus, stdlib_files
-from framework.zoo.prompts import CATEGORIES, build_prompt_sets
+from framework.zoo.prompts import CATEGORIES, stdlib_prompt_sets
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 HF_METHODS = ("hf_plain", "hf_assisted", "hf_pld", "hf_pld_matched")
@@ -202,7 +201,7 @@ def workload(cfg: DictConfig, tokenizer) -> list[tuple[str, torch.Tensor]]:
         raise ValueError(f"unknown categories {sorted(unknown)} (have {list(CATEGORIES)})")
     if tokenizer is None:
         raise ValueError("the prompt sets are text: the target needs a tokenizer (e.g. target=zoo_target), or give experiment.prompts")
-    sets = build_prompt_sets(build_corpus(stdlib_files())["heldout"])
+    sets = stdlib_prompt_sets()
     return [(i, encode_prompt(text, tokenizer)) for c in exp.categories
             for text, i in zip(sets[c]["prompt"][: exp.per_category], sets[c]["id"][: exp.per_category])]
 

@@ -18,8 +18,6 @@ objective of the Optuna sweeper `hydra/sweeper=tune_draft`.
 
 from __future__ import annotations
 
-from functools import cache
-
 import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
@@ -29,14 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from experiments.run import timed_generate, write_json
 from framework.target import HFTarget
 from framework.text import encode_prompt, tokenizer_of
-from framework.zoo.corpus import build_corpus, stdlib_files
-from framework.zoo.prompts import CATEGORIES, build_prompt_sets
-
-
-@cache
-def prompt_sets():
-    """The zoo's prompt sets, built once a process (seconds): an in-process sweep's trials share them."""
-    return build_prompt_sets(build_corpus(stdlib_files())["heldout"])
+from framework.zoo.prompts import CATEGORIES, stdlib_prompt_sets
 
 
 def run(cfg: DictConfig) -> list[dict]:
@@ -54,7 +45,7 @@ def run(cfg: DictConfig) -> list[dict]:
     if tokenizer is None:
         raise ValueError("the prompt sets are text: the target needs a tokenizer beside its checkpoint (e.g. target=zoo_target)")
     target, make_proposer, sampling = HFTarget(model), instantiate(cfg.proposer), instantiate(cfg.sampling)
-    sets = prompt_sets()
+    sets = stdlib_prompt_sets()
     tokens = exp.max_new_tokens
     timed_generate(target, None, encode_prompt("import os\n", tokenizer), cfg, sampling, tokens)  # warm-up, untimed
     rows = []

@@ -46,8 +46,7 @@ from framework.harness.stats import detectable_tv
 from framework.sampling import SamplingConfig
 from framework.target import HFTarget
 from framework.text import encode_prompt, tokenizer_of
-from framework.zoo.corpus import build_corpus, stdlib_files
-from framework.zoo.prompts import CATEGORIES, build_prompt_sets
+from framework.zoo.prompts import CATEGORIES, stdlib_prompt_sets
 
 HF_ROWS = {"hf_assisted": "hf_assisted", "hf_prompt_lookup": "hf_pld"}  # our row -> bench_hf's runner
 PLAIN = "ours_plain"
@@ -213,7 +212,7 @@ def workload(cfg: DictConfig, plan: Plan, tokenizer) -> dict[str, list[torch.Ten
     if tokenizer is None:
         raise ValueError("the prompt sets are text: the target needs a tokenizer beside its checkpoint "
                          "(e.g. target=zoo_target), or give experiment.prompts as token ids")
-    sets = build_prompt_sets(build_corpus(stdlib_files())["heldout"])
+    sets = stdlib_prompt_sets()
     return {c: [encode_prompt(t, tokenizer) for t in sets[c]["prompt"][: exp.per_category]] for c in plan.categories}
 
 

@@ -20,8 +20,11 @@ import re
 import tokenize
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from functools import cache
 
 import datasets
+
+from framework.zoo.corpus import build_corpus, stdlib_files
 
 CATEGORIES = ("code_continuation", "function_body", "repetition_editing", "long_context_retrieval")
 MAX_CHARS = 2000  # every prompt but the long-context ones
@@ -235,3 +238,10 @@ def build_prompt_sets(heldout: datasets.Dataset, per_category: int = 40, seed: i
         sets[category] = datasets.Dataset.from_list([asdict(p) for p in chosen]) if chosen else \
             datasets.Dataset.from_dict({f: [] for f in Prompt.__dataclass_fields__})
     return datasets.DatasetDict(sets)
+
+
+@cache
+def stdlib_prompt_sets() -> datasets.DatasetDict:
+    """The sets of this interpreter's held-out stdlib files (the zoo's split), built once a process
+    (seconds): every experiment reads the same prompts, and an in-process sweep's trials share them."""
+    return build_prompt_sets(build_corpus(stdlib_files())["heldout"])
