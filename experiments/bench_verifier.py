@@ -9,8 +9,8 @@ verified again and again until --total verifications are done (the last call tak
 Timing uses validate=False, as an engine would; the chain/iid setting is also timed with
 validate=True and the ratio (with / without) is printed as a side figure.
 
-Then ragged chains (verifiers.adapters.ragged_chains, flat fields padded per call) against verify on
-the same rows already padded: the cost of raggedness (goal <= 1.2x).
+Then ragged chains (verifiers.adapters.ragged_chains: the flat fields walked where they lie) against
+verify on the same rows already padded to one shape: the cost of raggedness (goal <= 1.2x).
 
 Then the Triton chain path (verifiers/triton_chain.py) on a small batch under the Triton
 interpreter (TRITON_INTERPRET=1, set here if unset): a correctness check only (its tokens
@@ -111,7 +111,7 @@ def markdown_table(rows: list[dict]) -> str:
 
 def ragged_check(vocab: int, gen: torch.Generator, requests: int = 1024, max_drafts: int = CHAIN_LEN,
                  repeats: int = 20) -> dict:
-    """verifiers.adapters.ragged_chains (flat ragged fields, converted and padded per call) against
+    """verifiers.adapters.ragged_chains (flat ragged fields, walked in place) against
     `verify` on the already padded rows, same requests (k drafts uniform in 0..max_drafts, iid)."""
     from verifiers.adapters import padded_chains, ragged_chains
 

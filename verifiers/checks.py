@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from framework.ragged_tree import RaggedTrees
 from framework.tree import CandidateTree
 
 
@@ -24,7 +25,10 @@ def check_law(name: str, probs: torch.Tensor) -> None:
         raise ValueError(f"{name} rows do not sum to 1 (worst error {float(err):.3g})")
 
 
-def check_verify_inputs(tree: CandidateTree, target_probs: torch.Tensor) -> None:
+def check_verify_inputs(tree: CandidateTree | RaggedTrees, target_probs: torch.Tensor) -> None:
+    if isinstance(tree, RaggedTrees):
+        check_ragged_inputs(tree, target_probs)
+        return
     B, N = tree.tokens.shape
     if target_probs.dim() != 3 or target_probs.shape[:2] != (B, N + 1):
         raise ValueError(
@@ -47,3 +51,84 @@ def check_verify_inputs(tree: CandidateTree, target_probs: torch.Tensor) -> None
         q_drawn = q[:, parent_rows].gather(-1, tree.tokens.to(q.device)[..., None])  # [B, N, 1]
         if (q_drawn <= 0).any():
             raise ValueError(f"a {tree.kind} child has zero draft probability: q must be the law it was drawn from")
+
+
+def check_ragged_inputs(trees: RaggedTrees, target_probs: torch.Tensor) -> None:
+    """Every failure names the request and the field (RaggedTrees' names: the engines' own)."""
+    counts, tokens, T = trees.num_draft_tokens, trees.draft_token_ids, trees.draft_token_ids.shape[0]
+    B = counts.numel()
+    if trees.parents.shape[0] != T:
+        raise ValueError(f"parents holds {trees.parents.shape[0]} entries but draft_token_ids holds {T} tokens")
+    request = trees.request_of()  # [T]
+    position = torch.arange(T, device=tokens.device) - trees.starts[request]  # [T] index within the request
+    bad = ((trees.parents < -1) | (trees.parents >= position)).nonzero()
+    if bad.numel():
+        i = int(bad[0])
+        raise ValueError(f"request {int(request[i])}: parents of its node {int(position[i])} is {int(trees.parents[i])}: "
+                         "parents must point backwards within the request (-1 = the root)")
+    rows = T + B if trees.law_rows is None else None
+    for name, probs in (("target_probs", target_probs), ("draft_probs", trees.draft_probs)):
+        if probs is not None and (probs.dim() != 2 or (rows is not None and probs.shape[0] != rows)):
+            raise ValueError(f"{name} must be [T + B, V] = [{T + B}, V] (a root row per request, then its nodes'), "
+                             f"got {tuple(probs.shape)}" if rows is not None else f"{name} must be [R, V], got {tuple(probs.shape)}")
+    V = target_probs.shape[-1]
+    if trees.draft_probs is not None and trees.draft_probs.shape != target_probs.shape:
+        raise ValueError(f"draft_probs is {tuple(trees.draft_probs.shape)} but target_probs is {tuple(target_probs.shape)}")
+    bad = ((tokens < 0) | (tokens >= V)).nonzero()
+    if bad.numel():
+        i = int(bad[0])
+        raise ValueError(f"request {int(request[i])}: draft_token_ids holds {int(tokens[i])}, outside [0, {V})")
+    layout = trees.walk_layout()
+    law_rows = torch.arange(T + B, device=tokens.device) if trees.law_rows is None else trees.law_rows
+    request_g = torch.repeat_interleave(torch.arange(B, device=tokens.device), counts + 1)  # [T + B]
+    if law_rows.shape != (T + B,):
+        raise ValueError(f"law_rows must be [T + B] = [{T + B}], got {tuple(law_rows.shape)}")
+    read = torch.ones(T + B, dtype=torch.bool, device=tokens.device)  # nodes whose law the walk reads
+    if trees.bonus_token_ids is not None:
+        bonus = trees.bonus_token_ids.reshape(-1)
+        if bonus.numel() != B:
+            raise ValueError(f"bonus_token_ids must be [B, 1] = [{B}, 1], got {tuple(trees.bonus_token_ids.shape)}")
+        bad = ((bonus < 0) | (bonus >= V)).nonzero()
+        if bad.numel():
+            raise ValueError(f"request {int(bad[0])}: bonus_token_ids holds {int(bonus[bad[0]])}, outside [0, {V})")
+        read = layout.children[:, 0] >= 0  # leaves emit the bonus token
+    bad = (read & ((law_rows < 0) | (law_rows >= target_probs.shape[0]))).nonzero()
+    if bad.numel():
+        g = int(bad[0])
+        raise ValueError(f"request {int(request_g[g])}: law_rows points to row {int(law_rows[g])}, "
+                         f"outside target_probs' {target_probs.shape[0]} rows")
+    for name, probs in (("target_probs", target_probs), ("draft_probs", trees.draft_probs)):
+        if probs is None:
+            continue
+        try:
+            check_law(name, probs)  # one pass over every row; only a failure looks for its row
+        except ValueError:
+            row, error = _first_refused_row(name, probs)
+            owners = (read & (law_rows == row)).nonzero()
+            owner = f"request {int(request_g[owners[0]])}" if owners.numel() else f"row {row} (read by no request)"
+            raise ValueError(f"{owner}: {error}") from None
+    if trees.kind in ("iid", "wor") and T:
+        node_g = layout.roots[request] + 1 + position  # [T] each draft's global node
+        parent_rows = law_rows[trees.global_parents()[node_g]]  # [T] the law it was drawn from
+        drawn = trees.draft_probs[parent_rows].gather(1, tokens[:, None].long())[:, 0]  # [T] each draft's own probability
+        if (drawn <= 0).any():
+            i = int((drawn <= 0).nonzero()[0])
+            raise ValueError(f"request {int(request[i])}: a draft has zero draft_probs: it must be the law it was drawn from")
+
+
+def _first_refused_row(name: str, probs: torch.Tensor) -> tuple[int, ValueError]:
+    """The first row check_law refuses in probs [R, V] (which it refuses as a whole), by bisection:
+    check_law judges rows one by one, so a slice fails exactly when it holds a refused row."""
+    lo, hi = 0, probs.shape[0]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            check_law(name, probs[lo:mid])
+            lo = mid
+        except ValueError:
+            hi = mid
+    try:
+        check_law(name, probs[lo : lo + 1])
+    except ValueError as error:
+        return lo, error
+    raise AssertionError("check_law refused the whole but none of its rows")

@@ -25,8 +25,8 @@ from typing import Mapping
 import torch
 
 from framework.randomness import RandomSource
+from framework.ragged_tree import RaggedTrees, WalkLayout
 from framework.tree import CandidateTree
-from framework.tree_shape import children_table, depths
 from verifiers.rules import LOSSLESS_RULES, ChildRule, NodeLaw
 
 CPU_BLOCK_ELEMENTS = 1 << 19  # [rows, V] elements per block on CPU (2 MB in float32: measured best of 2^17..2^21)
@@ -49,27 +49,28 @@ class _Step:
     """One verification: its inputs, and its outputs filled in by batch row."""
 
     rule: ChildRule
-    tokens: torch.Tensor  # [B, N]
-    children: torch.Tensor  # [N+1, C+1] node index of each row's k-th child, -1 padded (last column all -1)
-    target_probs: torch.Tensor  # [B, N+1, V]
-    draft_probs: torch.Tensor | None  # [B, N+1, V]
+    layout: WalkLayout  # global nodes: tokens, children, roots, law rows, bonus tokens
+    target_probs: torch.Tensor  # [R, V] the laws' table
+    draft_probs: torch.Tensor | None  # [R, V]
     eos_token_id: int | None
     out: torch.Tensor  # [B, N+1] accepted tokens, -1 padded
-    path: torch.Tensor  # [B, depth+1] accepted node indices, -1 padded
+    path: torch.Tensor  # [B, depth+1] accepted node indices (within the request), -1 padded
     num_accepted: torch.Tensor  # [B]
     emits: torch.Tensor  # [B] False once a row accepted EOS
     final: torch.Tensor  # [B, V] law of each row's recovered or bonus token
     entry: tuple  # ([rows, V], [rows, V] or None): where enter copies p and q, reused level after level
 
 
-def _rows(probs: torch.Tensor, batch: torch.Tensor, row: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-    """probs[batch, row] for probs [B, N+1, V] -> [A, V], into out[:A] if given. Whole-row copies
-    (index_select) where probs is contiguous: several times faster than advanced indexing's
-    per-element gather."""
-    if not probs.is_contiguous():
-        return probs[batch, row]
-    flat, index = probs.view(-1, probs.shape[-1]), batch * probs.shape[1] + row  # [B*(N+1), V], [A]
-    return flat.index_select(0, index) if out is None else torch.index_select(flat, 0, index, out=out[: index.numel()])
+def _rows(table: torch.Tensor, law_rows: torch.Tensor | None, node: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """The laws of global nodes `node` [A] from table [R, V] -> [A, V], into out[:A] if given.
+    Whole-row copies (index_select): several times faster than advanced indexing's per-element gather."""
+    index = node if law_rows is None else law_rows[node]  # [A]
+    return table.index_select(0, index) if out is None else torch.index_select(table, 0, index, out=out[: index.numel()])
+
+
+def _table(probs: torch.Tensor | None) -> torch.Tensor | None:
+    """[B, N+1, V] or [R, V] -> [rows, V] (a view when contiguous)."""
+    return None if probs is None else probs.reshape(-1, probs.shape[-1])
 
 
 def _take(law: NodeLaw, mask: torch.Tensor) -> NodeLaw:
@@ -83,7 +84,8 @@ def _take(law: NodeLaw, mask: torch.Tensor) -> NodeLaw:
 
 
 class TreeVerifier:
-    """Walks a CandidateTree with one ChildRule per kind; lossless iff every rule is."""
+    """Walks candidate trees (a CandidateTree, or RaggedTrees) with one ChildRule per kind;
+    lossless iff every rule is."""
 
     def __init__(self, rules: Mapping[str, ChildRule] = LOSSLESS_RULES):
         self.rules = dict(rules)
@@ -104,67 +106,69 @@ class TreeVerifier:
     def final_law(self, law: NodeLaw, at_leaf: torch.Tensor) -> torch.Tensor:
         return law.r
 
-    def enter(self, target_probs, draft_probs, batch, row, *, out=None) -> NodeLaw:
-        """The law at node `row` of each row `batch`: r = p (nothing rejected yet), and q.
+    def enter(self, step: _Step, node: torch.Tensor, *, out=None) -> NodeLaw:
+        """The law at global nodes `node` [A]: r = p (nothing rejected yet), and q.
         out: buffers to copy p and q into (the walk's, reused: no fresh [rows, V] each level)."""
         out_p, out_q = (None, None) if out is None else out
-        p = _rows(target_probs, batch, row, out_p)
-        return NodeLaw(p, p, None if draft_probs is None else _rows(draft_probs, batch, row, out_q))
+        law_rows = step.layout.law_rows
+        p = _rows(step.target_probs, law_rows, node, out_p)
+        return NodeLaw(p, p, None if step.draft_probs is None else _rows(step.draft_probs, law_rows, node, out_q))
 
     def __call__(
         self,
-        tree: CandidateTree,
+        tree: CandidateTree | RaggedTrees,
         target_probs: torch.Tensor,
         rng: RandomSource,
         eos_token_id: int | None = None,
     ) -> Verification:
+        """target_probs: [B, N+1, V] for a CandidateTree, the [R, V] table for RaggedTrees."""
         if tree.kind not in self.rules:
             raise ValueError(f"no acceptance rule for kind {tree.kind!r} (have {sorted(self.rules)})")
-        B, N = tree.tokens.shape
         V, device = target_probs.shape[-1], target_probs.device
-        if N == 0:  # plain decoding: the bonus token alone, without the walk's bookkeeping
+        if isinstance(tree, CandidateTree) and tree.tokens.shape[1] == 0:
+            # plain decoding: the bonus token alone, without the walk's bookkeeping
+            B = tree.tokens.shape[0]
             bonus = rng.categorical(target_probs[:, 0])  # [B]
             empty = torch.zeros(B, 0, dtype=torch.long, device=device)
             return Verification(bonus[:, None], torch.zeros(B, dtype=torch.long, device=device), empty)
-        children = children_table(tree.parents).to(device)  # [N+1, C]
-        max_depth = int(depths(tree.parents).max())
-        uniforms = rng.uniform((B, max_depth + 1, children.shape[1]), device)
+        ragged = tree if isinstance(tree, RaggedTrees) else RaggedTrees.from_candidate(tree)
+        layout = ragged.walk_layout()
+        B = ragged.batch_size
+        layout.tokens, layout.children = layout.tokens.to(device), layout.children.to(device)
+        uniforms = rng.uniform((B, layout.max_depth + 1, layout.children.shape[1] - 1), device)
         # CUDA's caching allocator already reuses blocks: one block there, fewer launches and syncs.
-        block = min(B, max(1, CPU_BLOCK_ELEMENTS // V)) if device.type == "cpu" else B
-        q = tree.draft_probs
+        block = max(1, min(B, CPU_BLOCK_ELEMENTS // V)) if device.type == "cpu" else max(B, 1)
+        p, q = _table(target_probs), _table(ragged.draft_probs)
         step = _Step(
-            self.rules[tree.kind], tree.tokens.to(device), torch.nn.functional.pad(children, (0, 1), value=-1),
-            target_probs, q, eos_token_id,
-            out=torch.full((B, N + 1), -1, dtype=torch.long, device=device),
-            path=torch.full((B, max_depth + 1), -1, dtype=torch.long, device=device),
+            self.rules[tree.kind], layout, p, q, eos_token_id,
+            out=torch.full((B, layout.width), -1, dtype=torch.long, device=device),
+            path=torch.full((B, layout.max_depth + 1), -1, dtype=torch.long, device=device),
             num_accepted=torch.zeros(B, dtype=torch.long, device=device),
             emits=torch.ones(B, dtype=torch.bool, device=device),
             final=torch.empty(B, V, dtype=target_probs.dtype, device=device),  # every row writes its own
-            entry=(target_probs.new_empty(block, V), None if q is None else q.new_empty(block, V)),
+            entry=(p.new_empty(block, V), None if q is None else q.new_empty(block, V)),
         )
         for start in range(0, B, block):
             self._walk(step, start, uniforms[start : start + block])
 
         extra = rng.categorical(step.final)  # [B] recovered or bonus token
         step.out[torch.arange(B, device=device), step.num_accepted] = torch.where(step.emits, extra, -1)
-        return Verification(step.out, step.num_accepted, step.path[:, :max_depth])
+        return Verification(step.out, step.num_accepted, step.path[:, : layout.max_depth])
 
     def _walk(self, step: _Step, start: int, uniforms) -> None:
         """Rows start.. of the batch, level by level; uniforms [rows, depth+1, C] are theirs."""
         rows = torch.arange(start, start + uniforms.shape[0], device=step.out.device)  # [A] rows still walking
-        node = torch.zeros_like(rows)  # [A] their current node's row, 0 = root
+        node = step.layout.roots[rows]  # [A] their current (global) node
         for level in range(uniforms.shape[1]):
-            leaf = step.children[node, 0] < 0  # [A] the bonus: drawn from the leaf's full p
+            leaf = step.layout.children[node, 0] < 0  # [A] the bonus: drawn from the leaf's full p
             if bool(leaf.any()):
-                ended = rows[leaf]
-                law = self.enter(step.target_probs, step.draft_probs, ended, node[leaf], out=step.entry)
-                self._stop(step, ended, law, torch.ones_like(ended, dtype=torch.bool), at_leaf=True)
+                self._at_leaves(step, rows[leaf], node[leaf])
                 rows, node = rows[~leaf], node[~leaf]
             if not rows.numel():
                 return
             # [A, V] in step.entry: the leaf rows' law is already copied into final, and this
             # level's law is dead by the next enter (stopped rows copied, the rest re-enter).
-            law = self.enter(step.target_probs, step.draft_probs, rows, node, out=step.entry)
+            law = self.enter(step, node, out=step.entry)
             rows, child = self._try_children(step, level, rows, node, law, uniforms, start)
             rows, node = self._advance(step, level, rows, child)
 
@@ -172,9 +176,9 @@ class TreeVerifier:
         """Test each row's children in sibling order. Returns the rows that accepted one and that
         child; a row that rejects its last child stops, its residual the final law."""
         moved_rows, moved_children = [], []
-        for slot in range(step.children.shape[1] - 1):
-            child = step.children[node, slot]  # [T] every row here has this child
-            token = step.tokens[rows, child]  # [T]
+        for slot in range(step.layout.children.shape[1] - 1):
+            child = step.layout.children[node, slot]  # [T] every row here has this child
+            token = step.layout.tokens[child]  # [T]
             ratio = step.rule.accept_probability(law, token)  # [T] gathers, no [T, V] pass for the lossless rules
             accepted = self._coin_test(uniforms, level, slot, rows - start, ratio)  # [T]
             moved_rows.append(rows[accepted])
@@ -188,7 +192,7 @@ class TreeVerifier:
                 rejected = torch.ones_like(rows, dtype=torch.bool)
             # else most rejected: updating every row costs less than copying the rejected ones out
             law = step.rule.after_reject(law, token)  # [T, V]; rows that accepted are dropped below
-            stops = rejected & (step.children[node, slot + 1] < 0)  # [T] rejected the last sibling
+            stops = rejected & (step.layout.children[node, slot + 1] < 0)  # [T] rejected the last sibling
             self._stop(step, rows, law, stops, at_leaf=False)
             walks_on = rejected & ~stops  # [T] rejected, a sibling left
             if not bool(walks_on.any()):
@@ -205,6 +209,15 @@ class TreeVerifier:
         full[local] = ratio
         return self.accepts(self.coin(uniforms, level, slot), full)[local]
 
+    def _at_leaves(self, step: _Step, rows: torch.Tensor, node: torch.Tensor) -> None:
+        """rows reached leaves `node`: the bonus, from the leaf's full p (or the given bonus token)."""
+        if step.layout.bonus is None:
+            law = self.enter(step, node, out=step.entry)
+            self._stop(step, rows, law, torch.ones_like(rows, dtype=torch.bool), at_leaf=True)
+            return
+        step.final.index_fill_(0, rows, 0)  # a point mass on the token already drawn
+        step.final[rows, step.layout.bonus[rows]] = 1
+
     def _stop(self, step: _Step, rows: torch.Tensor, law: NodeLaw, mask: torch.Tensor, at_leaf: bool) -> None:
         """rows[mask] stop here: their final law (from `law`, [T, V]) goes to step.final by row."""
         if not bool(mask.any()):
@@ -218,9 +231,9 @@ class TreeVerifier:
     def _advance(self, step: _Step, level: int, rows, child):
         """Record each row's accepted child; a row that accepted EOS ends here, nothing drawn
         after it. Returns the rows that walk on and their new node's row."""
-        token = step.tokens[rows, child]  # [M]
+        token = step.layout.tokens[child]  # [M]
         step.out[rows, level] = token
-        step.path[rows, level] = child
+        step.path[rows, level] = child - step.layout.roots[rows] - 1
         step.num_accepted[rows] += 1
         if step.eos_token_id is not None:
             ended = rows[token == step.eos_token_id]
@@ -229,4 +242,4 @@ class TreeVerifier:
             step.emits[ended] = False
             keep = token != step.eos_token_id
             rows, child = rows[keep], child[keep]
-        return rows, child + 1
+        return rows, child

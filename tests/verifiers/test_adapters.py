@@ -136,10 +136,10 @@ def test_sibling_links_become_parents():
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: flat_trees(torch.tensor([1, 2]), [2], [0, -1], None, one_hot([1, 2, 3])), r"request 0: parents \[0, -1\] must point backwards"),
-    (lambda: flat_trees(torch.tensor([1, 2]), [3], [-1, 0], None, one_hot([1, 2, 3])), "must be >= 0 and sum to"),
+    (lambda: flat_trees(torch.tensor([1, 2]), [2], [0, -1], None, one_hot([1, 2, 3])), "request 0: parents of its node 0 is 0: parents must point backwards"),
+    (lambda: flat_trees(torch.tensor([1, 2]), [3], [-1, 0], None, one_hot([1, 2, 3])), "num_draft_tokens sums to 3 but draft_token_ids holds 2"),
     (lambda: flat_trees(torch.tensor([1, 2]), [2], [-1, 0], None, one_hot([1, 2])), r"target_probs must be \[T \+ B, V\]"),
-    (lambda: flat_trees(torch.tensor([1, 2]), [2], [-1, 0], None, one_hot([1, 2, 3]) * 2), r"requests \[0\]: target_probs rows do not sum to 1"),
+    (lambda: flat_trees(torch.tensor([1, 2]), [2], [-1, 0], None, one_hot([1, 2, 3]) * 2), "request 0: target_probs rows do not sum to 1"),
 ])
 def test_flat_trees_bad_input_names_the_request(call, message):
     with pytest.raises(ValueError, match=message):

@@ -1,0 +1,162 @@
+"""RaggedTrees: one verify step's candidates when requests differ in draft count and tree shape.
+
+The flat layout engines hold: every request's nodes one after the other, with offsets. It is
+what the verifier walks (a CandidateTree, whose shape the batch shares, is the special case
+`from_candidate` converts, without copying its laws).
+
+Nodes are numbered globally for the walk: request b's root is node starts[b] + b and its node i
+is starts[b] + b + 1 + i, so the laws of a batch lie in one table [T + B, V] (per request its
+root's row, then its nodes'), or anywhere an engine keeps them, through `law_rows`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from framework.tree import KINDS, CandidateTree
+
+
+def check_counts(counts: torch.Tensor, total: int) -> None:
+    """The offsets must add up: without it no field can be split into requests."""
+    if counts.dim() != 1:
+        raise ValueError(f"num_draft_tokens must be 1-D [B], got shape {tuple(counts.shape)}")
+    if (counts < 0).any():
+        raise ValueError(f"num_draft_tokens: request {int((counts < 0).nonzero()[0])} has a negative count")
+    if int(counts.sum()) != total:
+        raise ValueError(f"num_draft_tokens sums to {int(counts.sum())} but draft_token_ids holds {total} tokens")
+
+
+@dataclass
+class WalkLayout:
+    """The verifier's view of a batch: global nodes, their children, their laws' rows."""
+
+    tokens: torch.Tensor  # [G] each node's token (roots: 0, never read)
+    children: torch.Tensor  # [G, C+1] global index of each node's k-th child, -1 padded (last column all -1)
+    roots: torch.Tensor  # [B] each request's root
+    law_rows: torch.Tensor | None  # [G] row of the law tables for each node; None = the node's own index
+    bonus: torch.Tensor | None  # [B] token emitted at a leaf instead of a draw from its law
+    max_depth: int  # deepest node's depth (root's children at 1); 0 when no request has nodes
+    width: int  # most nodes in a request, + 1: the output's columns
+
+
+@dataclass
+class RaggedTrees:
+    """Candidates for one verify step, one tree per request, flat.
+
+    draft_token_ids: [T] candidate tokens, request after request: request b's are
+                     draft_token_ids[starts[b] : starts[b] + num_draft_tokens[b]].
+    parents:         [T] each node's parent within its request (-1 = a child of the root), an
+                     earlier node of the same request.
+    num_draft_tokens: [B] nodes per request; 0: the request emits one token, from its root's law
+                     (or its bonus token).
+    draft_probs:     [R, V] or None: the law each node's children were drawn from (iid/wor),
+                     rows as target_probs'.
+    kind:            as CandidateTree's, shared by the batch.
+    law_rows:        [T + B] or None: the row of target_probs / draft_probs that holds each global
+                     node's law (module docstring); None: the tables are [T + B, V] in that order.
+                     Leaves' rows are never read when bonus_token_ids is given (-1 there is fine).
+    bonus_token_ids: [B] or None: the target's sample at a fully accepted path, already drawn from
+                     the leaf's law (vLLM's bonus token); a leaf then emits it.
+    """
+
+    draft_token_ids: torch.Tensor
+    parents: torch.Tensor
+    num_draft_tokens: torch.Tensor
+    draft_probs: torch.Tensor | None = None
+    kind: str = "point"
+    law_rows: torch.Tensor | None = None
+    bonus_token_ids: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        self.num_draft_tokens = torch.as_tensor(self.num_draft_tokens, dtype=torch.long, device=self.draft_token_ids.device)
+        self.parents = torch.as_tensor(self.parents, dtype=torch.long, device=self.draft_token_ids.device)
+        for name in ("draft_token_ids", "parents", "num_draft_tokens"):
+            if getattr(self, name).dim() != 1:
+                raise ValueError(f"{name} must be 1-D, got shape {tuple(getattr(self, name).shape)}")
+        if self.kind != "point" and self.draft_probs is None:
+            raise ValueError(f"kind {self.kind!r} needs draft_probs (the law children were drawn from)")
+        check_counts(self.num_draft_tokens, self.draft_token_ids.shape[0])
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_draft_tokens.numel()
+
+    @property
+    def starts(self) -> torch.Tensor:
+        """[B] offset of each request's first node in tokens."""
+        return self.num_draft_tokens.cumsum(0) - self.num_draft_tokens
+
+    def request_of(self) -> torch.Tensor:
+        """[T] the request each node belongs to."""
+        return torch.repeat_interleave(torch.arange(self.batch_size, device=self.draft_token_ids.device), self.num_draft_tokens)
+
+    # ---- builders -------------------------------------------------------------------------
+
+    @staticmethod
+    def from_candidate(tree: CandidateTree) -> "RaggedTrees":
+        """A shared-shape tree [B, N]: its laws [B, N+1, V] viewed as [B*(N+1), V] are the table."""
+        B, N = tree.tokens.shape
+        q = tree.draft_probs
+        return RaggedTrees(tree.tokens.reshape(-1), tree.parents.to(tree.tokens.device).repeat(B),
+                           torch.full((B,), N, dtype=torch.long, device=tree.tokens.device),
+                           None if q is None else q.reshape(-1, q.shape[-1]), tree.kind)
+
+    @staticmethod
+    def chains(draft_token_ids: torch.Tensor, num_draft_tokens, draft_probs: torch.Tensor | None,
+               bonus_token_ids: torch.Tensor) -> "RaggedTrees":
+        """vLLM's flat chains: the laws [T, V] hold row t = the law draft t is judged by (target)
+        or was drawn from (draft), so request b's root and node i < k_b - 1 read rows
+        starts[b] + 0 and starts[b] + i + 1; its leaf emits bonus_token_ids[b]."""
+        counts = torch.as_tensor(num_draft_tokens, dtype=torch.long, device=draft_token_ids.device)
+        B, T = counts.numel(), draft_token_ids.shape[0]
+        check_counts(counts, T)
+        starts = counts.cumsum(0) - counts
+        request = torch.repeat_interleave(torch.arange(B, device=counts.device), counts)  # [T]
+        position = torch.arange(T, device=counts.device) - starts[request]  # [T] index within its chain
+        request_g = torch.repeat_interleave(torch.arange(B, device=counts.device), counts + 1)  # [T + B]
+        position_g = torch.arange(T + B, device=counts.device) - (starts + torch.arange(B, device=counts.device))[request_g]
+        law_rows = torch.where(position_g < counts[request_g], starts[request_g] + position_g, -1)  # [T + B]
+        return RaggedTrees(draft_token_ids, position - 1, counts, draft_probs,
+                           "point" if draft_probs is None else "iid", law_rows, bonus_token_ids.reshape(-1))
+
+    # ---- the walk's view ------------------------------------------------------------------
+
+    def global_parents(self) -> torch.Tensor:
+        """[T + B] each global node's parent (-1 for the roots)."""
+        B, T, device = self.batch_size, self.draft_token_ids.shape[0], self.draft_token_ids.device
+        roots = self.starts + torch.arange(B, device=device)  # [B]
+        request = self.request_of()  # [T]
+        nodes = roots[request] + 1 + (torch.arange(T, device=device) - self.starts[request])  # [T] global ids
+        parents = torch.full((T + B,), -1, dtype=torch.long, device=device)
+        parents[nodes] = roots[request] + 1 + self.parents  # a root child's parent: -1 + 1 + root
+        return parents
+
+    def walk_layout(self) -> WalkLayout:
+        B, T, device = self.batch_size, self.draft_token_ids.shape[0], self.draft_token_ids.device
+        roots = self.starts + torch.arange(B, device=device)  # [B]
+        G = T + B
+        parents = self.global_parents()  # [G]
+        is_node = parents >= 0
+        tokens = torch.zeros(G, dtype=torch.long, device=device)
+        tokens[is_node] = self.draft_token_ids.long()
+        # Siblings in index order: a stable sort by parent keeps it; a child's slot is its rank in the run.
+        node_ids = is_node.nonzero().squeeze(1)  # [T]
+        order = torch.sort(parents[node_ids], stable=True)
+        by_parent, kids = order.values, node_ids[order.indices]
+        first = torch.searchsorted(by_parent, by_parent)  # [T] start of each one's run of siblings
+        slot = torch.arange(T, device=device) - first
+        width = int(slot.max()) + 1 if T else 1
+        children = torch.full((G, width + 1), -1, dtype=torch.long, device=device)
+        children[by_parent, slot] = kids
+        # Depths by pointer jumping: log2(longest path) rounds of gathers, no loop over nodes.
+        depth, jump = is_node.long(), torch.where(is_node, parents, torch.arange(G, device=device))
+        most = int(self.num_draft_tokens.max()) if B else 0
+        for _ in range(max(most, 1).bit_length()):
+            depth, jump = depth + depth[jump], jump[jump]
+        return WalkLayout(tokens, children, roots, self.law_rows,
+                          None if self.bonus_token_ids is None else self.bonus_token_ids.reshape(-1).long().to(device),
+                          int(depth.max()) if G else 0, most + 1)
