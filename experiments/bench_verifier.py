@@ -1,9 +1,12 @@
-"""Benchmark: batched verifications per second of the lossless verifier on CPU.
+"""Benchmark: batched verifications per second of the lossless verifier, on CPU or a GPU.
 
     python -m experiments.bench_verifier                     # V = 8192, 1e5 verifications per setting
     python -m experiments.bench_verifier --total 20000 --threads 1 --json bench.json
+    python -m experiments.bench_verifier --device cuda       # + the compiled Triton paths, timed
 
-Settings: a chain of 4 and a 32-node binary tree, each with "point" and "iid" children.
+Settings: a chain of 4 and a 32-node binary tree, each with "point" and "iid" children (on a GPU
+also "wor", and each setting on every path: PyTorch, the Triton tree path, the fused Triton chain
+path on chains).
 Inputs are one prebuilt batch per shape (p and q: softmax of random logits, scale 3, float32),
 verified again and again until --total verifications are done (the last call takes a slice).
 Timing uses validate=False, as an engine would; the chain/iid setting is also timed with
@@ -12,10 +15,11 @@ validate=True and the ratio (with / without) is printed as a side figure.
 Then ragged chains (verifiers.adapters.ragged_chains: the flat fields walked where they lie) against
 verify on the same rows already padded to one shape: the cost of raggedness (goal <= 1.2x).
 
-Then the Triton chain path (verifiers/triton_chain.py) on a small batch under the Triton
-interpreter (TRITON_INTERPRET=1, set here if unset): a correctness check only (its tokens
-against the PyTorch verifier's on the same injected uniforms); the interpreter runs each
-program in Python, so its time is no speed figure. --no-triton skips it.
+Then the Triton paths (verifiers/triton_rules.py for trees, verifiers/triton_chain.py for chains)
+on a small batch of every shape and kind: their tokens against the PyTorch verifier's on the same
+injected uniforms. On CPU they run under the Triton interpreter (TRITON_INTERPRET=1, set here if
+unset), which runs each program in Python: a correctness check, its time no speed figure.
+--no-triton skips them.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import time
 import torch
 
 from framework import CandidateTree, ReplaySource
-from verifiers import verify
+from framework.tree_shape import children_table, depths
+from verifiers import LOSSLESS, verify
 
 LOGIT_SCALE = 3.0
 CHAIN_LEN = 4
@@ -39,7 +44,8 @@ SHAPES = [
     # First 32 nodes of a full binary tree in breadth-first order: depths 1..5, root's children -1.
     ("tree-32", torch.arange(TREE_NODES) // 2 - 1, 512),
 ]
-KINDS = ("point", "iid")
+KINDS = ("point", "iid")  # the CPU table's, and the fused chain path's
+KINDS_ON_GPU = ("point", "iid", "wor")  # the tree path's
 
 
 def random_law(shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
@@ -63,33 +69,42 @@ def build_tree(kind: str, tokens, parents, q) -> CandidateTree:
     return CandidateTree.from_parents(tokens, parents, draft_probs=q, kind=kind)
 
 
-def time_setting(kind, parents, p, q, tokens, total, validate, gen) -> float:
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_setting(kind, parents, p, q, tokens, total, validate, gen, verifier=LOSSLESS) -> float:
     """Seconds to run `total` verifications in batches of p.shape[0], after one warm-up call."""
     batch = p.shape[0]
     full = build_tree(kind, tokens, parents, q)
     rest = total % batch
     last = build_tree(kind, tokens[:rest], parents, q[:rest]) if rest else None  # views, no copy
-    verify(full, p, generator=gen, validate=validate)  # warm-up
+    verify(full, p, generator=gen, validate=validate, verifier=verifier)  # warm-up (and the kernels' compile)
+    synchronize(p.device)
     start = time.perf_counter()
     for _ in range(total // batch):
-        verify(full, p, generator=gen, validate=validate)
+        verify(full, p, generator=gen, validate=validate, verifier=verifier)
     if last is not None:
-        verify(last, p[:rest], generator=gen, validate=validate)
+        verify(last, p[:rest], generator=gen, validate=validate, verifier=verifier)
+    synchronize(p.device)
     return time.perf_counter() - start
 
 
 def read_once_seconds(p: torch.Tensor, total: int) -> float:
     """Seconds to read p once per verification (p.sum()): the memory-bound floor, same run."""
     p.sum()
+    synchronize(p.device)
     start = time.perf_counter()
     for _ in range(max(1, total // p.shape[0])):
         p.sum()
+    synchronize(p.device)
     return (time.perf_counter() - start) * total / (max(1, total // p.shape[0]) * p.shape[0])
 
 
-def result(shape, kind, batch, nodes, vocab, total, seconds, validate, floor) -> dict:
+def result(shape, kind, batch, nodes, vocab, total, seconds, validate, floor, path="pytorch") -> dict:
     return {
-        "shape": shape, "kind": kind, "batch": batch, "nodes": nodes, "vocab": vocab,
+        "shape": shape, "kind": kind, "path": path, "batch": batch, "nodes": nodes, "vocab": vocab,
         "total": total, "validate": validate, "seconds": seconds,
         "verifications_per_s": total / seconds, "us_per_verification": seconds / total * 1e6,
         "x_read_p_once": seconds / floor,
@@ -98,19 +113,19 @@ def result(shape, kind, batch, nodes, vocab, total, seconds, validate, floor) ->
 
 def markdown_table(rows: list[dict]) -> str:
     lines = [
-        "| shape | kind | batch | verifications/s | µs per verification | time / one read of p |",
-        "|---|---|---:|---:|---:|---:|",
+        "| shape | kind | path | batch | verifications/s | µs per verification | time / one read of p |",
+        "|---|---|---|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['shape']} | {r['kind']} | {r['batch']} | "
+            f"| {r['shape']} | {r['kind']} | {r['path']} | {r['batch']} | "
             f"{r['verifications_per_s']:,.0f} | {r['us_per_verification']:.2f} | {r['x_read_p_once']:.1f}x |"
         )
     return "\n".join(lines)
 
 
 def ragged_check(vocab: int, gen: torch.Generator, requests: int = 1024, max_drafts: int = CHAIN_LEN,
-                 repeats: int = 20) -> dict:
+                 repeats: int = 20, device: torch.device = torch.device("cpu")) -> dict:
     """verifiers.adapters.ragged_chains (flat ragged fields, walked in place) against
     `verify` on the already padded rows, same requests (k drafts uniform in 0..max_drafts, iid)."""
     from verifiers.adapters import padded_chains, ragged_chains
@@ -120,13 +135,16 @@ def ragged_check(vocab: int, gen: torch.Generator, requests: int = 1024, max_dra
     q, p = random_law((T, vocab), gen), random_law((T, vocab), gen)
     drafts = torch.multinomial(q, 1, generator=gen).flatten()
     bonus = torch.randint(0, vocab, (requests, 1), generator=gen)
+    counts, q, p, drafts, bonus = (x.to(device) for x in (counts, q, p, drafts, bonus))
     tree, padded_p = padded_chains(drafts, counts, q, p, bonus)
 
     def best(call) -> float:
         times = []
         for _ in range(repeats):
+            synchronize(device)
             start = time.perf_counter()
             call()
+            synchronize(device)
             times.append(time.perf_counter() - start)
         return min(times)
 
@@ -136,41 +154,48 @@ def ragged_check(vocab: int, gen: torch.Generator, requests: int = 1024, max_dra
             "ragged_s": ragged, "padded_s": padded, "ratio": ragged / padded}
 
 
-def triton_interpreter_check(vocab: int, gen: torch.Generator, batch: int = 16) -> list[dict]:
-    """The Triton chain path against the PyTorch verifier on chain-4 (point, iid), same uniforms."""
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # read when the kernels are decorated, at import
-    try:
-        from verifiers.triton_chain import TritonChainVerifier
-    except ImportError as err:
-        print(f"\nTriton path skipped: {err}")
-        return []
-    parents = torch.arange(-1, CHAIN_LEN - 1)
-    p, q, tokens = make_inputs(parents, batch, vocab, gen)
-    p[: batch // 2] = q[: batch // 2]  # half the rows p == q: iid accepts them to the bonus
+def triton_paths(shape: str) -> dict:
+    """The Triton verifiers for a shape: the tree path (every shape), the fused chain path (chains)."""
+    from verifiers.triton_chain import TritonChainVerifier
+    from verifiers.triton_rules import triton_tree_verifier
+
+    paths = {"triton-tree": triton_tree_verifier()}
+    if shape.startswith("chain"):
+        paths["triton-chain"] = TritonChainVerifier()
+    return paths
+
+
+def same_tokens_check(vocab: int, gen: torch.Generator, device: torch.device, batch: int = 16,
+                      path_note: str = "triton-interpreter") -> list[dict]:
+    """Each Triton path against the PyTorch verifier, same injected uniforms, on every shape and kind."""
     rows = []
-    for kind in KINDS:
-        tree = build_tree(kind, tokens, parents, q)
-        draws = [torch.rand(batch, CHAIN_LEN + 1, 1, generator=gen, dtype=torch.float64),
-                 torch.rand(batch, generator=gen, dtype=torch.float64)]
-        timed = {}
-        for name, verifier in (("triton", TritonChainVerifier()), ("pytorch", None)):
-            extra = {} if verifier is None else {"verifier": verifier}
-            start = time.perf_counter()
-            timed[name] = verify(tree, p, rng=ReplaySource(list(draws)), validate=False, **extra)
-            timed[name + "_s"] = time.perf_counter() - start
-        same = torch.equal(timed["triton"].tokens, timed["pytorch"].tokens) and torch.equal(
-            timed["triton"].num_accepted, timed["pytorch"].num_accepted)
-        rows.append({"shape": "chain-4", "kind": kind, "batch": batch, "vocab": vocab, "path": "triton-interpreter",
-                     "matches_pytorch": same, "seconds": timed["triton_s"], "pytorch_seconds": timed["pytorch_s"],
-                     "accepted": int(timed["pytorch"].num_accepted.sum())})
+    for shape, parents, _ in SHAPES:
+        p, q, tokens = (x.to(device) for x in make_inputs(parents, batch, vocab, gen))
+        p[: batch // 2] = q[: batch // 2]  # half the rows p == q: iid accepts them to a leaf
+        levels, width = int(depths(parents).max()), children_table(parents).shape[1]
+        for name, verifier in triton_paths(shape).items():
+            for kind in KINDS_ON_GPU if name == "triton-tree" else KINDS:
+                tree = build_tree(kind, tokens, parents, q)
+                draws = [torch.rand(batch, levels + 1, width, generator=gen, dtype=torch.float64),
+                         torch.rand(batch, generator=gen, dtype=torch.float64)]
+                timed = {}
+                for label, v in ((name, verifier), ("pytorch", LOSSLESS)):
+                    start = time.perf_counter()
+                    timed[label] = verify(tree, p, rng=ReplaySource(list(draws)), validate=False, verifier=v)
+                    synchronize(device)
+                    timed[label + "_s"] = time.perf_counter() - start
+                same = torch.equal(timed[name].tokens, timed["pytorch"].tokens)
+                rows.append({"shape": shape, "kind": kind, "batch": batch, "vocab": vocab, "path": f"{name} ({path_note})",
+                             "matches_pytorch": same, "seconds": timed[name + "_s"], "pytorch_seconds": timed["pytorch_s"],
+                             "accepted": int(timed["pytorch"].num_accepted.sum())})
     return rows
 
 
 def triton_table(rows: list[dict]) -> str:
-    lines = ["| Triton chain path (interpreter) | kind | batch | same tokens as PyTorch | accepted nodes | "
-             "seconds per call (interpreter) | PyTorch seconds per call |", "|---|---|---:|---|---:|---:|---:|"]
+    lines = ["| shape | kind | Triton path | batch | same tokens as PyTorch | accepted nodes | "
+             "seconds per call | PyTorch seconds per call |", "|---|---|---|---:|---|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['shape']} | {r['kind']} | {r['batch']} | {'yes' if r['matches_pytorch'] else 'NO'} | "
+        lines.append(f"| {r['shape']} | {r['kind']} | {r['path']} | {r['batch']} | {'yes' if r['matches_pytorch'] else 'NO'} | "
                      f"{r['accepted']} | {r['seconds']:.3f} | {r['pytorch_seconds']:.4f} |")
     return "\n".join(lines)
 
@@ -180,39 +205,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--total", type=int, default=100_000, help="verifications per setting")
     parser.add_argument("--vocab", type=int, default=8192, help="vocabulary size V")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda: the Triton paths compiled and timed beside PyTorch")
     parser.add_argument("--json", metavar="PATH", help="also write the results as a JSON list")
-    parser.add_argument("--no-triton", action="store_true", help="skip the Triton interpreter check")
+    parser.add_argument("--no-triton", action="store_true", help="skip the Triton paths")
     args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    on_gpu = device.type == "cuda"
+    if on_gpu and os.environ.get("TRITON_INTERPRET") == "1":
+        raise SystemExit("--device cuda times compiled kernels: unset TRITON_INTERPRET")
+    if not on_gpu:
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # read when the kernels are decorated, at import
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, V = {args.vocab}, "
+    print(f"torch {torch.__version__}, {device}, {torch.get_num_threads()} threads, V = {args.vocab}, "
           f"{args.total} verifications per setting\n")
 
     gen = torch.Generator().manual_seed(0)
     rows, validated = [], None
     for shape, parents, batch in SHAPES:
         batch = min(batch, args.total)
-        p, q, tokens = make_inputs(parents, batch, args.vocab, gen)
+        p, q, tokens = (x.to(device) for x in make_inputs(parents, batch, args.vocab, gen))
         floor = read_once_seconds(p, args.total)
-        for kind in KINDS:
-            seconds = time_setting(kind, parents, p, q, tokens, args.total, False, gen)
-            rows.append(result(shape, kind, batch, parents.numel(), args.vocab, args.total, seconds, False, floor))
-            if shape == "chain-4" and kind == "iid":
-                seconds = time_setting(kind, parents, p, q, tokens, args.total, True, gen)
-                validated = result(shape, kind, batch, parents.numel(), args.vocab, args.total, seconds, True, floor)
+        paths = {"pytorch": LOSSLESS, **(triton_paths(shape) if on_gpu and not args.no_triton else {})}
+        for name, verifier in paths.items():
+            for kind in (KINDS_ON_GPU if on_gpu and name != "triton-chain" else KINDS):
+                seconds = time_setting(kind, parents, p, q, tokens, args.total, False, gen, verifier)
+                rows.append(result(shape, kind, batch, parents.numel(), args.vocab, args.total, seconds, False, floor, name))
+        seconds = time_setting("iid", parents, p, q, tokens, args.total, True, gen) if shape == "chain-4" else None
+        if seconds is not None:
+            validated = result(shape, "iid", batch, parents.numel(), args.vocab, args.total, seconds, True, floor)
         del p, q, tokens
 
     print(markdown_table(rows))
-    plain = next(r for r in rows if r["shape"] == "chain-4" and r["kind"] == "iid")
+    plain = next(r for r in rows if r["shape"] == "chain-4" and r["kind"] == "iid" and r["path"] == "pytorch")
     ratio = validated["verifications_per_s"] / plain["verifications_per_s"]
     print(f"\nchain-4/iid with validate=True: {validated['verifications_per_s']:,.0f} verifications/s, "
           f"{ratio:.2f}x the rate without validation")
-    ragged = ragged_check(args.vocab, gen, requests=min(1024, args.total))
+    ragged = ragged_check(args.vocab, gen, requests=min(1024, args.total), device=device)
     print(f"\nragged chains (k uniform in 0..{CHAIN_LEN}, {ragged['batch']} requests, iid): ragged_chains "
           f"{ragged['ragged_s'] * 1e3:.2f} ms, verify on the padded rows {ragged['padded_s'] * 1e3:.2f} ms: "
           f"{ragged['ratio']:.2f}x (goal <= 1.2x)")
     rows.append(ragged)
-    triton_rows = [] if args.no_triton else triton_interpreter_check(args.vocab, gen)
+    # On CPU the interpreter runs each program in Python: a correctness check on a small batch, no speed figure.
+    triton_rows = [] if args.no_triton else same_tokens_check(args.vocab if on_gpu else min(args.vocab, 512), gen, device,
+                                                            path_note="compiled" if on_gpu else "interpreter")
     if triton_rows:
         print("\n" + triton_table(triton_rows))
     if args.json:

@@ -8,6 +8,7 @@ from importlib import import_module
 
 from framework.randomness import RandomSource, ReplaySource, TorchSource
 from framework.sampling import SamplingConfig, process_logits, process_tree_logits
+from framework.ragged_tree import RaggedTrees
 from framework.tree import CandidateTree
 from framework.tree_shape import TreeShape
 
@@ -28,6 +29,6 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "CandidateTree", "TreeShape", "SamplingConfig", "process_logits", "process_tree_logits",
+    "CandidateTree", "RaggedTrees", "TreeShape", "SamplingConfig", "process_logits", "process_tree_logits",
     "RandomSource", "TorchSource", "ReplaySource", *_LAZY,
 ]
