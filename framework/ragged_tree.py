@@ -1,8 +1,8 @@
 """RaggedTrees: one verify step's candidates when requests differ in draft count and tree shape.
 
-The flat layout engines hold: every request's nodes one after the other, with offsets. It is
-what the verifier walks (a CandidateTree, whose shape the batch shares, is the special case
-`from_candidate` converts, without copying its laws).
+The flat layout engines hold: every request's nodes one after the other, with offsets. The
+verifier walks it as a WalkLayout of global nodes; a CandidateTree, whose shape the batch shares,
+is the special case (WalkLayout.of_candidate, its laws read where they lie).
 
 Nodes are numbered globally for the walk: request b's root is node starts[b] + b and its node i
 is starts[b] + b + 1 + i, so the laws of a batch lie in one table [T + B, V] (per request its
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from framework import tree_shape
 from framework.tree import KINDS, CandidateTree
 
 
@@ -39,6 +40,19 @@ class WalkLayout:
     bonus: torch.Tensor | None  # [B] token emitted at a leaf instead of a draw from its law
     max_depth: int  # deepest node's depth (root's children at 1); 0 when no request has nodes
     width: int  # most nodes in a request, + 1: the output's columns
+
+    @staticmethod
+    def of_candidate(tree: CandidateTree) -> "WalkLayout":
+        """A shared-shape tree [B, N]: request b's nodes are rows b*(N+1) + 0..N of its laws [B, N+1, V],
+        so the laws are the table as they lie; the shape's table is built once for every row."""
+        B, N = tree.tokens.shape
+        device = tree.tokens.device
+        local = tree_shape.children_table(tree.parents).to(device)  # [N+1, C] node index of each row's children
+        offsets = torch.arange(B, device=device)[:, None, None] * (N + 1)  # [B, 1, 1]
+        children = torch.where(local >= 0, local + 1 + offsets, -1).reshape(B * (N + 1), -1)  # [B*(N+1), C]
+        tokens = torch.nn.functional.pad(tree.tokens.long(), (1, 0)).reshape(-1)  # [B*(N+1)]
+        return WalkLayout(tokens, torch.nn.functional.pad(children, (0, 1), value=-1), offsets.reshape(B), None, None,
+                          int(tree_shape.depths(tree.parents).max()) if N else 0, N + 1)
 
 
 @dataclass
@@ -95,15 +109,6 @@ class RaggedTrees:
         return torch.repeat_interleave(torch.arange(self.batch_size, device=self.draft_token_ids.device), self.num_draft_tokens)
 
     # ---- builders -------------------------------------------------------------------------
-
-    @staticmethod
-    def from_candidate(tree: CandidateTree) -> "RaggedTrees":
-        """A shared-shape tree [B, N]: its laws [B, N+1, V] viewed as [B*(N+1), V] are the table."""
-        B, N = tree.tokens.shape
-        q = tree.draft_probs
-        return RaggedTrees(tree.tokens.reshape(-1), tree.parents.to(tree.tokens.device).repeat(B),
-                           torch.full((B,), N, dtype=torch.long, device=tree.tokens.device),
-                           None if q is None else q.reshape(-1, q.shape[-1]), tree.kind)
 
     @staticmethod
     def chains(draft_token_ids: torch.Tensor, num_draft_tokens, draft_probs: torch.Tensor | None,

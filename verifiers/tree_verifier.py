@@ -131,14 +131,13 @@ class TreeVerifier:
             bonus = rng.categorical(target_probs[:, 0])  # [B]
             empty = torch.zeros(B, 0, dtype=torch.long, device=device)
             return Verification(bonus[:, None], torch.zeros(B, dtype=torch.long, device=device), empty)
-        ragged = tree if isinstance(tree, RaggedTrees) else RaggedTrees.from_candidate(tree)
-        layout = ragged.walk_layout()
-        B = ragged.batch_size
+        layout = tree.walk_layout() if isinstance(tree, RaggedTrees) else WalkLayout.of_candidate(tree)
+        B = layout.roots.numel()
         layout.tokens, layout.children = layout.tokens.to(device), layout.children.to(device)
         uniforms = rng.uniform((B, layout.max_depth + 1, layout.children.shape[1] - 1), device)
         # CUDA's caching allocator already reuses blocks: one block there, fewer launches and syncs.
         block = max(1, min(B, CPU_BLOCK_ELEMENTS // V)) if device.type == "cpu" else max(B, 1)
-        p, q = _table(target_probs), _table(ragged.draft_probs)
+        p, q = _table(target_probs), _table(tree.draft_probs)
         step = _Step(
             self.rules[tree.kind], layout, p, q, eos_token_id,
             out=torch.full((B, layout.width), -1, dtype=torch.long, device=device),
