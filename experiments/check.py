@@ -34,6 +34,7 @@ from framework.harness.real import (
 )
 from framework.harness.stats import sample_size_for_tv
 from framework.text import encode_prompt, tokenizer_of
+from experiments.run import verifier_of
 from verifiers import typical_verifier
 
 
@@ -52,7 +53,8 @@ def check_greedy(cfg: DictConfig) -> list[dict]:
         tokenizer = tokenizer_of(target)
         for prompt in cfg.experiment.greedy.prompts:
             ids = encode_prompt(prompt, tokenizer)  # [1, L]
-            report = greedy_identity(target, make or (lambda: None), ids, cfg.experiment.greedy.max_new_tokens)
+            report = greedy_identity(target, make or (lambda: None), ids, cfg.experiment.greedy.max_new_tokens,
+                                     verifier=verifier_of(cfg))
             rows.append({"check": "greedy", "setting": f"{dtype} prompt={ids[0].tolist()}", "passed": report.equal,
                          "detail": "identical" if report.equal else f"first difference at token {report.first_difference}"})
     return rows
@@ -71,6 +73,7 @@ def check_statistical(cfg: DictConfig) -> list[dict]:
         sampling = instantiate(s.samplings[name])
         if name not in laws:
             laws[name] = teacher_forced_law(target, prompt, s.depth, sampling, min_prob=s.min_prob)
+        kw.setdefault("verifier", verifier_of(cfg))
         return statistical_check(target, make, prompt, sampling, n, s.depth, seed, s.batch, law=laws[name], **kw)
 
     for name in s.samplings:
@@ -100,7 +103,8 @@ def check_exact(cfg: DictConfig) -> list[dict]:
     rows = []
     for name, node in e.samplings.items():
         sampling = instantiate(node)
-        result = compare(exact_loop_law(target, factory, prompt, e.depth, sampling), teacher_forced_law(target, prompt, e.depth, sampling))
+        result = compare(exact_loop_law(target, factory, prompt, e.depth, sampling, verifier=verifier_of(cfg)),
+                         teacher_forced_law(target, prompt, e.depth, sampling))
         rows.append({"check": "exact", "setting": name, "passed": result.passes(1e-9),
                      "detail": f"TV={result.tv:.1e} impossible={len(result.support_violations)}"})
     return rows

@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 from experiments.bench_hf import CONF, HF_PLD_DEFAULTS, build_methods, full_length_only, option
 from experiments.compare_report import aggregate, markdown, merge, write_outputs
 from experiments.first_token import first_tokens, plot, summarise
-from experiments.run import torch_threads
+from experiments.run import torch_threads, verifier_of
 from framework.engine import generate
 from framework.harness.stats import detectable_tv
 from framework.sampling import SamplingConfig
@@ -117,7 +117,8 @@ def fingerprint(cfg: DictConfig) -> str:
     exp = cfg.experiment
     return json.dumps({"target": OmegaConf.to_container(cfg.target, resolve=True), "seed": cfg.seed,
                        "max_new_tokens": exp.max_new_tokens, "threads": exp.num_threads,
-                       "prompts": OmegaConf.to_container(exp.prompts) if exp.prompts is not None else None},
+                       "prompts": OmegaConf.to_container(exp.prompts) if exp.prompts is not None else None,
+                       "verifier": OmegaConf.to_container(cfg.verifier, resolve=True) if cfg.get("verifier") else None},
                       sort_keys=True)  # a token-id workload is not named by its category and index
 
 
@@ -193,7 +194,8 @@ def lossless_checks(cfg: DictConfig, plan: Plan, model, records: Records, out: P
             if rid in records.done or law.greedy:  # greedy: identity with plain decoding is the check
                 continue
             try:
-                result = first_tokens(model, instantiate(plan.proposers[method]), prompt, law, check.samples, check.batch, cfg.seed)
+                result = first_tokens(model, instantiate(plan.proposers[method]), prompt, law, check.samples, check.batch, cfg.seed,
+                                      verifier_of(cfg))
                 stats = summarise(result["counts"], result["target"])
                 plot(result, check.top, out / f"first_token_{method}_{sampling}.png",
                      f"{method} ({sampling}): first token, N={stats['samples']:,}; G-test p={stats['g_test_p']:.3f}")

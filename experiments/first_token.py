@@ -28,6 +28,7 @@ from framework.randomness import TorchSource
 from framework.sampling import process_logits
 from framework.target import HFTarget
 from framework.text import encode_prompt, tokenizer_of
+from verifiers import LOSSLESS, Verifier
 
 
 class FirstCandidates:
@@ -56,7 +57,8 @@ class FirstCandidates:
         self.inner.expand(batch_size)
 
 
-def first_tokens(model, factory, prompt: torch.Tensor, sampling, samples: int, batch: int, seed: int) -> dict:
+def first_tokens(model, factory, prompt: torch.Tensor, sampling, samples: int, batch: int, seed: int,
+                 verifier: Verifier = LOSSLESS) -> dict:
     """Counts of the first speculated token [V], the draft's first-candidate law [V], the target's law [V]."""
     with torch.no_grad():
         target_law = process_logits(model(prompt).logits[:, -1].double(), sampling)[0]  # [V]
@@ -66,7 +68,7 @@ def first_tokens(model, factory, prompt: torch.Tensor, sampling, samples: int, b
     while done < samples:
         rows = min(batch, samples - done)
         proposer = FirstCandidates(factory(), V) if factory is not None else None
-        decoder = Decoder(HFTarget(model), proposer, sampling, rng)
+        decoder = Decoder(HFTarget(model), proposer, sampling, rng, verifier=verifier)
         decoder.prefill(prompt[:, :-1], copies=rows, root=prompt[0, -1:])
         counts += torch.bincount(decoder.step()[:, 0].cpu(), minlength=V).double()
         draft += proposer.law if proposer is not None else 0.0

@@ -30,14 +30,21 @@ from omegaconf import DictConfig, OmegaConf
 from framework.engine import GenerationOutput, generate
 from framework.target import HFTarget
 from framework.text import decode, encode_prompt, tokenizer_of
+from verifiers import LOSSLESS
+
+
+def verifier_of(cfg: DictConfig):
+    """The configured verification rule (conf/verifier; the token rule where a config has none)."""
+    return instantiate(cfg.verifier) if cfg.get("verifier") is not None else LOSSLESS
 
 
 def timed_generate(target: HFTarget, proposer, prompt: torch.Tensor, cfg: DictConfig, sampling,
                    max_new_tokens: int | None = None) -> tuple[GenerationOutput, float]:
-    """generate() with cfg's seed and EOS; max_new_tokens defaults to cfg.max_new_tokens."""
+    """generate() with cfg's seed, EOS and verifier; max_new_tokens defaults to cfg.max_new_tokens."""
+    verifier = verifier_of(cfg)
     start = time.perf_counter()
     out = generate(target, proposer, prompt, cfg.max_new_tokens if max_new_tokens is None else max_new_tokens, sampling=sampling, seed=cfg.seed,
-                   eos_token_id=cfg.eos_token_id)
+                   eos_token_id=cfg.eos_token_id, verifier=verifier)
     return out, time.perf_counter() - start  # generate returns CPU tokens: device work is done
 
 
@@ -103,6 +110,7 @@ def _run(cfg: DictConfig) -> dict:
         "tokens_per_s": len(tokens) / spec_median,
         "plain_tokens_per_s": len(emitted(plain)) / plain_median,
         "speedup": plain_median / spec_median,
+        "lossless": verifier_of(cfg).lossless,  # False for a lossy rule (verifier=typical): never a lossless speedup
     }
     result["path"] = str(write_json(cfg.output_dir, "result.json", result))
     return result

@@ -16,7 +16,7 @@ from framework.randomness import RandomSource, TorchSource
 from framework.sampling import SamplingConfig, mark_seen, process_logits, process_tree_logits, seen_tokens
 from framework.target import HFTarget
 from framework.tree import CandidateTree
-from verifiers import LOSSLESS, TreeVerifier, verify
+from verifiers import LOSSLESS, Verifier, verify
 
 
 @dataclass
@@ -86,7 +86,7 @@ class Decoder:
         sampling: SamplingConfig,
         rng: RandomSource,
         eos_token_id: int | None = None,
-        verifier: TreeVerifier = LOSSLESS,
+        verifier: Verifier = LOSSLESS,
     ):
         self.target, self.proposer, self.sampling, self.rng = target, proposer, sampling, rng
         self.eos_token_id, self.verifier = eos_token_id, verifier
@@ -202,7 +202,7 @@ def generate(
     seed: int | None = None,
     eos_token_id: int | None = None,
     rng: RandomSource | None = None,
-    verifier: TreeVerifier = LOSSLESS,
+    verifier: Verifier = LOSSLESS,
 ) -> GenerationOutput:
     """Speculative decoding (plain decoding when proposer is None). input_ids [B, L]."""
     check_prompt(target, input_ids, max_new_tokens)

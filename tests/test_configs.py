@@ -192,3 +192,24 @@ def check_end_to_end(proposer: str, tmp_path: Path, quick: bool) -> None:
     expected = {"exact", "greedy"} if twin == proposer else {"greedy"}
     assert {r["check"] for r in rows} == expected and all(r["passed"] for r in rows), rows
     assert json.loads((tmp_path / "check.json").read_text()) == rows
+
+
+@pytest.mark.parametrize("verifier, lossless", [("token", True), ("block", True), ("typical", False)])
+def test_every_verifier_runs_and_says_whether_it_is_lossless(verifier, lossless, tmp_path):
+    """verifier=... reaches generate: a lossless rule keeps greedy text, typical is reported lossy."""
+    greedy = run(load(*TINY, f"verifier={verifier}", "sampling=greedy", "max_new_tokens=12", f"output_dir={tmp_path}", *FAST))
+    assert greedy["lossless"] is lossless
+    if lossless:
+        assert greedy["tokens"] == greedy["plain_tokens"]
+
+
+def test_the_check_runs_the_configured_verifier(tmp_path):
+    """experiments.check with verifier=typical fails its exact rows: the lossy rule reaches the harness."""
+    from experiments.check import check_exact
+
+    quick = ["proposer.gamma=2", "proposer.adaptive_depth=0", "proposer.stop_below=0", "experiment.exact.depth=2",
+             "~experiment.exact.samplings.t07_topk2", "~experiment.exact.samplings.penalty15", f"output_dir={tmp_path}"]
+    rows = check_exact(load(*TINY, "verifier=typical", *quick, config_name="check"))
+    assert rows and not any(row["passed"] for row in rows)
+    rows = check_exact(load(*TINY, "verifier=block", *quick, config_name="check"))
+    assert rows and all(row["passed"] for row in rows)

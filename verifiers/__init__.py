@@ -5,23 +5,24 @@ from __future__ import annotations
 import torch
 
 from framework.randomness import RandomSource, TorchSource
+from framework.ragged_tree import RaggedTrees
 from framework.tree import CandidateTree
 from verifiers.checks import check_verify_inputs
 from verifiers.rules import LOSSLESS_RULES, ChildRule, IidRule, NodeLaw, PointRule, WorRule
-from verifiers.tree_verifier import TreeVerifier, Verification
+from verifiers.tree_verifier import TreeVerifier, Verification, Verifier
 from verifiers.typical import TypicalAcceptance
 
 LOSSLESS = TreeVerifier(LOSSLESS_RULES)
 
 
 def verify(
-    tree: CandidateTree,
+    tree: CandidateTree | RaggedTrees,
     target_probs: torch.Tensor,
     generator: torch.Generator | None = None,
     *,
     rng: RandomSource | None = None,
     eos_token_id: int | None = None,
-    verifier: TreeVerifier = LOSSLESS,
+    verifier: Verifier = LOSSLESS,
     validate: bool = True,
 ) -> Verification:
     """Accept a path of `tree` against target_probs [B, N+1, V] (row 0 = root), losslessly.
@@ -42,6 +43,6 @@ def typical_verifier(threshold: float = 0.09, alpha: float = 0.3) -> TreeVerifie
 
 
 __all__ = [
-    "verify", "typical_verifier", "TreeVerifier", "Verification", "ChildRule", "NodeLaw",
+    "verify", "typical_verifier", "TreeVerifier", "Verification", "Verifier", "ChildRule", "NodeLaw",
     "PointRule", "IidRule", "WorRule", "TypicalAcceptance", "LOSSLESS", "LOSSLESS_RULES",
 ]

@@ -20,7 +20,7 @@ more in page faults and memory traffic than its arithmetic).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Protocol
 
 import torch
 
@@ -42,6 +42,15 @@ class Verification:
     def num_emitted(self) -> torch.Tensor:
         """[B] tokens emitted this step (accepted + 1, or accepted alone after an EOS)."""
         return (self.tokens >= 0).sum(-1)
+
+
+class Verifier(Protocol):
+    """A swappable verification rule: (tree, target laws, random source, EOS) -> Verification."""
+
+    lossless: bool
+
+    def __call__(self, tree, target_probs: torch.Tensor, rng: RandomSource,
+                 eos_token_id: int | None = None) -> Verification: ...
 
 
 @dataclass

@@ -20,7 +20,7 @@ from framework.harness.toy import ToyLM
 from framework.sampling import SamplingConfig, process_logits, seen_along_tree, seen_tokens
 from framework.tree import CandidateTree
 from framework.tree_shape import TreeShape
-from verifiers import LOSSLESS, TreeVerifier, verify
+from verifiers import LOSSLESS, Verifier, verify
 
 Law = dict[tuple[int, ...], float]
 
@@ -47,7 +47,7 @@ def reported_as_drawn(logits, cfg, seen, q):
 class Pipeline:
     """The parts of one speculative step; the mutation suite swaps exactly one of them."""
 
-    verifier: TreeVerifier = LOSSLESS
+    verifier: Verifier = LOSSLESS
     target_law: Callable = process_logits  # (logits, cfg, seen) -> p
     draft_law: Callable = process_logits  # (logits, cfg, seen) -> q the draft draws from
     reported_q: Callable = reported_as_drawn  # (logits, cfg, seen, q) -> q given to the verifier

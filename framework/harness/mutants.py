@@ -11,6 +11,7 @@ import torch
 
 from framework.drafting import draw_children
 from framework.harness.exact import Pipeline
+from framework.harness.rule_mutants import BlockKeepWithoutRest, BlockShortestFirst, BlockUnweightedResidual
 from framework.sampling import process_logits
 from verifiers import LOSSLESS_RULES, NodeLaw, TreeVerifier
 from verifiers.rules import IidRule, PointRule, WorRule, normalize_or_keep
@@ -179,4 +180,10 @@ def mutants() -> list[Mutant]:
           replace(CLEAN, verifier=TreeVerifier(_rules(point=PointResidualNotNormalised(), iid=ResidualNotNormalised(), wor=WorResidualNotNormalised()))), "zeros-in-p/point/binary2"),
         m("bonus-after-eos", "tokens emitted after an accepted EOS",
           replace(CLEAN, verifier=IgnoresEos()), "eos/point/chain3"),
+        m("block-unweighted-residual", "block verification's residual without its weight (the token rule's)",
+          replace(CLEAN, verifier=BlockUnweightedResidual()), "chain3/iid/T1"),
+        m("block-keep-without-rest", "block verification's keep-probability without its 1 - w_i term",
+          replace(CLEAN, verifier=BlockKeepWithoutRest()), "chain3/iid/T1"),
+        m("block-shortest-first", "block verification taking the shortest prefix under its coin, not the longest",
+          replace(CLEAN, verifier=BlockShortestFirst()), "chain3/iid/T1"),
     ]

@@ -24,7 +24,7 @@ from framework.harness.stats import GTest, g_test
 from framework.randomness import TorchSource
 from framework.sampling import SamplingConfig, process_logits, seen_tokens
 from framework.target import HFTarget
-from verifiers import LOSSLESS, TreeVerifier
+from verifiers import LOSSLESS, Verifier
 
 OTHER = ("other",)
 ProposerFactory = Callable[[], object] | None
@@ -69,7 +69,7 @@ def exact_loop_law(
     depth: int,
     sampling: SamplingConfig,
     eos_token_id: int | None = None,
-    verifier: TreeVerifier = LOSSLESS,
+    verifier: Verifier = LOSSLESS,
     batch_size: int = 1024,
     target_factory: Callable = HFTarget,
 ) -> dict[tuple[int, ...], float]:
@@ -151,7 +151,7 @@ def teacher_forced_law(
 def sample_first_tokens(
     target_model, proposer_factory: ProposerFactory, prompt: torch.Tensor, depth: int,
     sampling: SamplingConfig, n: int, batch: int = 2048, seed: int = 0,
-    eos_token_id: int | None = None, verifier: TreeVerifier = LOSSLESS,
+    eos_token_id: int | None = None, verifier: Verifier = LOSSLESS,
 ) -> Counter:
     """Counts of the first `depth` tokens over n independent runs, `batch` at a time."""
     rng = TorchSource(seed=seed)
@@ -184,7 +184,7 @@ class StatisticalResult:
 def statistical_check(
     target_model, proposer_factory: ProposerFactory, prompt: torch.Tensor, sampling: SamplingConfig,
     n: int, depth: int = 3, seed: int = 0, batch: int = 2048, min_prob: float = 1e-7,
-    eos_token_id: int | None = None, verifier: TreeVerifier = LOSSLESS, law: dict[tuple, float] | None = None,
+    eos_token_id: int | None = None, verifier: Verifier = LOSSLESS, law: dict[tuple, float] | None = None,
 ) -> StatisticalResult:
     """G-test of n sampled runs; `law` (from teacher_forced_law) may be passed in to reuse it."""
     if law is None:
@@ -203,10 +203,11 @@ class GreedyReport:
 
 def greedy_identity(
     target_model, proposer_factory: ProposerFactory, prompt: torch.Tensor, max_new_tokens: int,
-    eos_token_id: int | None = None,
+    eos_token_id: int | None = None, verifier: Verifier = LOSSLESS,
 ) -> GreedyReport:
     greedy = SamplingConfig(temperature=0)
     base = generate(HFTarget(target_model), None, prompt, max_new_tokens, greedy, eos_token_id=eos_token_id).tokens[0].tolist()
-    spec = generate(HFTarget(target_model), proposer_factory(), prompt, max_new_tokens, greedy, eos_token_id=eos_token_id).tokens[0].tolist()
+    spec = generate(HFTarget(target_model), proposer_factory(), prompt, max_new_tokens, greedy, eos_token_id=eos_token_id,
+                    verifier=verifier).tokens[0].tolist()
     diff = next((i for i, (a, b) in enumerate(zip(base, spec)) if a != b), None)
     return GreedyReport(base == spec, diff, base, spec)

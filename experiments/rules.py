@@ -1,0 +1,81 @@
+"""Tokens per target forward of each verification rule against the first (verifier=token), in one run.
+
+    python -m experiments.rules                                   # zoo draft chain, a draft tree, EAGLE-2; T = 1, 0.7
+    python -m experiments.rules 'experiment.proposers=[zoo_draft]' experiment.prompts=4 experiment.variants=null
+
+Every rule sees the same prompts and the same seeds, so the same draft model drafts under the same
+law; only what is accepted differs. Tokens per forward = emitted tokens / target forwards (mean
+accepted + 1). Writes <output_dir>/rules.json and prints a Markdown table with each rule's ratio
+to the first rule's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import hydra
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from experiments.bench_hf import option
+from experiments.run import torch_threads
+from framework.engine import generate
+from framework.target import HFTarget
+from framework.text import encode_prompt, tokenizer_of
+from framework.zoo.prompts import stdlib_prompt_sets
+
+
+def measure(cfg: DictConfig) -> list[dict]:
+    exp = cfg.experiment
+    model = instantiate(cfg.target)
+    target = HFTarget(model)
+    prompts = [encode_prompt(t, tokenizer_of(model)) for t in stdlib_prompt_sets()[exp.category]["prompt"][: exp.prompts]]
+    nodes = {name: option("proposer", name, cfg.target, "experiment.proposers") for name in exp.proposers}
+    for label, variant in (exp.get("variants") or {}).items():
+        node = option("proposer", variant.config, cfg.target, f"experiment.variants.{label}")
+        unknown = set(variant.set) - set(node)
+        if unknown:
+            raise ValueError(f"experiment.variants.{label}: {sorted(unknown)} are not settings of proposer={variant.config}")
+        nodes[label] = OmegaConf.merge(node, variant.set)
+    rows = []
+    for proposer_name, node in nodes.items():
+        make = instantiate(node)
+        for sampling_name in exp.samplings:
+            sampling = instantiate(option("sampling", sampling_name, cfg.target, "experiment.samplings"))
+            for verifier_name in exp.verifiers:
+                verifier = instantiate(option("verifier", verifier_name, cfg.target, "experiment.verifiers"))
+                steps = emitted = 0
+                for i, prompt in enumerate(prompts):
+                    out = generate(target, make(), prompt, exp.max_new_tokens, sampling, seed=cfg.seed + i, verifier=verifier)
+                    steps += out.stats.summary()["steps"]
+                    emitted += int((out.tokens >= 0).sum()) - 1  # the prefill's root token is no step's
+                rows.append({"proposer": proposer_name, "sampling": sampling_name, "verifier": verifier_name,
+                             "lossless": verifier.lossless, "steps": steps, "tokens": emitted,
+                             "tokens_per_forward": emitted / steps})
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    reference = {(r["proposer"], r["sampling"]): r["tokens_per_forward"] for r in rows if r["verifier"] == rows[0]["verifier"]}
+    lines = ["| proposer | sampling | verifier | tokens per forward | vs " + rows[0]["verifier"] + " |", "|---|---|---|---:|---:|"]
+    for r in rows:
+        ratio = r["tokens_per_forward"] / reference[(r["proposer"], r["sampling"])]
+        lines.append(f"| {r['proposer']} | {r['sampling']} | {r['verifier']}{'' if r['lossless'] else ' (lossy)'} | "
+                     f"{r['tokens_per_forward']:.3f} | {ratio:.3f}x |")
+    return "\n".join(lines)
+
+
+@hydra.main(config_path="../conf", config_name="rules", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    with torch_threads(cfg.experiment.num_threads), torch.no_grad():
+        rows = measure(cfg)
+    path = Path(cfg.output_dir) / "rules.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows, indent=2))
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""The optimality oracle: the best expected accepted length any lossless verifier can reach on a tree.
+
+A verifier, whatever its rule, is a coupling: given the drafted tree t (drawn from the draft's
+laws), it picks a node n (the accepted path root -> n; the root alone = nothing accepted) and one
+more token y. It is lossless iff the stream it starts (path(n), y, then the target's own sampling)
+has the target's law on its first D + 1 tokens (D = the tree's depth). Both conditions are linear
+in pi(t, n, y) >= 0:
+    sum_{n, y} pi(t, n, y) = Q(t)                                       for every draw t
+    sum_{t, n, y: path(n) + y prefixes s} pi(t, n, y) P(s_rest | path(n) + y) = P(s)   for every s in V^(D+1)
+and the expected accepted length sum pi(t, n, y) depth(n) is the objective: a linear program, solved
+exactly (HiGHS) for small vocabularies. `rule_acceptance` is the same number for a real verifier,
+by enumerating every draw and coin of the real code, so each rule is measured against the bound.
+"""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import scipy.optimize
+import scipy.sparse
+import torch
+
+from framework.harness.enumerate import enumerate_law
+from framework.tree import CandidateTree
+from verifiers import verify
+
+
+@dataclass
+class ToyLaws:
+    """Prefix-dependent target and draft laws over V tokens (softmax of seeded Gaussian logits)."""
+
+    vocab: int
+    seed: int = 0
+    target_scale: float = 1.5
+    draft_scale: float = 1.5
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def _law(self, which: str, prefix: tuple[int, ...]) -> np.ndarray:
+        key = (which, prefix)
+        if key not in self._cache:
+            g = torch.Generator().manual_seed(zlib.crc32(repr((self.seed, key)).encode()))  # the same in every process
+            scale = self.target_scale if which == "p" else self.draft_scale
+            self._cache[key] = torch.softmax(torch.randn(self.vocab, generator=g, dtype=torch.float64) * scale, 0).numpy()
+        return self._cache[key]
+
+    def p(self, prefix: tuple[int, ...]) -> np.ndarray:
+        return self._law("p", prefix)
+
+    def q(self, prefix: tuple[int, ...]) -> np.ndarray:
+        return self._law("q", prefix)
+
+
+def _paths(parents: Sequence[int], tokens: Sequence[int]) -> list[tuple[int, ...]]:
+    """Token path of the root (empty) and of every node."""
+    out: list[tuple[int, ...]] = [()]
+    for i, parent in enumerate(parents):
+        out.append(out[parent + 1] + (tokens[i],))
+    return out
+
+
+def _prefix_law(laws: ToyLaws, seq: tuple[int, ...], start: int = 0) -> float:
+    """P(seq[start:] | seq[:start]) under the target."""
+    prob = 1.0
+    for k in range(start, len(seq)):
+        prob *= laws.p(seq[:k])[seq[k]]
+    return prob
+
+
+def best_acceptance(parents: Sequence[int], laws: ToyLaws) -> float:
+    """The LP's optimum: the most expected accepted nodes of any lossless verifier, iid children."""
+    V, N = laws.vocab, len(parents)
+    depth = [0]
+    for parent in parents:
+        depth.append(depth[parent + 1] + 1)
+    D = max(depth)
+    streams = {s: i for i, s in enumerate(itertools.product(range(V), repeat=D + 1))}
+    rows, cols, vals, draw_mass, objective = [], [], [], [], []
+    var = 0
+    for d, tokens in enumerate(itertools.product(range(V), repeat=N)):
+        paths = _paths(parents, tokens)
+        draw_mass.append(float(np.prod([laws.q(paths[parent + 1])[tokens[i]] for i, parent in enumerate(parents)])))
+        for n, path in enumerate(paths):
+            for y in range(V):
+                head = path + (y,)
+                rows.append(d)
+                cols.append(var)
+                vals.append(1.0)
+                for tail in itertools.product(range(V), repeat=D + 1 - len(head)):
+                    s = head + tail
+                    rows.append(V**N + streams[s])
+                    cols.append(var)
+                    vals.append(_prefix_law(laws, s, len(head)))
+                objective.append(-float(depth[n]))
+                var += 1
+    A = scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(V**N + len(streams), var))
+    b = np.concatenate([draw_mass, [_prefix_law(laws, s) for s in streams]])
+    result = scipy.optimize.linprog(objective, A_eq=A, b_eq=b, bounds=(0, None), method="highs")
+    if result.status != 0:
+        raise RuntimeError(f"the oracle's linear program failed: {result.message}")
+    return -float(result.fun)
+
+
+def rule_acceptance(verifier, parents: Sequence[int], laws: ToyLaws, kind: str = "iid") -> float:
+    """Expected accepted nodes of a real verifier: every draw and coin enumerated (exact)."""
+    V, N = laws.vocab, len(parents)
+    parent_t = torch.tensor(list(parents), dtype=torch.long)
+
+    def run(source) -> list[int]:
+        B = source.batch_size
+        tokens = torch.zeros(B, N, dtype=torch.long)
+        q = torch.zeros(B, N + 1, V, dtype=torch.float64)
+        p = torch.zeros(B, N + 1, V, dtype=torch.float64)
+        paths: list[list[tuple[int, ...]]] = [[()] for _ in range(B)]
+        for b in range(B):
+            q[b, 0], p[b, 0] = torch.from_numpy(laws.q(())), torch.from_numpy(laws.p(()))
+        for i, parent in enumerate(parents):
+            tokens[:, i] = source.categorical(q[:, parent + 1])
+            for b in range(B):
+                path = paths[b][parent + 1] + (int(tokens[b, i]),)
+                paths[b].append(path)
+                q[b, i + 1], p[b, i + 1] = torch.from_numpy(laws.q(path)), torch.from_numpy(laws.p(path))
+        tree = CandidateTree(tokens, parent_t, q, kind)
+        return verify(tree, p, rng=source, verifier=verifier).num_accepted.tolist()
+
+    return sum(k * w for k, w in enumerate_law(run).items())

@@ -1,0 +1,37 @@
+"""Bugs planted in the verification rules beyond the token rule (block verification): each must be
+caught by the exact harness, as the token rule's are (framework/harness/mutants.py lists them)."""
+
+from __future__ import annotations
+
+import torch
+
+from verifiers.block import BlockVerifier
+
+
+class BlockUnweightedResidual(BlockVerifier):
+    """The residual at i without the weight: max(p_{i+1} - q_{i+1}, 0), the token rule's."""
+
+    def residuals(self, w, p, q):
+        return super().residuals(torch.ones_like(w), p, q)
+
+
+class BlockKeepWithoutRest(BlockVerifier):
+    """h_i = m_i: the 1 - w_i term of the keep-probability's denominator dropped."""
+
+    def keep_probabilities(self, w, mass):
+        K = mass.shape[1]
+        return torch.cat([mass[:, 1:], w[:, K:]], 1)
+
+
+class BlockShortestFirst(BlockVerifier):
+    """tau = the smallest i whose coin falls under h_i, trying i = 1 up (the paper reads from K down)."""
+
+    def select(self, uniforms, h):
+        B, K = h.shape
+        accepted = torch.zeros(B, dtype=torch.long, device=h.device)
+        open_rows = torch.ones(B, dtype=torch.bool, device=h.device)
+        for i in range(1, K + 1):
+            hit = self.accepts(uniforms[:, i - 1, 0], torch.where(open_rows, h[:, i - 1], 0)) & open_rows
+            accepted[hit] = i
+            open_rows &= ~hit
+        return accepted
