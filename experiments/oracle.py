@@ -16,9 +16,11 @@ import warnings
 from framework.harness.oracle import ToyLaws, best_acceptance, rule_acceptance
 from verifiers import LOSSLESS
 from verifiers.block import BlockVerifier
+from verifiers.traversal import TraversalVerifier
 
-SHAPES = {"chain2": [-1, 0], "chain3": [-1, 0, 1], "root2 (iid)": [-1, -1], "binary2 (iid)": [-1, -1, 0, 0]}
-RULES = {"token": LOSSLESS, "block": BlockVerifier()}
+SHAPES = {"chain2": [-1, 0], "chain3": [-1, 0, 1], "root2 (iid)": [-1, -1], "binary2 (iid)": [-1, -1, 0, 0],
+          "two chains of 2 (iid)": [-1, 0, -1, 2]}
+RULES = {"token": LOSSLESS, "block": BlockVerifier(), "traversal": TraversalVerifier()}
 
 
 def main(argv: list[str] | None = None) -> int:

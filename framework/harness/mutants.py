@@ -11,7 +11,14 @@ import torch
 
 from framework.drafting import draw_children
 from framework.harness.exact import Pipeline
-from framework.harness.rule_mutants import BlockKeepWithoutRest, BlockShortestFirst, BlockUnweightedResidual
+from framework.harness.rule_mutants import (
+    BlockKeepWithoutRest,
+    BlockShortestFirst,
+    BlockUnweightedResidual,
+    TraversalKeepsRejectedSubtree,
+    TraversalUnweightedChildren,
+    TraversalWorWithoutQUpdate,
+)
 from framework.sampling import process_logits
 from verifiers import LOSSLESS_RULES, NodeLaw, TreeVerifier
 from verifiers.rules import IidRule, PointRule, WorRule, normalize_or_keep
@@ -186,4 +193,10 @@ def mutants() -> list[Mutant]:
           replace(CLEAN, verifier=BlockKeepWithoutRest()), "chain3/iid/T1"),
         m("block-shortest-first", "block verification taking the shortest prefix under its coin, not the longest",
           replace(CLEAN, verifier=BlockShortestFirst()), "chain3/iid/T1"),
+        m("traversal-keeps-rejected-subtree", "traversal verification leaving a deleted subtree's mass in its parent",
+          replace(CLEAN, verifier=TraversalKeepsRejectedSubtree()), "chain3/iid/T1"),
+        m("traversal-unweighted-residual", "traversal verification's residual without the parent's weight",
+          replace(CLEAN, verifier=TraversalUnweightedChildren()), "chain3/iid/T1"),
+        m("traversal-wor-no-q-update", "traversal verification's wor siblings judged without removing deleted ones from q",
+          replace(CLEAN, verifier=TraversalWorWithoutQUpdate()), "cover-support/wor/root4"),
     ]

@@ -1,4 +1,4 @@
-"""Bugs planted in the verification rules beyond the token rule (block verification): each must be
+"""Bugs planted in the verification rules beyond the token rule (block, traversal): each must be
 caught by the exact harness, as the token rule's are (framework/harness/mutants.py lists them)."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from verifiers.block import BlockVerifier
+from verifiers.traversal import TraversalVerifier
 
 
 class BlockUnweightedResidual(BlockVerifier):
@@ -35,3 +36,25 @@ class BlockShortestFirst(BlockVerifier):
             accepted[hit] = i
             open_rows &= ~hit
         return accepted
+
+
+class TraversalKeepsRejectedSubtree(TraversalVerifier):
+    """A deleted child leaves its parent's state as it was: the rejected subtree's mass stays in P_u."""
+
+    def deleted(self, w, P, Q, token, kind):
+        return w, P, Q
+
+
+class TraversalUnweightedChildren(TraversalVerifier):
+    """A deleted child's residual taken without the parent's weight: max(P_u - Q_u, 0), the token rule's."""
+
+    def deleted(self, w, P, Q, token, kind):
+        new_w, new_P, new_Q = super().deleted(torch.ones_like(w), P, Q, token, kind)
+        return torch.where(w < 1, w * new_w, new_w), new_P, new_Q
+
+
+class TraversalWorWithoutQUpdate(TraversalVerifier):
+    """wor siblings judged against the q the first was drawn from: the deleted ones never leave it."""
+
+    def deleted(self, w, P, Q, token, kind):
+        return super().deleted(w, P, Q, token, "iid" if kind == "wor" else kind)

@@ -1,0 +1,51 @@
+"""Traversal verification: exact on every kind of tree the harness has, block verification on chains,
+never fewer accepted than the token rule (against the oracle's bound)."""
+
+import pytest
+import torch
+
+from framework import CandidateTree, ReplaySource
+from framework.harness.cases import exact_cases
+from framework.harness.exact import Pipeline, check_case
+from framework.harness.oracle import ToyLaws, best_acceptance, rule_acceptance
+from verifiers import LOSSLESS, verify
+from verifiers.block import BlockVerifier
+from verifiers.traversal import TraversalVerifier
+
+TRAVERSAL = TraversalVerifier()
+QUICK = {"binary3/point/topk2", "medusa/iid/T1/V3", "binary2/wor/T1/V3", "zeros-in-p/iid/binary2", "duplicates/iid/root4",
+         "p==q/iid/binary2/V3", "eos/point/binary3", "chain3/iid/T1", "cover-support/wor/root4", "wor-support-runs-out/binary2/draft-topk2/V4"}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name, marks=() if c.name in QUICK else pytest.mark.slow)
+                                  for c in exact_cases() if c.shape.num_nodes])
+def test_traversal_verification_is_exact(case):
+    result = check_case(case, Pipeline(verifier=TRAVERSAL))
+    assert result.passes(1e-9), (case.name, result.tv)
+
+
+def test_on_a_chain_it_is_block_verification():
+    """Same law as block verification, same acceptance: both reach the oracle's bound on chains."""
+    laws = ToyLaws(3, 1)
+    assert rule_acceptance(TRAVERSAL, [-1, 0, 1], laws) == pytest.approx(rule_acceptance(BlockVerifier(), [-1, 0, 1], laws), abs=1e-12)
+    assert rule_acceptance(TRAVERSAL, [-1, 0, 1], laws) == pytest.approx(best_acceptance([-1, 0, 1], laws), abs=1e-7)
+
+
+@pytest.mark.parametrize("parents", [[-1, -1, 0, 0], [-1, 0, -1, 2]])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_more_than_the_token_rule_on_trees_and_within_the_bound(parents, seed):
+    laws = ToyLaws(3, seed)
+    ours, token = rule_acceptance(TRAVERSAL, parents, laws), rule_acceptance(LOSSLESS, parents, laws)
+    assert token + 1e-3 < ours <= best_acceptance(parents, laws) + 1e-9
+
+
+def test_p_equals_q_accepts_the_deepest_path_without_nan():
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(4, 5, 6, generator=g, dtype=torch.float64), -1)
+    tokens = torch.multinomial(p[:, 0], 2, replacement=True, generator=g)
+    tokens = torch.cat([tokens, torch.multinomial(p[:, 1], 2, replacement=True, generator=g)], 1)  # node 0's two children
+    tree = CandidateTree(tokens, torch.tensor([-1, -1, 0, 0]), p, "iid")
+    draws = [torch.rand(4, 5, 1, generator=g, dtype=torch.float64), torch.rand(4, generator=g, dtype=torch.float64)]
+    out = verify(tree, p, rng=ReplaySource(draws), verifier=TRAVERSAL)
+    assert out.num_accepted.tolist() == [2] * 4 and out.path[:, 0].eq(0).all()  # the first leaf: weight 1
+    assert (out.tokens[:, 2] >= 0).all()
