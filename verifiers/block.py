@@ -21,6 +21,7 @@ import torch
 
 from framework.randomness import RandomSource
 from framework.tree import CandidateTree
+from verifiers.emit import emit_path
 from verifiers.rules import normalize_or_keep
 from verifiers.tree_verifier import TreeVerifier, Verification
 
@@ -62,10 +63,12 @@ class BlockVerifier:
         return torch.cat([h, w[:, K:]], 1)
 
     def __call__(self, tree, target_probs: torch.Tensor, rng: RandomSource, eos_token_id: int | None = None) -> Verification:
-        if not is_chain(tree) or tree.tokens.shape[1] == 0:
-            if not self._warned and tree.tokens.shape[-1] != 0 and not is_chain(tree):
+        if not is_chain(tree):
+            if not self._warned:
                 warnings.warn("block verification judges chains: this tree goes to the token rule", stacklevel=2)
                 self._warned = True
+            return self.fallback(tree, target_probs, rng, eos_token_id)
+        if tree.tokens.shape[1] == 0:  # plain decoding
             return self.fallback(tree, target_probs, rng, eos_token_id)
         B, K = tree.tokens.shape
         V, device = target_probs.shape[-1], target_probs.device
@@ -86,25 +89,8 @@ class BlockVerifier:
         final[full] = p[full, K]
         short = (~full).nonzero().squeeze(1)
         if short.numel():
-            at = residual[short, accepted[short]]  # [S, V]
-            final[short] = normalize_or_keep(at, p[short, accepted[short]])
-        steps = torch.arange(K, device=device)[None, :]
-        kept = steps < accepted[:, None]  # [B, K]
-        emits = torch.ones(B, dtype=torch.bool, device=device)
-        if eos_token_id is not None:  # nothing after an accepted EOS
-            is_eos = kept & (tokens == eos_token_id)
-            first = torch.where(is_eos.any(1), is_eos.long().argmax(1), K)
-            emits = first >= accepted
-            accepted = torch.minimum(accepted, first + 1)
-            kept = steps < accepted[:, None]
-            final[~emits] = 0
-            final[~emits, 0] = 1  # a placeholder law, one certain outcome: its draw is dropped
-        extra = rng.categorical(final)  # [B] recovered or bonus token
-        out = torch.full((B, K + 1), -1, dtype=torch.long, device=device)
-        out[:, :K] = torch.where(kept, tokens, -1)
-        out[torch.arange(B, device=device), accepted] = torch.where(emits, extra, -1)
-        path = torch.where(kept, steps.expand(B, -1), -1)
-        return Verification(out, accepted, path)
+            final[short] = normalize_or_keep(residual[short, accepted[short]], p[short, accepted[short]])
+        return emit_path(tree, accepted, final, rng, eos_token_id)  # a chain: node tau - 1 is row tau
 
     def select(self, uniforms, h: torch.Tensor) -> torch.Tensor:
         """tau [B]: the largest i whose coin falls under h_i (0 if none), trying i = K down to 1."""
