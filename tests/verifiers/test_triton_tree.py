@@ -35,8 +35,8 @@ def tree_inputs(kind, B, V, seed, dtype=torch.float64, same_law=False):
     return CandidateTree(tokens, PARENTS, None if kind == "point" else q.to(dtype), kind), p.to(dtype)
 
 
-@pytest.mark.parametrize("kind", ["point", "iid", "wor"])
-@pytest.mark.parametrize("eos", [None, 2])
+@pytest.mark.parametrize("kind, eos", [("point", None), ("iid", 2), ("wor", None),
+                                       *(pytest.param(k, e, marks=pytest.mark.slow) for k, e in (("point", 2), ("iid", None), ("wor", 2)))])
 def test_same_uniforms_same_tokens_as_pytorch(kind, eos):
     tree, p = tree_inputs(kind, 48, 300, seed=len(kind) + (eos or 0))
     g = torch.Generator().manual_seed(9)
@@ -78,9 +78,9 @@ def test_ragged_batches_on_the_triton_path():
 
 
 TREE_CASES = [c for c in exact_cases() if c.shape.num_nodes]
-# The interpreter pays per kernel call: a seconds-cheap spread by default (point, iid and wor; trees, p == q,
-# EOS), every tree case under -m slow (medusa/iid alone takes ~50 s).
-QUICK_NAMES = {"binary3/point/topk2", "p==q/iid/binary2/V3", "eos/point/binary3", "chain1/wor/T1"}
+# The interpreter pays per kernel call: a seconds-cheap spread by default (point, iid and wor; trees, p == q;
+# EOS in the same-uniforms test), every tree case under -m slow (medusa/iid alone takes ~50 s).
+QUICK_NAMES = {"binary3/point/topk2", "p==q/iid/binary2/V3", "chain1/wor/T1"}
 QUICK = [c for c in TREE_CASES if c.name in QUICK_NAMES]
 assert len(QUICK) == len(QUICK_NAMES)
 
