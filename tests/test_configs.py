@@ -133,7 +133,12 @@ def exact_twin(proposer: str) -> str:
     return twins.get(proposer, proposer.replace("zoo_", "tiny_"))
 
 
-@pytest.mark.parametrize("proposer", PROPOSERS)
+# zoo configs whose family another default case already runs on the zoo (the draft, its tree, Medusa, EAGLE-2)
+# and whose tiny twin's exact check runs by default: their greedy identity runs under -m slow.
+SLOW_CHECKS = {"zoo_eagle", "zoo_eagle3", "zoo_mix", "zoo_mix_draft", "zoo_rest", "zoo_target"}
+
+
+@pytest.mark.parametrize("proposer", [pytest.param(p, marks=pytest.mark.slow) if p in SLOW_CHECKS else p for p in PROPOSERS])
 def test_check_exact_and_greedy(proposer, tmp_path):
     """experiments.check end to end (its exact and greedy checks; the statistical one is minutes).
     The exact enumeration runs once per distinct proposer setting (the tiny twin), not again per zoo name.
