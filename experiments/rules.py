@@ -5,7 +5,7 @@
 
 Every rule sees the same prompts and the same seeds, so the same draft model drafts under the same
 law; only what is accepted differs. Tokens per forward = emitted tokens / target forwards (mean
-accepted + 1). Writes <output_dir>/rules.json and prints a Markdown table with each rule's ratio
+accepted + 1). Writes <output_dir>/rules.json (rules.jsonl as it goes) and prints a Markdown table with each rule's ratio
 to the first rule's.
 """
 
@@ -27,7 +27,9 @@ from framework.text import encode_prompt, tokenizer_of
 from framework.zoo.prompts import stdlib_prompt_sets
 
 
-def measure(cfg: DictConfig) -> list[dict]:
+def measure(cfg: DictConfig, progress: Path | None = None) -> list[dict]:
+    """Every (proposer, sampling, verifier) cell; each finished row is appended to `progress` (JSON lines)
+    as it comes, so an interrupted run keeps what it measured."""
     exp = cfg.experiment
     model = instantiate(cfg.target)
     target = HFTarget(model)
@@ -54,6 +56,10 @@ def measure(cfg: DictConfig) -> list[dict]:
                 rows.append({"proposer": proposer_name, "sampling": sampling_name, "verifier": verifier_name,
                              "lossless": verifier.lossless, "steps": steps, "tokens": emitted,
                              "tokens_per_forward": emitted / steps})
+                if progress is not None:
+                    with progress.open("a") as f:
+                        f.write(json.dumps(rows[-1]) + "\n")
+                print(f"{proposer_name} {sampling_name} {verifier_name}: {emitted / steps:.3f} tokens per forward", flush=True)
     return rows
 
 
@@ -69,10 +75,10 @@ def table(rows: list[dict]) -> str:
 
 @hydra.main(config_path="../conf", config_name="rules", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    with torch_threads(cfg.experiment.num_threads), torch.no_grad():
-        rows = measure(cfg)
     path = Path(cfg.output_dir) / "rules.json"
     path.parent.mkdir(parents=True, exist_ok=True)
+    with torch_threads(cfg.experiment.num_threads), torch.no_grad():
+        rows = measure(cfg, path.with_suffix(".jsonl"))
     path.write_text(json.dumps(rows, indent=2))
     print(table(rows))
 
