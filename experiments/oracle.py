@@ -16,11 +16,12 @@ import warnings
 from framework.harness.oracle import ToyLaws, best_acceptance, rule_acceptance
 from verifiers import LOSSLESS
 from verifiers.block import BlockVerifier
+from verifiers.multidraft import multidraft_verifier
 from verifiers.traversal import TraversalVerifier
 
-SHAPES = {"chain2": [-1, 0], "chain3": [-1, 0, 1], "root2 (iid)": [-1, -1], "binary2 (iid)": [-1, -1, 0, 0],
-          "two chains of 2 (iid)": [-1, 0, -1, 2]}
-RULES = {"token": LOSSLESS, "block": BlockVerifier(), "traversal": TraversalVerifier()}
+SHAPES = {"chain2": [-1, 0], "chain3": [-1, 0, 1], "root2 (iid)": [-1, -1], "root3 (iid)": [-1, -1, -1],
+          "binary2 (iid)": [-1, -1, 0, 0], "two chains of 2 (iid)": [-1, 0, -1, 2]}
+RULES = {"token": LOSSLESS, "block": BlockVerifier(), "traversal": TraversalVerifier(), "multidraft": multidraft_verifier()}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ def test_every_cell_is_measured_and_kept(tmp_path):
     rows = measure(cfg, tmp_path / "rules.jsonl")
     assert [(r["proposer"], r["verifier"]) for r in rows] == [
         ("zoo_draft", "token"), ("zoo_draft", "typical"), ("short", "token"), ("short", "typical")]
-    assert all(r["tokens_per_forward"] >= 1 and r["steps"] >= 1 for r in rows)
+    assert all(r["tokens_per_forward"] >= 1 and r["sampled_tokens_per_forward"] >= 1 and r["steps"] >= 1 for r in rows)
     assert [r["lossless"] for r in rows] == [True, False, True, False]
     kept = [json.loads(line) for line in (tmp_path / "rules.jsonl").read_text().splitlines()]
     assert kept == rows

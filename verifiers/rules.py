@@ -18,6 +18,7 @@ class NodeLaw:
     p: torch.Tensor  # [B, V] the node's target law, as plain sampling would use it
     r: torch.Tensor  # [B, V] target law left after this node's rejected children
     q: torch.Tensor | None  # [B, V] law the next child was drawn from (iid/wor), else None
+    siblings: torch.Tensor | None = None  # [B] how many children the node has (for rules that judge them jointly)
 
 
 class ChildRule(Protocol):

@@ -89,7 +89,8 @@ def _take(law: NodeLaw, mask: torch.Tensor) -> NodeLaw:
     idx = mask.nonzero().squeeze(1)  # [A'] (index_select copies rows; a boolean index gathers elements)
     p = law.p.index_select(0, idx)
     r = p if law.r is law.p else law.r.index_select(0, idx)
-    return NodeLaw(p, r, None if law.q is None else law.q.index_select(0, idx))
+    return NodeLaw(p, r, None if law.q is None else law.q.index_select(0, idx),
+                   None if law.siblings is None else law.siblings.index_select(0, idx))
 
 
 class TreeVerifier:
@@ -121,7 +122,8 @@ class TreeVerifier:
         out_p, out_q = (None, None) if out is None else out
         law_rows = step.layout.law_rows
         p = _rows(step.target_probs, law_rows, node, out_p)
-        return NodeLaw(p, p, None if step.draft_probs is None else _rows(step.draft_probs, law_rows, node, out_q))
+        siblings = (step.layout.children[node] >= 0).sum(1)  # [A]
+        return NodeLaw(p, p, None if step.draft_probs is None else _rows(step.draft_probs, law_rows, node, out_q), siblings)
 
     def __call__(
         self,

@@ -148,15 +148,24 @@ class LazyUniform:
         return ~self._compare(threshold, strict=True)
 
 
+class CoinsOnlySource(EnumeratingSource):
+    """Every coin enumerated, categorical draws not (each takes its first possible token, weight 1): the
+    exact law of whatever is decided before the draws, e.g. how many nodes a verifier accepts."""
+
+    def categorical(self, probs: torch.Tensor) -> torch.Tensor:
+        return (probs > 0).to(torch.int8).argmax(-1)
+
+
 def enumerate_law(
-    run: Callable[[EnumeratingSource], Sequence[Hashable]], batch_size: int = 512
+    run: Callable[[EnumeratingSource], Sequence[Hashable]], batch_size: int = 512,
+    source_type: type[EnumeratingSource] = EnumeratingSource,
 ) -> dict[Hashable, float]:
     """Exact law of run's outcome: run(source) plays len(source trails) worlds, one outcome each."""
     law: dict[Hashable, float] = defaultdict(float)
     pending: list[list[int]] = [[]]
     while pending:
         trails, pending = pending[-batch_size:], pending[:-batch_size]
-        source = EnumeratingSource(trails)
+        source = source_type(trails)
         outcomes = run(source)
         if len(outcomes) != len(trails):
             raise ValueError(f"run returned {len(outcomes)} outcomes for {len(trails)} worlds")

@@ -15,6 +15,8 @@ from framework.harness.rule_mutants import (
     BlockKeepWithoutRest,
     BlockShortestFirst,
     BlockUnweightedResidual,
+    SequentialResidualOfOneDraft,
+    SequentialRhoOne,
     TraversalKeepsRejectedSubtree,
     TraversalUnweightedChildren,
     TraversalWorWithoutQUpdate,
@@ -199,4 +201,8 @@ def mutants() -> list[Mutant]:
           replace(CLEAN, verifier=TraversalUnweightedChildren()), "chain3/iid/T1"),
         m("traversal-wor-no-q-update", "traversal verification's wor siblings judged without removing deleted ones from q",
           replace(CLEAN, verifier=TraversalWorWithoutQUpdate()), "cover-support/wor/root4"),
+        m("multidraft-rho-one", "k-sequential selection with rho = 1 for every k (an infeasible residual)",
+          replace(CLEAN, verifier=TreeVerifier(_rules(iid=SequentialRhoOne()))), "duplicates/iid/root4"),
+        m("multidraft-residual-of-one-draft", "k-sequential selection's residual as if one draft had been tried",
+          replace(CLEAN, verifier=TreeVerifier(_rules(iid=SequentialResidualOfOneDraft()))), "duplicates/iid/root4"),
     ]

@@ -1,11 +1,15 @@
-"""Bugs planted in the verification rules beyond the token rule (block, traversal): each must be
+"""Bugs planted in the verification rules beyond the token rule (block, traversal, multidraft): each must be
 caught by the exact harness, as the token rule's are (framework/harness/mutants.py lists them)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from verifiers.block import BlockVerifier
+from verifiers.multidraft import SequentialRule, sequential_scale
+from verifiers.rules import normalize_or_keep
 from verifiers.traversal import TraversalVerifier
 
 
@@ -58,3 +62,22 @@ class TraversalWorWithoutQUpdate(TraversalVerifier):
 
     def deleted(self, w, P, Q, token, kind):
         return super().deleted(w, P, Q, token, "iid" if kind == "wor" else kind)
+
+
+class SequentialRhoOne(SequentialRule):
+    """k-sequential selection with rho = 1 whatever k: its residual is no law (clamped at 0), the output too heavy."""
+
+    def accept_probability(self, law, token):
+        return super().accept_probability(replace(law, siblings=torch.ones_like(law.siblings)), token)
+
+    def after_reject(self, law, token):
+        return replace(super().after_reject(replace(law, siblings=torch.ones_like(law.siblings)), token), siblings=law.siblings)
+
+
+class SequentialResidualOfOneDraft(SequentialRule):
+    """The residual after k rejections computed as if one draft had been tried (the c factor dropped)."""
+
+    def after_reject(self, law, token):
+        rho = sequential_scale(law.p, law.q, law.siblings)
+        taken = torch.minimum(law.q, law.p / rho[:, None])
+        return replace(law, r=normalize_or_keep((law.p - taken).clamp_min(0), law.p))

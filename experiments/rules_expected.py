@@ -1,0 +1,55 @@
+"""Each rule's exact expected acceptance on the trees and laws of a real decode (no coin noise).
+
+A decode's own acceptance is one draw per step, so two rules' sampled tokens per forward differ by
+several percent on a thousand steps even where their laws are the same. Here the decode runs with
+the reference rule, and at every step each rule's expected accepted nodes on that same tree and
+those same target laws are computed exactly: its coins enumerated (framework.harness.enumerate,
+CoinsOnlySource; the final draw, made after acceptance is decided, is not). The same drafts, the
+same laws, and a difference between rules that is theirs alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from framework.harness.enumerate import CoinsOnlySource, enumerate_law
+from framework.tree import CandidateTree
+from verifiers import verify
+
+
+def expected_accepted(rule, tree: CandidateTree, target_probs: torch.Tensor, eos_token_id: int | None) -> float:
+    """E[accepted nodes] of `rule` on row 0 of (tree, target_probs), every coin enumerated."""
+    q = tree.draft_probs
+
+    def run(source) -> list[int]:
+        W = source.batch_size
+        worlds = CandidateTree(tree.tokens[:1].expand(W, -1), tree.parents,
+                               None if q is None else q[:1].expand(W, -1, -1).contiguous(), tree.kind)
+        return verify(worlds, target_probs[:1].expand(W, -1, -1).contiguous(), rng=source,
+                      eos_token_id=eos_token_id, verifier=rule, validate=False).num_accepted.tolist()
+
+    return sum(k * w for k, w in enumerate_law(run, source_type=CoinsOnlySource).items())
+
+
+@dataclass
+class ExpectedAcceptance:
+    """A verifier that decodes with `reference` and, at every step with candidates, adds each rule's exact
+    expected accepted nodes on that step's tree (row 0) to `totals`."""
+
+    reference: object
+    rules: dict
+    totals: dict = field(default_factory=dict)
+    steps: int = 0
+
+    @property
+    def lossless(self) -> bool:
+        return self.reference.lossless
+
+    def __call__(self, tree, target_probs, rng, eos_token_id=None):
+        if tree.tokens.shape[1]:
+            self.steps += 1
+            for name, rule in self.rules.items():
+                self.totals[name] = self.totals.get(name, 0.0) + expected_accepted(rule, tree, target_probs, eos_token_id)
+        return self.reference(tree, target_probs, rng, eos_token_id)

@@ -1,0 +1,49 @@
+"""Multi-draft (k-sequential selection): exact on the harness's i.i.d. trees, the token rule at k = 1,
+more accepted than the token rule among siblings of one node (against the oracle's bound)."""
+
+import pytest
+import torch
+
+from framework import CandidateTree, ReplaySource
+from framework.harness.cases import exact_cases
+from framework.harness.exact import Pipeline, check_case
+from framework.harness.oracle import ToyLaws, best_acceptance, rule_acceptance
+from verifiers import LOSSLESS, verify
+from verifiers.multidraft import _accepted_mass, _needed, multidraft_verifier, sequential_scale
+
+MULTIDRAFT = multidraft_verifier()
+QUICK = {"p==q/iid/binary2/V3", "duplicates/iid/root8/V3", "chain3/iid/T1"}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name, marks=() if c.name in QUICK else pytest.mark.slow)
+                                  for c in exact_cases() if c.kind == "iid"])
+def test_multidraft_is_exact(case):
+    result = check_case(case, Pipeline(verifier=MULTIDRAFT))
+    assert result.passes(1e-9), (case.name, result.tv)
+
+
+def test_the_scale_is_feasible_and_one_for_a_single_draft():
+    g = torch.Generator().manual_seed(0)
+    p, q = (torch.softmax(torch.randn(64, 50, generator=g, dtype=torch.float64) * 2, -1) for _ in range(2))
+    k = torch.randint(1, 6, (64,), generator=g)
+    rho = sequential_scale(p, q, k)
+    assert (rho >= _needed(_accepted_mass(p, q, rho), k.double()) - 1e-12).all()  # p_res is a law
+    assert (rho <= k).all() and torch.equal(sequential_scale(p, q, torch.ones(64, dtype=torch.long)), torch.ones(64, dtype=torch.float64))
+
+
+def test_on_a_chain_it_is_the_token_rule():
+    g = torch.Generator().manual_seed(1)
+    p, q = (torch.softmax(torch.randn(32, 4, 9, generator=g, dtype=torch.float64), -1) for _ in range(2))
+    tokens = torch.multinomial(q[:, :3].reshape(-1, 9), 1, generator=g).view(32, 3)
+    tree = CandidateTree.chain(tokens, q, "iid")
+    draws = [torch.rand(32, 4, 1, generator=g, dtype=torch.float64), torch.rand(32, generator=g, dtype=torch.float64)]
+    ours = verify(tree, p, rng=ReplaySource(list(draws)), verifier=MULTIDRAFT)
+    assert torch.equal(ours.tokens, verify(tree, p, rng=ReplaySource(list(draws))).tokens)
+
+
+@pytest.mark.parametrize("parents", [[-1, -1], [-1, -1, -1]])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_more_than_the_token_rule_among_siblings_and_within_the_bound(parents, seed):
+    laws = ToyLaws(3, seed)
+    ours, token = rule_acceptance(MULTIDRAFT, parents, laws), rule_acceptance(LOSSLESS, parents, laws)
+    assert token + 1e-3 < ours <= best_acceptance(parents, laws) + 1e-9
