@@ -47,3 +47,21 @@ def test_more_than_the_token_rule_among_siblings_and_within_the_bound(parents, s
     laws = ToyLaws(3, seed)
     ours, token = rule_acceptance(MULTIDRAFT, parents, laws), rule_acceptance(LOSSLESS, parents, laws)
     assert token + 1e-3 < ours <= best_acceptance(parents, laws) + 1e-9
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_the_first_token_follows_p_exactly_among_k_siblings(k):
+    """One node, k i.i.d. children, V = 4: every draft and coin enumerated, the emitted token's law is p."""
+    from framework.harness.enumerate import enumerate_law
+
+    g = torch.Generator().manual_seed(k)
+    p, q = (torch.softmax(torch.randn(4, generator=g, dtype=torch.float64) * 2, 0) for _ in range(2))
+
+    def run(source):
+        B = source.batch_size
+        tokens = torch.stack([source.categorical(q.expand(B, -1)) for _ in range(k)], 1)  # [B, k]
+        tree = CandidateTree(tokens, torch.full((k,), -1), q.expand(B, k + 1, -1).contiguous(), "iid")
+        return verify(tree, p.expand(B, k + 1, -1).contiguous(), rng=source, verifier=MULTIDRAFT).tokens[:, 0].tolist()
+
+    law = enumerate_law(run)
+    assert max(abs(law.get(x, 0.0) - float(p[x])) for x in range(4)) < 1e-12
