@@ -199,13 +199,21 @@ def check_end_to_end(proposer: str, tmp_path: Path, quick: bool) -> None:
     assert json.loads((tmp_path / "check.json").read_text()) == rows
 
 
-@pytest.mark.parametrize("verifier, lossless", [("token", True), ("block", True), ("typical", False)])
-def test_every_verifier_runs_and_says_whether_it_is_lossless(verifier, lossless, tmp_path):
-    """verifier=... reaches generate: a lossless rule keeps greedy text, typical is reported lossy."""
-    greedy = run(load(*TINY, f"verifier={verifier}", "sampling=greedy", "max_new_tokens=12", f"output_dir={tmp_path}", *FAST))
-    assert greedy["lossless"] is lossless
-    if lossless:
+VERIFIERS = [f.stem for f in sorted((CONF / "verifier").glob("*.yaml"))]
+
+
+@pytest.mark.parametrize("proposer", ["tiny_draft", "tiny_draft_tree"])
+@pytest.mark.parametrize("verifier", VERIFIERS)
+def test_every_verifier_runs_and_says_whether_it_is_lossless(verifier, proposer, tmp_path):
+    """verifier=... reaches generate, on a chain and on a tree: a lossless rule keeps greedy text, typical is
+    reported lossy; sampled decoding runs too (empty trees and all)."""
+    models = [*TINY, f"proposer={proposer}", f"verifier={verifier}", "max_new_tokens=12", *FAST]
+    greedy = run(load(*models, "sampling=greedy", f"output_dir={tmp_path / 'greedy'}"))
+    assert greedy["lossless"] is (verifier != "typical")
+    if greedy["lossless"]:
         assert greedy["tokens"] == greedy["plain_tokens"]
+    sampled = run(load(*models, "sampling=t1", f"output_dir={tmp_path / 't1'}"))
+    assert len(sampled["tokens"]) == 12
 
 
 def test_the_check_runs_the_configured_verifier(tmp_path):

@@ -20,7 +20,7 @@ from framework.randomness import RandomSource
 from framework.tree import CandidateTree
 from verifiers.emit import emit_path
 from verifiers.rules import normalize_or_keep
-from verifiers.tree_verifier import Verification
+from verifiers.tree_verifier import TreeVerifier, Verification
 
 
 def _post_order(children: list[list[int]]) -> list[tuple[str, int]]:
@@ -58,6 +58,8 @@ class TraversalVerifier:
         if not isinstance(tree, CandidateTree):
             raise ValueError("traversal verification takes a CandidateTree (one shape for the batch)")
         B, N = tree.tokens.shape
+        if N == 0:  # plain decoding: the root's token alone, as every rule draws it
+            return TreeVerifier()(tree, target_probs, rng, eos_token_id)
         V, device = target_probs.shape[-1], target_probs.device
         tokens, parents = tree.tokens.to(device), tree.parents.tolist()
         kids: list[list[int]] = [[] for _ in range(N + 1)]
