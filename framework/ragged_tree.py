@@ -19,6 +19,13 @@ from framework import tree_shape
 from framework.tree import KINDS, CandidateTree
 
 
+def _requests_and_positions(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For flat nodes grouped by counts [B]: each node's request [T] and its index within it [T]."""
+    starts = counts.cumsum(0) - counts
+    request = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
+    return request, torch.arange(request.numel(), device=counts.device) - starts[request]
+
+
 def check_counts(counts: torch.Tensor, total: int) -> None:
     """The offsets must add up: without it no field can be split into requests."""
     if counts.dim() != 1:
@@ -106,7 +113,20 @@ class RaggedTrees:
 
     def request_of(self) -> torch.Tensor:
         """[T] the request each node belongs to."""
-        return torch.repeat_interleave(torch.arange(self.batch_size, device=self.draft_token_ids.device), self.num_draft_tokens)
+        return _requests_and_positions(self.num_draft_tokens)[0]
+
+    def positions(self) -> torch.Tensor:
+        """[T] each node's index within its request."""
+        return _requests_and_positions(self.num_draft_tokens)[1]
+
+    def roots(self) -> torch.Tensor:
+        """[B] each request's root, as a global node (module docstring)."""
+        return self.starts + torch.arange(self.batch_size, device=self.draft_token_ids.device)
+
+    def global_ids(self) -> torch.Tensor:
+        """[T] each node's global id: its request's root + 1 + its position."""
+        request, position = _requests_and_positions(self.num_draft_tokens)
+        return self.roots()[request] + 1 + position
 
     # ---- builders -------------------------------------------------------------------------
 
@@ -120,10 +140,8 @@ class RaggedTrees:
         B, T = counts.numel(), draft_token_ids.shape[0]
         check_counts(counts, T)
         starts = counts.cumsum(0) - counts
-        request = torch.repeat_interleave(torch.arange(B, device=counts.device), counts)  # [T]
-        position = torch.arange(T, device=counts.device) - starts[request]  # [T] index within its chain
-        request_g = torch.repeat_interleave(torch.arange(B, device=counts.device), counts + 1)  # [T + B]
-        position_g = torch.arange(T + B, device=counts.device) - (starts + torch.arange(B, device=counts.device))[request_g]
+        position = _requests_and_positions(counts)[1]  # [T] index within its chain
+        request_g, position_g = _requests_and_positions(counts + 1)  # [T + B] global nodes: the root at position 0
         law_rows = torch.where(position_g < counts[request_g], starts[request_g] + position_g, -1)  # [T + B]
         return RaggedTrees(draft_token_ids, position - 1, counts, draft_probs,
                            "point" if draft_probs is None else "iid", law_rows, bonus_token_ids.reshape(-1))
@@ -132,17 +150,14 @@ class RaggedTrees:
 
     def global_parents(self) -> torch.Tensor:
         """[T + B] each global node's parent (-1 for the roots)."""
-        B, T, device = self.batch_size, self.draft_token_ids.shape[0], self.draft_token_ids.device
-        roots = self.starts + torch.arange(B, device=device)  # [B]
-        request = self.request_of()  # [T]
-        nodes = roots[request] + 1 + (torch.arange(T, device=device) - self.starts[request])  # [T] global ids
-        parents = torch.full((T + B,), -1, dtype=torch.long, device=device)
-        parents[nodes] = roots[request] + 1 + self.parents  # a root child's parent: -1 + 1 + root
+        B, T = self.batch_size, self.draft_token_ids.shape[0]
+        roots = self.roots()[self.request_of()]  # [T] each node's request's root
+        parents = torch.full((T + B,), -1, dtype=torch.long, device=self.draft_token_ids.device)
+        parents[self.global_ids()] = roots + 1 + self.parents  # a root child's parent: -1 + 1 + root
         return parents
 
     def walk_layout(self) -> WalkLayout:
         B, T, device = self.batch_size, self.draft_token_ids.shape[0], self.draft_token_ids.device
-        roots = self.starts + torch.arange(B, device=device)  # [B]
         G = T + B
         parents = self.global_parents()  # [G]
         is_node = parents >= 0
@@ -162,6 +177,6 @@ class RaggedTrees:
         most = int(self.num_draft_tokens.max()) if B else 0
         for _ in range(max(most, 1).bit_length()):
             depth, jump = depth + depth[jump], jump[jump]
-        return WalkLayout(tokens, children, roots, self.law_rows,
+        return WalkLayout(tokens, children, self.roots(), self.law_rows,
                           None if self.bonus_token_ids is None else self.bonus_token_ids.reshape(-1).long().to(device),
                           int(depth.max()) if G else 0, most + 1)

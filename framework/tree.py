@@ -102,6 +102,11 @@ class CandidateTree:
     def num_nodes(self) -> int:
         return self.tokens.shape[1]
 
+    @property
+    def is_chain(self) -> bool:
+        """Each node the only child of the one before it (the root's first): what CandidateTree.chain builds."""
+        return bool(torch.equal(self.parents, torch.arange(-1, self.num_nodes - 1)))
+
     def depth(self) -> torch.Tensor:
         """[N] depth of each node (root's children: 1)."""
         return tree_shape.depths(self.parents)

@@ -26,11 +26,6 @@ from verifiers.rules import normalize_or_keep
 from verifiers.tree_verifier import TreeVerifier, Verification
 
 
-def is_chain(tree) -> bool:
-    return isinstance(tree, CandidateTree) and bool(
-        torch.equal(tree.parents, torch.arange(-1, tree.parents.numel() - 1)))
-
-
 class BlockVerifier:
     """Block verification on chains (point, iid; a wor chain is an iid one), the token rule elsewhere."""
 
@@ -63,7 +58,7 @@ class BlockVerifier:
         return torch.cat([h, w[:, K:]], 1)
 
     def __call__(self, tree, target_probs: torch.Tensor, rng: RandomSource, eos_token_id: int | None = None) -> Verification:
-        if not is_chain(tree):
+        if not (isinstance(tree, CandidateTree) and tree.is_chain):
             if not self._warned:
                 warnings.warn("block verification judges chains: this tree goes to the token rule", stacklevel=2)
                 self._warned = True

@@ -59,8 +59,7 @@ def check_ragged_inputs(trees: RaggedTrees, target_probs: torch.Tensor) -> None:
     B = counts.numel()
     if trees.parents.shape[0] != T:
         raise ValueError(f"parents holds {trees.parents.shape[0]} entries but draft_token_ids holds {T} tokens")
-    request = trees.request_of()  # [T]
-    position = torch.arange(T, device=tokens.device) - trees.starts[request]  # [T] index within the request
+    request, position = trees.request_of(), trees.positions()  # [T], [T] index within the request
     bad = ((trees.parents < -1) | (trees.parents >= position)).nonzero()
     if bad.numel():
         i = int(bad[0])
@@ -78,7 +77,6 @@ def check_ragged_inputs(trees: RaggedTrees, target_probs: torch.Tensor) -> None:
     if bad.numel():
         i = int(bad[0])
         raise ValueError(f"request {int(request[i])}: draft_token_ids holds {int(tokens[i])}, outside [0, {V})")
-    layout = trees.walk_layout()
     law_rows = torch.arange(T + B, device=tokens.device) if trees.law_rows is None else trees.law_rows
     request_g = torch.repeat_interleave(torch.arange(B, device=tokens.device), counts + 1)  # [T + B]
     if law_rows.shape != (T + B,):
@@ -91,7 +89,7 @@ def check_ragged_inputs(trees: RaggedTrees, target_probs: torch.Tensor) -> None:
         bad = ((bonus < 0) | (bonus >= V)).nonzero()
         if bad.numel():
             raise ValueError(f"request {int(bad[0])}: bonus_token_ids holds {int(bonus[bad[0]])}, outside [0, {V})")
-        read = layout.children[:, 0] >= 0  # leaves emit the bonus token
+        read = trees.walk_layout().children[:, 0] >= 0  # leaves emit the bonus token
     bad = (read & ((law_rows < 0) | (law_rows >= target_probs.shape[0]))).nonzero()
     if bad.numel():
         g = int(bad[0])
@@ -108,8 +106,7 @@ def check_ragged_inputs(trees: RaggedTrees, target_probs: torch.Tensor) -> None:
             owner = f"request {int(request_g[owners[0]])}" if owners.numel() else f"row {row} (read by no request)"
             raise ValueError(f"{owner}: {error}") from None
     if trees.kind in ("iid", "wor") and T:
-        node_g = layout.roots[request] + 1 + position  # [T] each draft's global node
-        parent_rows = law_rows[trees.global_parents()[node_g]]  # [T] the law it was drawn from
+        parent_rows = law_rows[trees.global_parents()[trees.global_ids()]]  # [T] the law each draft was drawn from
         drawn = trees.draft_probs[parent_rows].gather(1, tokens[:, None].long())[:, 0]  # [T] each draft's own probability
         if (drawn <= 0).any():
             i = int((drawn <= 0).nonzero()[0])

@@ -68,7 +68,7 @@ class TraversalVerifier:
         rows = torch.arange(B, device=device)
         uniforms = rng.uniform((B, N + 1, 1), device)  # coin of node i: column i + 1 (the root's unused)
 
-        w = {0: torch.ones(B, dtype=target_probs.dtype, device=device)}  # per row (0 = root) on the current path
+        w = {0: torch.ones(B, dtype=target_probs.dtype, device=device)}  # per row (0 = root) on the current path only
         P = {0: target_probs[:, 0].clone()}
         Q = {}  # per row: the law its next child was drawn from (iid / wor), current
         if tree.kind != "point":
@@ -93,11 +93,16 @@ class TraversalVerifier:
                 if tree.kind != "point":
                     Q[row] = tree.draft_probs[:, row].clone()
                 continue
-            hit = (uniforms[:, row, 0] < torch.where(active, w[row], 0)) & active
+            # leaving v: its subtree is done, so its state is dead after this test (memory: the path, not the tree)
+            w_v, P_v = w.pop(row), P.pop(row)
+            Q.pop(row, None)
+            hit = (uniforms[:, row, 0] < torch.where(active, w_v, 0)) & active
             if bool(hit.any()):
                 stop_row[hit] = row
-                final[hit] = P[row][hit]
+                final[hit] = P_v[hit]
                 active &= ~hit
+                if not bool(active.any()):  # every row has its node: the rest of the walk reads nothing
+                    break
             w[parent_row], P[parent_row], new_q = self.deleted(w[parent_row], P[parent_row], q_of(parent_row, node), c, tree.kind)
             if tree.kind == "wor":
                 Q[parent_row] = new_q

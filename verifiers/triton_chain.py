@@ -72,7 +72,8 @@ def _chain_final_law(P, Q, TOKENS, LEVEL, REJECTED, OUT, K, V, stride_pb, stride
         tl.store(OUT + b * V + offs, law, mask=offs < V)
 
 
-def _compute_dtype(dtype: torch.dtype):
+def compute_dtype(dtype: torch.dtype):
+    """(Triton, torch) arithmetic dtype for laws of `dtype`: float64 stays, anything else computes in float32."""
     return (tl.float64, torch.float64) if dtype == torch.float64 else (tl.float32, torch.float32)
 
 
@@ -84,12 +85,12 @@ class TritonChainVerifier:
     def __call__(self, tree: CandidateTree, target_probs: torch.Tensor, rng: RandomSource,
                  eos_token_id: int | None = None) -> Verification:
         B, K = tree.tokens.shape
-        if tree.kind not in MODES or not torch.equal(tree.parents, torch.arange(-1, K - 1)):
+        if tree.kind not in MODES or not tree.is_chain:
             raise ValueError("the Triton verifier path handles chains with point or iid children only")
         if K == 0:
             raise ValueError("the Triton verifier path needs at least one drafted token")
         V, device = target_probs.shape[-1], target_probs.device
-        compute_tl, compute_torch = _compute_dtype(target_probs.dtype)
+        compute_tl, compute_torch = compute_dtype(target_probs.dtype)
         p = target_probs.contiguous()
         q = (tree.draft_probs if tree.draft_probs is not None else target_probs).contiguous()
         tokens = tree.tokens.to(device=device, dtype=torch.int64).contiguous()

@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from verifiers.rules import NodeLaw
+from verifiers.triton_chain import compute_dtype
 from verifiers.tree_verifier import TreeVerifier
 
 BLOCK_V = 256  # the vocabulary's tile (smaller vocabularies take the next power of two, at least 16)
@@ -91,10 +92,6 @@ def _reject_kernel(R, Q, TOKENS, R_OUT, Q_OUT, A, V, stride_r, stride_q, stride_
             tl.store(Q_OUT + rows[:, None] * stride_qo + offs[None, :], law.to(Q_OUT.dtype.element_ty), mask=mask)
 
 
-def _compute_dtype(dtype: torch.dtype):
-    return tl.float64 if dtype == torch.float64 else tl.float32
-
-
 def _rows_contiguous(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
@@ -114,7 +111,7 @@ class TritonRule:
         if r.shape[0]:
             _ratio_kernel[(triton.cdiv(r.shape[0], BLOCK_ROWS),)](
                 r, q, token.contiguous(), out, r.shape[0], r.stride(0), q.stride(0), torch.finfo(q.dtype).tiny,
-                MODE=self.mode, COMPUTE=_compute_dtype(r.dtype), BLOCK_ROWS=BLOCK_ROWS)
+                MODE=self.mode, COMPUTE=compute_dtype(r.dtype)[0], BLOCK_ROWS=BLOCK_ROWS)
         return out
 
     def after_reject(self, law: NodeLaw, token: torch.Tensor) -> NodeLaw:
@@ -126,7 +123,7 @@ class TritonRule:
             _reject_kernel[(triton.cdiv(r.shape[0], BLOCK_ROWS),)](
                 r, q, token.contiguous(), new_r, new_q, r.shape[0], r.shape[1], r.stride(0), q.stride(0),
                 new_r.stride(0), new_q.stride(0),
-                MODE=self.mode, COMPUTE=_compute_dtype(r.dtype), BLOCK_ROWS=BLOCK_ROWS,
+                MODE=self.mode, COMPUTE=compute_dtype(r.dtype)[0], BLOCK_ROWS=BLOCK_ROWS,
                 BLOCK_V=min(BLOCK_V, max(16, triton.next_power_of_2(r.shape[1]))))
         return replace(law, r=new_r, q=new_q if self.mode == WOR else law.q)
 

@@ -11,11 +11,11 @@ from framework.harness.cases import exact_cases
 from framework.harness.enumerate import enumerate_law
 from framework.harness.exact import Pipeline, check_case
 from verifiers import LOSSLESS, verify
-from verifiers.block import BlockVerifier, is_chain
+from verifiers.block import BlockVerifier
 
 BLOCK = BlockVerifier()
-CHAINS = [c for c in exact_cases() if c.shape.num_nodes and is_chain(CandidateTree(
-    torch.zeros(1, c.shape.num_nodes, dtype=torch.long), c.shape.parents))]
+CHAINS = [c for c in exact_cases() if c.shape.num_nodes and CandidateTree(
+    torch.zeros(1, c.shape.num_nodes, dtype=torch.long), c.shape.parents).is_chain]
 QUICK = {"chain3/iid/T1", "chain3/point/topk2", "chain4/iid/T1", "p==q/iid/chain3", "eos/iid/chain3",
          "q-heavy-where-p-light/iid/chain3", "chain3/wor/penalty1.5", "greedy-target-sampled-draft/iid/chain3"}
 
