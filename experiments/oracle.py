@@ -2,6 +2,7 @@
 
     python -m experiments.oracle                  # V = 3, chains of 2 and 3, iid trees; 3 law seeds each
     python -m experiments.oracle --vocab 2 --seeds 5
+    python -m experiments.oracle --kind wor       # siblings drawn without replacement (point: top-k trees)
 
 The bound is a linear program over every coupling of the drafted tree with the target's stream
 (framework/harness/oracle.py); each rule's figure enumerates every draw and coin of the real code.
@@ -28,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vocab", type=int, default=3)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--kind", choices=("iid", "wor", "point"), default="iid", help="how the trees' children are drawn")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")  # block's "trees go to the token rule": the table says it
     print("| shape | seed | best lossless (LP) | " + " | ".join(f"{r} (share of best)" for r in RULES) + " |")
@@ -35,9 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, parents in SHAPES.items():
         for seed in range(args.seeds):
             laws = ToyLaws(args.vocab, seed)
-            best = best_acceptance(parents, laws)
-            cells = [rule_acceptance(rule, parents, laws) for rule in RULES.values()]
-            print(f"| {name} | {seed} | {best:.4f} | " + " | ".join(f"{c:.4f} ({c / best:.3f})" for c in cells) + " |")
+            best = best_acceptance(parents, laws, args.kind)
+            cells = [rule_acceptance(rule, parents, laws, args.kind) for rule in RULES.values()]
+            print(f"| {name.replace('iid', args.kind)} | {seed} | {best:.4f} | " + " | ".join(f"{c:.4f} ({c / best:.3f})" for c in cells) + " |")
     return 0
 
 

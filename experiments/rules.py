@@ -6,7 +6,8 @@
 The figure compared is exact per step: the decode runs with the first rule, and at each of its steps
 every rule's expected accepted nodes on that step's tree and target laws is computed by enumerating
 its coins (experiments/rules_expected.py): the same drafts, no coin noise. Tokens per forward =
-1 + mean expected accepted. Each rule also decodes on its own (same prompts and seeds) for the
+1 + mean expected accepted. The drafts are still one draw per step: each ratio carries the standard
+error of its paired per-step differences (the draft's noise; +-2 s.e. is a 95% interval). Each rule also decodes on its own (same prompts and seeds) for the
 sampled figure, whose noise is several percent at a thousand steps. Writes <output_dir>/rules.json
 (rules.jsonl as it goes) and prints a Markdown table with each rule's ratio to the first rule's.
 """
@@ -66,7 +67,8 @@ def measure(cfg: DictConfig, progress: Path | None = None) -> list[dict]:
             for verifier_name, verifier in verifiers.items():
                 rows.append({"proposer": proposer_name, "sampling": sampling_name, "verifier": verifier_name,
                              "lossless": verifier.lossless, "steps": measured.steps,
-                             "tokens_per_forward": 1 + measured.totals[verifier_name] / measured.steps,
+                             "tokens_per_forward": measured.tokens_per_forward(verifier_name),
+                             "ratio_standard_error": measured.ratio_standard_error(verifier_name, exp.verifiers[0]),
                              "sampled_tokens_per_forward": sampled.get(verifier_name)})
                 if progress is not None:
                     with progress.open("a") as f:
@@ -76,15 +78,19 @@ def measure(cfg: DictConfig, progress: Path | None = None) -> list[dict]:
     return rows
 
 
+def _or_dash(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def table(rows: list[dict]) -> str:
     reference = {(r["proposer"], r["sampling"]): r["tokens_per_forward"] for r in rows if r["verifier"] == rows[0]["verifier"]}
-    lines = ["| proposer | sampling | verifier | tokens per forward (expected) | vs " + rows[0]["verifier"] + " | sampled |",
-             "|---|---|---|---:|---:|---:|"]
+    lines = ["| proposer | sampling | verifier | tokens per forward (expected) | vs " + rows[0]["verifier"] + " | ± (s.e.) | sampled |",
+             "|---|---|---|---:|---:|---:|---:|"]
     for r in rows:
         ratio = r["tokens_per_forward"] / reference[(r["proposer"], r["sampling"])]
         lines.append(f"| {r['proposer']} | {r['sampling']} | {r['verifier']}{'' if r['lossless'] else ' (lossy)'} | "
-                     f"{r['tokens_per_forward']:.3f} | {ratio:.3f}x | "
-                     f"{'-' if r['sampled_tokens_per_forward'] is None else format(r['sampled_tokens_per_forward'], '.3f')} |")
+                     f"{r['tokens_per_forward']:.3f} | {ratio:.3f}x | {_or_dash(r.get('ratio_standard_error'))} | "
+                     f"{_or_dash(r['sampled_tokens_per_forward'])} |")
     return "\n".join(lines)
 
 

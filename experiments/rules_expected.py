@@ -35,21 +35,43 @@ def expected_accepted(rule, tree: CandidateTree, target_probs: torch.Tensor, eos
 
 @dataclass
 class ExpectedAcceptance:
-    """A verifier that decodes with `reference` and, at every step with candidates, adds each rule's exact
-    expected accepted nodes on that step's tree (row 0) to `totals`."""
+    """A verifier that decodes with `reference` and, at every step with candidates, records each rule's
+    exact expected accepted nodes on that step's tree (row 0) in `per_step`.
+
+    The coins are enumerated, the trees are not: each step's tree is one draw of the draft, so a rule's
+    mean still carries the draft's noise (a rule can accept less than the token rule on one tree and
+    more on average: block verification's weights are optimal over the draws, not on each). The rules
+    share the trees, so their paired per-step differences give the ratio's standard error."""
 
     reference: object
     rules: dict
-    totals: dict = field(default_factory=dict)
-    steps: int = 0
+    per_step: dict = field(default_factory=dict)
 
     @property
     def lossless(self) -> bool:
         return self.reference.lossless
 
+    @property
+    def steps(self) -> int:
+        return len(next(iter(self.per_step.values()), []))
+
+    def tokens_per_forward(self, name: str) -> float:
+        return 1 + sum(self.per_step[name]) / self.steps
+
+    def ratio_standard_error(self, name: str, reference: str) -> float | None:
+        """Standard error of tokens_per_forward(name) / tokens_per_forward(reference), from the paired
+        per-step differences (delta method; the reference's own noise is common to both and cancels).
+        None below two steps."""
+        diffs = [a - b for a, b in zip(self.per_step[name], self.per_step[reference])]
+        n = len(diffs)
+        if n < 2:
+            return None
+        mean = sum(diffs) / n
+        variance = sum((d - mean) ** 2 for d in diffs) / (n - 1)
+        return (variance / n) ** 0.5 / self.tokens_per_forward(reference)
+
     def __call__(self, tree, target_probs, rng, eos_token_id=None):
         if tree.tokens.shape[1]:
-            self.steps += 1
             for name, rule in self.rules.items():
-                self.totals[name] = self.totals.get(name, 0.0) + expected_accepted(rule, tree, target_probs, eos_token_id)
+                self.per_step.setdefault(name, []).append(expected_accepted(rule, tree, target_probs, eos_token_id))
         return self.reference(tree, target_probs, rng, eos_token_id)

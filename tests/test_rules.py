@@ -32,3 +32,16 @@ def test_a_variant_setting_the_proposer_does_not_have_is_named():
     cfg = load("experiment.proposers=[]", "experiment.prompts=1", "~experiment.variants", "+experiment.variants={bad: {config: zoo_draft, set: {gama: 2}}}")
     with pytest.raises(ValueError, match=r"experiment.variants.bad: \['gama'\]"):
         measure(cfg)
+
+
+def test_the_ratio_standard_error_comes_from_paired_steps():
+    """Two rules that differ by a constant on every step have no error; noise in the differences has."""
+    from experiments.rules_expected import ExpectedAcceptance
+
+    measured = ExpectedAcceptance(None, {}, per_step={"token": [0.0, 1.0, 2.0, 1.0], "same+": [0.5, 1.5, 2.5, 1.5],
+                                                      "noisy": [1.0, 1.0, 2.0, 0.0]})
+    assert measured.steps == 4 and measured.tokens_per_forward("token") == 2.0
+    assert measured.ratio_standard_error("same+", "token") == 0.0
+    # differences 1, 0, 0, -1: sample variance 2/3, s.e. of the mean sqrt(2/3 / 4), over 2 tokens per forward
+    assert measured.ratio_standard_error("noisy", "token") == pytest.approx((2 / 3 / 4) ** 0.5 / 2)
+    assert ExpectedAcceptance(None, {}, per_step={"token": [1.0]}).ratio_standard_error("token", "token") is None

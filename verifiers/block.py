@@ -36,6 +36,13 @@ class BlockVerifier:
         self._warned = False
 
     # Hooks, one formula each, so that the harness can plant bugs in exactly one place.
+    def drawn_from(self, tree: CandidateTree, tokens: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        """q [B, K+1, V]: the laws the chain's tokens were drawn from; a point chain's are point masses
+        (its rule is blind to the coins), whatever q it carries."""
+        if tree.kind == "point":
+            return torch.nn.functional.pad(torch.nn.functional.one_hot(tokens, p.shape[-1]).to(p.dtype), (0, 0, 0, 1))
+        return tree.draft_probs
+
     def weights(self, p_drafted: torch.Tensor, q_drafted: torch.Tensor) -> torch.Tensor:
         """p_drafted, q_drafted [B, K] -> w [B, K+1]: w_0 = 1, w_i = min(1, w_{i-1} p_i(X_i) / q_i(X_i))."""
         ratio = p_drafted / q_drafted.clamp_min(torch.finfo(q_drafted.dtype).tiny)  # q(X_i) > 0 for a drawn token
@@ -69,9 +76,7 @@ class BlockVerifier:
         V, device = target_probs.shape[-1], target_probs.device
         tokens = tree.tokens.to(device)
         p = target_probs  # [B, K+1, V]
-        q = tree.draft_probs
-        if q is None:  # a point chain: each token drawn from a point mass (its rule is blind to the coins)
-            q = torch.nn.functional.pad(torch.nn.functional.one_hot(tokens, V).to(p.dtype), (0, 0, 0, 1))  # [B, K+1, V]
+        q = self.drawn_from(tree, tokens, p)  # [B, K+1, V]
         w = self.weights(p[:, :K].gather(-1, tokens[..., None])[..., 0], q[:, :K].gather(-1, tokens[..., None])[..., 0])
         residual = self.residuals(w, p, q)  # [B, K, V]
         h = self.keep_probabilities(w, residual.sum(-1))  # [B, K]

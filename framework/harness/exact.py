@@ -79,8 +79,8 @@ def propose(case: ExactCase, pipeline: Pipeline, context: torch.Tensor, rng) -> 
             for i in kids:
                 tokens[:, i] = drawn[:, ranks[i]]
         q_rows.append(pipeline.reported_q(logits, cfg, seen, q))
-    draft_probs = torch.stack(q_rows, dim=1) if case.kind != "point" else None
-    return CandidateTree(tokens, case.shape.parents, draft_probs, case.kind)
+    # point trees carry their q too, as an engine's may: every rule must judge them as point masses
+    return CandidateTree(tokens, case.shape.parents, torch.stack(q_rows, dim=1), case.kind)
 
 
 def step_tokens(case: ExactCase, pipeline: Pipeline, context: tuple[int, ...], rng: EnumeratingSource):

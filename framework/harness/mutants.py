@@ -13,6 +13,7 @@ from framework.drafting import draw_children
 from framework.harness.exact import Pipeline
 from framework.harness.rule_mutants import (
     BlockKeepWithoutRest,
+    BlockReadsQOnPointChains,
     BlockShortestFirst,
     BlockUnweightedResidual,
     SequentialResidualOfOneDraft,
@@ -195,6 +196,8 @@ def mutants() -> list[Mutant]:
           replace(CLEAN, verifier=BlockKeepWithoutRest()), "chain3/iid/T1"),
         m("block-shortest-first", "block verification taking the shortest prefix under its coin, not the longest",
           replace(CLEAN, verifier=BlockShortestFirst()), "chain3/iid/T1"),
+        m("block-reads-q-on-point-chains", "block verification judging a point chain by the q it carries",
+          replace(CLEAN, verifier=BlockReadsQOnPointChains()), "chain3/point/T1"),
         m("traversal-keeps-rejected-subtree", "traversal verification leaving a deleted subtree's mass in its parent",
           replace(CLEAN, verifier=TraversalKeepsRejectedSubtree()), "chain3/iid/T1"),
         m("traversal-unweighted-residual", "traversal verification's residual without the parent's weight",

@@ -70,19 +70,55 @@ def _prefix_law(laws: ToyLaws, seq: tuple[int, ...], start: int = 0) -> float:
     return prob
 
 
-def best_acceptance(parents: Sequence[int], laws: ToyLaws) -> float:
-    """The LP's optimum: the most expected accepted nodes of any lossless verifier, iid children."""
+def point_tokens(parents: Sequence[int], laws: ToyLaws) -> tuple[int, ...]:
+    """The point tree a top-k proposer drafts: the j-th child of a node is q's j-th likeliest token there."""
+    tokens: list[int] = []
+    paths: list[tuple[int, ...]] = [()]
+    seen: dict[int, int] = {}
+    for parent in parents:
+        rank = seen.get(parent, 0)
+        seen[parent] = rank + 1
+        order = np.argsort(-laws.q(paths[parent + 1]), kind="stable")
+        if rank >= len(order):
+            raise ValueError(f"a node has more point children ({rank + 1}) than the vocabulary ({len(order)})")
+        tokens.append(int(order[rank]))
+        paths.append(paths[parent + 1] + (tokens[-1],))
+    return tuple(tokens)
+
+
+def draw_mass(parents: Sequence[int], tokens: tuple[int, ...], laws: ToyLaws, kind: str) -> float:
+    """Probability that the proposer drafts `tokens`: iid draws, draws without replacement among
+    siblings, or (point) the one top-k tree."""
+    if kind == "point":
+        return float(tokens == point_tokens(parents, laws))
+    paths = _paths(parents, tokens)
+    mass, drawn = 1.0, {}
+    for i, parent in enumerate(parents):
+        q = laws.q(paths[parent + 1])
+        earlier = drawn.setdefault(parent, [])
+        if kind == "wor":
+            if tokens[i] in earlier:
+                return 0.0
+            mass *= q[tokens[i]] / (1.0 - sum(q[t] for t in earlier))
+        else:
+            mass *= q[tokens[i]]
+        earlier.append(tokens[i])
+    return float(mass)
+
+
+def best_acceptance(parents: Sequence[int], laws: ToyLaws, kind: str = "iid") -> float:
+    """The LP's optimum: the most expected accepted nodes of any lossless verifier on trees of `kind`."""
     V, N = laws.vocab, len(parents)
     depth = [0]
     for parent in parents:
         depth.append(depth[parent + 1] + 1)
     D = max(depth)
     streams = {s: i for i, s in enumerate(itertools.product(range(V), repeat=D + 1))}
-    rows, cols, vals, draw_mass, objective = [], [], [], [], []
+    rows, cols, vals, masses, objective = [], [], [], [], []
     var = 0
     for d, tokens in enumerate(itertools.product(range(V), repeat=N)):
         paths = _paths(parents, tokens)
-        draw_mass.append(float(np.prod([laws.q(paths[parent + 1])[tokens[i]] for i, parent in enumerate(parents)])))
+        masses.append(draw_mass(parents, tokens, laws, kind))
         for n, path in enumerate(paths):
             for y in range(V):
                 head = path + (y,)
@@ -97,7 +133,7 @@ def best_acceptance(parents: Sequence[int], laws: ToyLaws) -> float:
                 objective.append(-float(depth[n]))
                 var += 1
     A = scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(V**N + len(streams), var))
-    b = np.concatenate([draw_mass, [_prefix_law(laws, s) for s in streams]])
+    b = np.concatenate([masses, [_prefix_law(laws, s) for s in streams]])
     result = scipy.optimize.linprog(objective, A_eq=A, b_eq=b, bounds=(0, None), method="highs")
     if result.status != 0:
         raise RuntimeError(f"the oracle's linear program failed: {result.message}")
@@ -105,7 +141,8 @@ def best_acceptance(parents: Sequence[int], laws: ToyLaws) -> float:
 
 
 def rule_acceptance(verifier, parents: Sequence[int], laws: ToyLaws, kind: str = "iid") -> float:
-    """Expected accepted nodes of a real verifier: every draw and coin enumerated (exact)."""
+    """Expected accepted nodes of a real verifier on trees of `kind` drawn as `draw_mass` says: every
+    draw and coin enumerated (exact)."""
     V, N = laws.vocab, len(parents)
     parent_t = torch.tensor(list(parents), dtype=torch.long)
 
@@ -117,8 +154,16 @@ def rule_acceptance(verifier, parents: Sequence[int], laws: ToyLaws, kind: str =
         paths: list[list[tuple[int, ...]]] = [[()] for _ in range(B)]
         for b in range(B):
             q[b, 0], p[b, 0] = torch.from_numpy(laws.q(())), torch.from_numpy(laws.p(()))
+        fixed = point_tokens(parents, laws) if kind == "point" else None
         for i, parent in enumerate(parents):
-            tokens[:, i] = source.categorical(q[:, parent + 1])
+            if fixed is not None:
+                tokens[:, i] = fixed[i]
+            else:
+                law = q[:, parent + 1].clone()  # [B, V]
+                if kind == "wor":  # without the siblings already drawn
+                    for sibling in (j for j in range(i) if parents[j] == parent):
+                        law.scatter_(-1, tokens[:, sibling : sibling + 1], 0.0)
+                tokens[:, i] = source.categorical(law)
             for b in range(B):
                 path = paths[b][parent + 1] + (int(tokens[b, i]),)
                 paths[b].append(path)

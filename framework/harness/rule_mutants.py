@@ -42,6 +42,14 @@ class BlockShortestFirst(BlockVerifier):
         return accepted
 
 
+class BlockReadsQOnPointChains(BlockVerifier):
+    """A point chain that carries the draft's q judged as if drawn from it (the bug block had until this
+    mutant's fix: its test for point chains was `q is None`)."""
+
+    def drawn_from(self, tree, tokens, p):
+        return super().drawn_from(tree, tokens, p) if tree.draft_probs is None else tree.draft_probs
+
+
 class TraversalKeepsRejectedSubtree(TraversalVerifier):
     """A deleted child leaves its parent's state as it was: the rejected subtree's mass stays in P_u."""
 
