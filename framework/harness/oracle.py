@@ -62,7 +62,7 @@ def _paths(parents: Sequence[int], tokens: Sequence[int]) -> list[tuple[int, ...
     return out
 
 
-def _prefix_law(laws: ToyLaws, seq: tuple[int, ...], start: int = 0) -> float:
+def prefix_law(laws: ToyLaws, seq: tuple[int, ...], start: int = 0) -> float:
     """P(seq[start:] | seq[:start]) under the target."""
     prob = 1.0
     for k in range(start, len(seq)):
@@ -129,11 +129,11 @@ def best_acceptance(parents: Sequence[int], laws: ToyLaws, kind: str = "iid") ->
                     s = head + tail
                     rows.append(V**N + streams[s])
                     cols.append(var)
-                    vals.append(_prefix_law(laws, s, len(head)))
+                    vals.append(prefix_law(laws, s, len(head)))
                 objective.append(-float(depth[n]))
                 var += 1
     A = scipy.sparse.csr_matrix((vals, (rows, cols)), shape=(V**N + len(streams), var))
-    b = np.concatenate([masses, [_prefix_law(laws, s) for s in streams]])
+    b = np.concatenate([masses, [prefix_law(laws, s) for s in streams]])
     result = scipy.optimize.linprog(objective, A_eq=A, b_eq=b, bounds=(0, None), method="highs")
     if result.status != 0:
         raise RuntimeError(f"the oracle's linear program failed: {result.message}")
