@@ -30,12 +30,13 @@ def test_on_a_chain_it_is_block_verification():
     assert rule_acceptance(TRAVERSAL, [-1, 0, 1], laws) == pytest.approx(best_acceptance([-1, 0, 1], laws), abs=1e-7)
 
 
+@pytest.mark.parametrize("kind", ["iid", "wor"])
 @pytest.mark.parametrize("parents", [[-1, -1, 0, 0], [-1, 0, -1, 2]])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_more_than_the_token_rule_on_trees_and_within_the_bound(parents, seed):
+def test_more_than_the_token_rule_on_trees_and_within_the_bound(parents, seed, kind):
     laws = ToyLaws(3, seed)
-    ours, token = rule_acceptance(TRAVERSAL, parents, laws), rule_acceptance(LOSSLESS, parents, laws)
-    assert token + 1e-3 < ours <= best_acceptance(parents, laws) + 1e-9
+    ours, token = rule_acceptance(TRAVERSAL, parents, laws, kind), rule_acceptance(LOSSLESS, parents, laws, kind)
+    assert token + 1e-3 < ours <= best_acceptance(parents, laws, kind) + 1e-9
 
 
 def test_p_equals_q_accepts_the_deepest_path_without_nan():
