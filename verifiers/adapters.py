@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import torch
 
+from framework.randomness import RandomSource
 from framework.ragged_tree import RaggedTrees
 from framework.tree import CandidateTree
-from verifiers import verify
+from verifiers import LOSSLESS, Verifier, verify
 from verifiers.checks import check_verify_inputs
 
 
@@ -44,14 +45,17 @@ def ragged_chains(
     bonus_token_ids: torch.Tensor,
     generator: torch.Generator | None = None,
     validate: bool = True,
+    verifier: Verifier = LOSSLESS,
+    rng: RandomSource | None = None,
 ) -> torch.Tensor:
     """vLLM-shaped chains through `verify` (see the module docstring): [B, max drafts + 1], -1 padded.
-    Walked where they lie: no padded copy of the laws."""
+    Walked where they lie: no padded copy of the laws. `verifier`: any rule (BlockVerifier() for block
+    verification, one chain length at a time)."""
     counts = torch.as_tensor(num_draft_tokens, dtype=torch.long, device=draft_token_ids.device)
     if bonus_token_ids.numel() != counts.numel():
         raise ValueError(f"bonus_token_ids must be [B, 1] = [{counts.numel()}, 1], got {tuple(bonus_token_ids.shape)}")
     trees = RaggedTrees.chains(draft_token_ids, counts, draft_probs, bonus_token_ids)
-    return verify(trees, target_probs, generator, validate=validate).tokens
+    return verify(trees, target_probs, generator, rng=rng, validate=validate, verifier=verifier).tokens
 
 
 def padded_chains(draft_token_ids, num_draft_tokens, draft_probs, target_probs, bonus_token_ids,
@@ -125,9 +129,11 @@ def flat_trees(
     kind: str = "iid",
     generator: torch.Generator | None = None,
     validate: bool = True,
+    verifier: Verifier = LOSSLESS,
+    rng: RandomSource | None = None,
 ) -> torch.Tensor:
     """SGLang-shaped flat trees through `verify` (see the module docstring): [B, max nodes + 1], -1 padded.
-    Every request in one walk, whatever its shape."""
+    Every request in one walk, whatever its shape (TraversalVerifier(): one shape at a time)."""
     trees = RaggedTrees(draft_token_ids, torch.as_tensor(parents, device=draft_token_ids.device), num_draft_tokens,
                         draft_probs, kind if draft_probs is not None else "point")
-    return verify(trees, target_probs, generator, validate=validate).tokens
+    return verify(trees, target_probs, generator, rng=rng, validate=validate, verifier=verifier).tokens

@@ -9,7 +9,8 @@ tau = 0). Then X_1..X_tau and one more token: the bonus from p_{K+1} when tau = 
 res_tau normalised. The token rule stops at the first rejection; here a rejection at i can still
 be followed by acceptance of the whole block, which is why it accepts more (never less).
 
-Trees, and batches of another shape, go to the token rule (said once). EOS: tokens after an
+Ragged batches of chains (vLLM's, lengths differing) are verified one length at a time (verifiers/by_shape.py).
+Trees go to the token rule (said once). EOS: tokens after an
 accepted EOS are dropped (a function of an exactly distributed sequence is exact).
 """
 
@@ -20,7 +21,9 @@ import warnings
 import torch
 
 from framework.randomness import RandomSource
+from framework.ragged_tree import RaggedTrees
 from framework.tree import CandidateTree
+from verifiers.by_shape import verify_by_shape
 from verifiers.emit import emit_path
 from verifiers.rules import normalize_or_keep
 from verifiers.tree_verifier import TreeVerifier, Verification
@@ -65,6 +68,8 @@ class BlockVerifier:
         return torch.cat([h, w[:, K:]], 1)
 
     def __call__(self, tree, target_probs: torch.Tensor, rng: RandomSource, eos_token_id: int | None = None) -> Verification:
+        if isinstance(tree, RaggedTrees) and bool((tree.parents == tree.positions() - 1).all()):
+            return verify_by_shape(self, tree, target_probs, rng, eos_token_id)  # ragged chains: one group per length
         if not (isinstance(tree, CandidateTree) and tree.is_chain):
             if not self._warned:
                 warnings.warn("block verification judges chains: this tree goes to the token rule", stacklevel=2)

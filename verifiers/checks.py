@@ -20,6 +20,8 @@ def check_law(name: str, probs: torch.Tensor) -> None:
         raise ValueError(f"{name} contains NaN")
     if (probs < 0).any() or torch.isinf(probs).any():
         raise ValueError(f"{name} has negative or infinite entries: pass probabilities, not logits")
+    if probs.numel() == 0:  # no rows (a batch without drafts): nothing to check
+        return
     err = (probs.sum(-1, dtype=torch.float64) - 1).abs().max()
     if err > _tolerance(probs.dtype):
         raise ValueError(f"{name} rows do not sum to 1 (worst error {float(err):.3g})")

@@ -17,7 +17,9 @@ from __future__ import annotations
 import torch
 
 from framework.randomness import RandomSource
+from framework.ragged_tree import RaggedTrees
 from framework.tree import CandidateTree
+from verifiers.by_shape import verify_by_shape
 from verifiers.emit import emit_path
 from verifiers.rules import normalize_or_keep
 from verifiers.tree_verifier import TreeVerifier, Verification
@@ -55,8 +57,8 @@ class TraversalVerifier:
 
     def __call__(self, tree: CandidateTree, target_probs: torch.Tensor, rng: RandomSource,
                  eos_token_id: int | None = None) -> Verification:
-        if not isinstance(tree, CandidateTree):
-            raise ValueError("traversal verification takes a CandidateTree (one shape for the batch)")
+        if isinstance(tree, RaggedTrees):  # one shape at a time
+            return verify_by_shape(self, tree, target_probs, rng, eos_token_id)
         B, N = tree.tokens.shape
         if N == 0:  # plain decoding: the root's token alone, as every rule draws it
             return TreeVerifier()(tree, target_probs, rng, eos_token_id)
