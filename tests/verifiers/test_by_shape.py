@@ -77,19 +77,22 @@ def vllm_call(requests, verifier):
     return lambda rng: ragged_chains(drafts, counts, q, p, bonus, verifier=verifier, rng=rng)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_vllm_chains_under_block_verification_decide_as_each_request_alone(seed):
-    requests, block = vllm_requests(seed), BlockVerifier()
-    joint = batch_law(vllm_call(requests, block))
+def assert_each_request_decides_as_alone(batch, requests, alone, verifier):
+    """Each request's law in the batch is the rule's on it alone; the first and last are independent."""
+    joint = batch_law(batch(requests, verifier))
     for b, request in enumerate(requests):
-        assert_same_law(marginal(joint, b), marginal(batch_law(alone_as_padded_chain(request, block)), 0))
-    # independent requests: the joint law of two is the product of their laws
-    m0, m3 = marginal(joint, 0), marginal(joint, 3)
+        assert_same_law(marginal(joint, b), marginal(batch_law(alone(request, verifier)), 0))
+    first, last = marginal(joint, 0), marginal(joint, len(requests) - 1)
     pair: dict = {}
     for outcome, weight in joint.items():
-        key = (tuple(t for t in outcome[0] if t >= 0), tuple(t for t in outcome[3] if t >= 0))
+        key = (tuple(t for t in outcome[0] if t >= 0), tuple(t for t in outcome[-1] if t >= 0))
         pair[key] = pair.get(key, 0.0) + weight
-    assert_same_law(pair, {(a, c): m0[a] * m3[c] for a in m0 for c in m3})
+    assert_same_law(pair, {(a, c): first[a] * last[c] for a in first for c in last})
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_vllm_chains_under_block_verification_decide_as_each_request_alone(seed):
+    assert_each_request_decides_as_alone(vllm_call, vllm_requests(seed), alone_as_padded_chain, BlockVerifier())
 
 
 def test_the_bonus_is_what_a_fully_accepted_chain_emits():
@@ -143,10 +146,7 @@ def tree_call(requests, verifier):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_flat_trees_under_traversal_decide_as_each_request_alone(seed):
-    requests, traversal = tree_requests(seed), TraversalVerifier()
-    joint = batch_law(tree_call(requests, traversal))
-    for b, request in enumerate(requests):
-        assert_same_law(marginal(joint, b), marginal(batch_law(alone_as_candidate_tree(request, traversal)), 0))
+    assert_each_request_decides_as_alone(tree_call, tree_requests(seed), alone_as_candidate_tree, TraversalVerifier())
 
 
 def test_ragged_trees_go_to_the_token_rule_under_block_verification():
