@@ -30,6 +30,15 @@ def test_less_or_equal_zero_has_an_atom():
     assert strict == {False: 1.0}
 
 
+def test_a_uniform_found_above_zero_stays_above_zero():
+    """`u <= 0` False means u > 0: asking again must not branch on the atom a second time."""
+    def run(rng):
+        u = rng.uniform((rng.batch_size,))
+        return list(zip((u <= 0.0).tolist(), (u <= 0.0).tolist()))
+
+    assert enumerate_law(run) == {(True, True): ZERO_ATOM, (False, False): 1.0 - ZERO_ATOM}
+
+
 def test_every_world_runs_once():
     def run(rng):
         a = rng.categorical(torch.full((rng.batch_size, 3), 1 / 3))
