@@ -21,7 +21,7 @@ SHAPES = {
 }
 
 
-QUICK_TREES = {("traversal", "tree-stop-token/wor"), ("multidraft", "tree-stop-token/wor")}  # the rest under -m slow
+QUICK_TREES = {("traversal", "tree-stop-token/wor")}  # the rest under -m slow
 CELLS = [pytest.param(rule, shape, id=f"{rule}-{shape}",
                       marks=() if shape.startswith("chain") or (rule, shape) in QUICK_TREES else pytest.mark.slow)
          for shape in SHAPES for rule in RULES]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import verifiers.by_shape as by_shape
-from framework import CandidateTree
+from framework import CandidateTree, TorchSource
 from framework.harness.enumerate import enumerate_law
 from verifiers import verify
 from verifiers.adapters import flat_trees, padded_chains, ragged_chains
@@ -105,7 +105,7 @@ def test_the_bonus_is_what_a_fully_accepted_chain_emits():
 
 
 def test_a_leaf_judged_by_a_table_row_instead_of_its_bonus_is_caught(monkeypatch):
-    requests, block = vllm_requests(1), BlockVerifier()
+    requests, block = vllm_requests(1, counts=(2, 1)), BlockVerifier()
     clean = [marginal(batch_law(alone_as_padded_chain(r, block)), 0) for r in requests]
     real = by_shape._laws
     monkeypatch.setattr(by_shape, "_laws", lambda table, rows, leaf_atoms: real(table, rows, None))
@@ -141,7 +141,8 @@ def tree_call(requests, verifier):
     parents = sum((r[0] for r in requests), [])
     drafts, p, q = (torch.cat([r[i] for r in requests]) for i in (1, 2, 3))
     counts = [len(r[0]) for r in requests]
-    return lambda rng: flat_trees(drafts, counts, parents, q, p, kind="wor", verifier=verifier, rng=rng)
+    rule = {} if verifier is None else {"verifier": verifier}
+    return lambda rng: flat_trees(drafts, counts, parents, q, p, kind="wor", rng=rng, **rule)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -151,8 +152,10 @@ def test_flat_trees_under_traversal_decide_as_each_request_alone(seed):
 
 def test_ragged_trees_go_to_the_token_rule_under_block_verification():
     requests = tree_requests(0)
+    token = tree_call(requests, None)  # the adapter's default rule
     with pytest.warns(UserWarning, match="judges chains"):
-        batch_law(tree_call(requests, BlockVerifier()))
+        out = tree_call(requests, BlockVerifier())(TorchSource(seed=3))
+    assert torch.equal(out, token(TorchSource(seed=3)))
 
 
 @pytest.mark.parametrize("verifier", [None, BlockVerifier()], ids=["token", "block"])

@@ -115,7 +115,7 @@ def test_same_uniforms_same_output_as_the_reference(shape, kind, eos, block, mon
     assert 0 < int(ours.num_accepted.sum()) < B * D  # the walk both accepted and rejected
 
 
-@pytest.mark.parametrize("kind", ["point", "iid"])
+@pytest.mark.parametrize("kind", [pytest.param("point", marks=pytest.mark.slow), "iid"])  # point: -m slow (time)
 def test_same_seed_same_text_as_the_reference(kind):
     """A real vocabulary, float32, the default random source: the compacted walk is bit-for-bit
     the old one (its [rows, V] arithmetic is the same per row), so seeded texts do not move."""
