@@ -119,6 +119,11 @@ class RaggedTrees:
         """[T] each node's index within its request."""
         return _requests_and_positions(self.num_draft_tokens)[1]
 
+    @property
+    def is_chains(self) -> bool:
+        """Every request a chain (each node the only child of the one before it): vLLM's layout."""
+        return bool((self.parents == self.positions() - 1).all())
+
     def roots(self) -> torch.Tensor:
         """[B] each request's root, as a global node (module docstring)."""
         return self.starts + torch.arange(self.batch_size, device=self.draft_token_ids.device)

@@ -68,7 +68,7 @@ class BlockVerifier:
         return torch.cat([h, w[:, K:]], 1)
 
     def __call__(self, tree, target_probs: torch.Tensor, rng: RandomSource, eos_token_id: int | None = None) -> Verification:
-        if isinstance(tree, RaggedTrees) and bool((tree.parents == tree.positions() - 1).all()):
+        if isinstance(tree, RaggedTrees) and tree.is_chains:
             return verify_by_shape(self, tree, target_probs, rng, eos_token_id)  # ragged chains: one group per length
         if not (isinstance(tree, CandidateTree) and tree.is_chain):
             if not self._warned:

@@ -71,12 +71,11 @@ def verify_by_shape(rule, trees: RaggedTrees, target_probs: torch.Tensor, rng: R
     out = torch.full((B, layout_width), -1, dtype=torch.long, device=device)
     num_accepted = torch.zeros(B, dtype=torch.long, device=device)
     paths: list[tuple[torch.Tensor, torch.Tensor]] = []
-    starts, roots = trees.starts.tolist(), trees.roots()
+    starts, roots = trees.starts.to(device), trees.roots().to(device)  # [B], [B]
     for shape, requests in shape_groups(trees).items():
         N = len(shape)
         index = torch.tensor(requests, device=device)
-        nodes = torch.tensor([[starts[b] + i for i in range(N)] for b in requests], dtype=torch.long,
-                             device=device).reshape(len(requests), N)  # [G, N] flat node ids
+        nodes = starts[index][:, None] + torch.arange(N, device=device)  # [G, N] flat node ids
         global_ids = roots[index][:, None] + torch.arange(N + 1, device=device)  # [G, N+1]: root, then nodes
         rows = global_ids if trees.law_rows is None else trees.law_rows.to(device)[global_ids]
         leaf_atoms = None

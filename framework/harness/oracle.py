@@ -26,6 +26,7 @@ import torch
 
 from framework.harness.enumerate import enumerate_law
 from framework.tree import CandidateTree
+from framework.tree_shape import depths
 from verifiers import verify
 
 
@@ -109,9 +110,7 @@ def draw_mass(parents: Sequence[int], tokens: tuple[int, ...], laws: ToyLaws, ki
 def best_acceptance(parents: Sequence[int], laws: ToyLaws, kind: str = "iid") -> float:
     """The LP's optimum: the most expected accepted nodes of any lossless verifier on trees of `kind`."""
     V, N = laws.vocab, len(parents)
-    depth = [0]
-    for parent in parents:
-        depth.append(depth[parent + 1] + 1)
+    depth = [0] + depths(torch.tensor(list(parents), dtype=torch.long)).tolist()  # per row: the root, then each node
     D = max(depth)
     streams = {s: i for i, s in enumerate(itertools.product(range(V), repeat=D + 1))}
     rows, cols, vals, masses, objective = [], [], [], [], []
