@@ -15,6 +15,10 @@ validate=True and the ratio (with / without) is printed as a side figure.
 Then ragged chains (verifiers.adapters.ragged_chains: the flat fields walked where they lie) against
 verify on the same rows already padded to one shape: the cost of raggedness (goal <= 1.2x).
 
+Then the input checks' cost beside the verification they guard, at an engine's vocabulary (--check-vocab),
+and trees held as sibling links (SGLang's layout) at 1,024 requests: ordering them, and the whole
+linked_trees call against flat_trees on the same trees already in order.
+
 Then the Triton paths (verifiers/triton_rules.py for trees, verifiers/triton_chain.py for chains)
 on a small batch of every shape and kind: their tokens against the PyTorch verifier's on the same
 injected uniforms. On CPU they run under the Triton interpreter (TRITON_INTERPRET=1, set here if
@@ -138,20 +142,72 @@ def ragged_check(vocab: int, gen: torch.Generator, requests: int = 1024, max_dra
     counts, q, p, drafts, bonus = (x.to(device) for x in (counts, q, p, drafts, bonus))
     tree, padded_p = padded_chains(drafts, counts, q, p, bonus)
 
-    def best(call) -> float:
-        times = []
-        for _ in range(repeats):
-            synchronize(device)
-            start = time.perf_counter()
-            call()
-            synchronize(device)
-            times.append(time.perf_counter() - start)
-        return min(times)
-
-    ragged = best(lambda: ragged_chains(drafts, counts, q, p, bonus, validate=False))
-    padded = best(lambda: verify(tree, padded_p, validate=False))
+    ragged = best_of(lambda: ragged_chains(drafts, counts, q, p, bonus, validate=False), repeats, device)
+    padded = best_of(lambda: verify(tree, padded_p, validate=False), repeats, device)
     return {"shape": f"ragged chains <= {max_drafts}", "kind": "iid", "batch": requests, "vocab": vocab,
             "ragged_s": ragged, "padded_s": padded, "ratio": ragged / padded}
+
+
+def best_of(call, repeats: int, device: torch.device) -> float:
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        call()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def validation_check(vocab: int, gen: torch.Generator, requests: int = 16, repeats: int = 5,
+                     device: torch.device = torch.device("cpu")) -> dict:
+    """The input checks (validate=True) against the verification they guard, at an engine's vocabulary:
+    ragged chains of CHAIN_LEN drafts, iid."""
+    from verifiers.adapters import ragged_chains
+
+    T = requests * CHAIN_LEN
+    q, p = random_law((T, vocab), gen).to(device), random_law((T, vocab), gen).to(device)
+    drafts = torch.multinomial(q.cpu(), 1, generator=gen).flatten().to(device)
+    bonus = torch.randint(0, vocab, (requests, 1), generator=gen).to(device)
+    counts = [CHAIN_LEN] * requests
+    unchecked = best_of(lambda: ragged_chains(drafts, counts, q, p, bonus, validate=False), repeats, device)
+    checked = best_of(lambda: ragged_chains(drafts, counts, q, p, bonus, validate=True), repeats, device)
+    return {"shape": f"validation, chains of {CHAIN_LEN}", "kind": "iid", "batch": requests, "vocab": vocab,
+            "verify_s": unchecked, "checks_s": checked - unchecked, "ratio": (checked - unchecked) / unchecked}
+
+
+def links_check(vocab: int, gen: torch.Generator, requests: int = 1024, slots: int = 16, repeats: int = 5,
+                device: torch.device = torch.device("cpu")) -> dict:
+    """SGLang-shaped trees (sibling links, slots shuffled): putting them in order (order_links) and the
+    whole linked_trees call, against flat_trees on the same trees already in parents form."""
+    from verifiers.adapters import flat_trees, linked_trees
+    from verifiers.links import order_links
+
+    first_child = torch.full((requests, slots), -1, dtype=torch.long)
+    next_sibling = torch.full((requests, slots), -1, dtype=torch.long)
+    for b in range(requests):  # setup, not timed: a random tree per request over shuffled slots
+        slot = torch.cat([torch.zeros(1, dtype=torch.long), torch.randperm(slots - 1, generator=gen) + 1]).tolist()
+        last_child: dict[int, int] = {}
+        for i in range(1, slots):
+            parent = slot[int(torch.randint(0, i, (1,), generator=gen))]
+            if parent in last_child:
+                next_sibling[b, last_child[parent]] = slot[i]
+            else:
+                first_child[b, parent] = slot[i]
+            last_child[parent] = slot[i]
+    p = random_law((requests * slots, vocab), gen)
+    candidates = torch.randint(0, vocab, (requests, slots), generator=gen)
+    first_child, next_sibling, p, candidates = (x.to(device) for x in (first_child, next_sibling, p, candidates))
+    order = order_links(first_child, next_sibling)
+    node = order.slots >= 0
+    rows = torch.cat([torch.zeros(requests, 1, dtype=torch.long, device=device), order.slots.clamp_min(0)], 1)
+    rows = (rows + torch.arange(requests, device=device)[:, None] * slots)[torch.nn.functional.pad(node, (1, 0), value=True)]
+    flat_p, drafts = p[rows], candidates.gather(1, order.slots.clamp_min(0))[node]
+    ordering = best_of(lambda: order_links(first_child, next_sibling), repeats, device)
+    linked = best_of(lambda: linked_trees(candidates, first_child, next_sibling, p, validate=False), repeats, device)
+    flat = best_of(lambda: flat_trees(drafts, order.counts, order.parents[node], None, flat_p, validate=False), repeats, device)
+    return {"shape": f"linked trees, {slots} slots", "kind": "point", "batch": requests, "vocab": vocab,
+            "order_links_s": ordering, "linked_s": linked, "flat_s": flat, "ratio": linked / flat}
 
 
 def triton_paths(shape: str) -> dict:
@@ -206,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab", type=int, default=8192, help="vocabulary size V")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda: the Triton paths compiled and timed beside PyTorch")
+    parser.add_argument("--check-vocab", type=int, default=256_000, help="vocabulary of the input checks' cost figure")
     parser.add_argument("--json", metavar="PATH", help="also write the results as a JSON list")
     parser.add_argument("--no-triton", action="store_true", help="skip the Triton paths")
     args = parser.parse_args(argv)
@@ -246,6 +303,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{ragged['ragged_s'] * 1e3:.2f} ms, verify on the padded rows {ragged['padded_s'] * 1e3:.2f} ms: "
           f"{ragged['ratio']:.2f}x (goal <= 1.2x)")
     rows.append(ragged)
+    checks = validation_check(args.check_vocab, gen, device=device)
+    print(f"\ninput checks at V = {args.check_vocab:,} ({checks['batch']} chains of {CHAIN_LEN}, iid): "
+          f"{checks['checks_s'] * 1e3:.1f} ms beside {checks['verify_s'] * 1e3:.1f} ms of verification: {checks['ratio']:.2f}x")
+    links = links_check(args.vocab, gen, requests=min(1024, args.total), device=device)
+    print(f"\nsibling links ({links['batch']} requests, 16 slots, shuffled): order_links {links['order_links_s'] * 1e3:.2f} ms; "
+          f"linked_trees {links['linked_s'] * 1e3:.2f} ms, flat_trees on the same trees in order {links['flat_s'] * 1e3:.2f} ms: "
+          f"{links['ratio']:.2f}x")
+    rows += [checks, links]
     # On CPU the interpreter runs each program in Python: a correctness check on a small batch, no speed figure.
     triton_rows = [] if args.no_triton else same_tokens_check(args.vocab if on_gpu else min(args.vocab, 512), gen, device,
                                                             path_note="compiled" if on_gpu else "interpreter")

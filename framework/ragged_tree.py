@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from framework import tree_shape
-from framework.tree import KINDS, CandidateTree
+from framework.tree import KINDS, CandidateTree, integers
 
 
 def _requests_and_positions(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,8 +93,13 @@ class RaggedTrees:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
-        self.num_draft_tokens = torch.as_tensor(self.num_draft_tokens, dtype=torch.long, device=self.draft_token_ids.device)
-        self.parents = torch.as_tensor(self.parents, dtype=torch.long, device=self.draft_token_ids.device)
+        device = self.draft_token_ids.device
+        self.num_draft_tokens = integers("num_draft_tokens", self.num_draft_tokens, device)
+        self.parents = integers("parents", self.parents, device)
+        integers("draft_token_ids", self.draft_token_ids, device)
+        for name in ("law_rows", "bonus_token_ids"):
+            if getattr(self, name) is not None:
+                integers(name, getattr(self, name), device)
         for name in ("draft_token_ids", "parents", "num_draft_tokens"):
             if getattr(self, name).dim() != 1:
                 raise ValueError(f"{name} must be 1-D, got shape {tuple(getattr(self, name).shape)}")
@@ -141,7 +146,7 @@ class RaggedTrees:
         """vLLM's flat chains: the laws [T, V] hold row t = the law draft t is judged by (target)
         or was drawn from (draft), so request b's root and node i < k_b - 1 read rows
         starts[b] + 0 and starts[b] + i + 1; its leaf emits bonus_token_ids[b]."""
-        counts = torch.as_tensor(num_draft_tokens, dtype=torch.long, device=draft_token_ids.device)
+        counts = integers("num_draft_tokens", num_draft_tokens, draft_token_ids.device)
         B, T = counts.numel(), draft_token_ids.shape[0]
         check_counts(counts, T)
         starts = counts.cumsum(0) - counts
@@ -177,11 +182,45 @@ class RaggedTrees:
         width = int(slot.max()) + 1 if T else 1
         children = torch.full((G, width + 1), -1, dtype=torch.long, device=device)
         children[by_parent, slot] = kids
-        # Depths by pointer jumping: log2(longest path) rounds of gathers, no loop over nodes.
-        depth, jump = is_node.long(), torch.where(is_node, parents, torch.arange(G, device=device))
+        depth = self.global_depths(parents)
         most = int(self.num_draft_tokens.max()) if B else 0
-        for _ in range(max(most, 1).bit_length()):
-            depth, jump = depth + depth[jump], jump[jump]
         return WalkLayout(tokens, children, self.roots(), self.law_rows,
                           None if self.bonus_token_ids is None else self.bonus_token_ids.reshape(-1).long().to(device),
                           int(depth.max()) if G else 0, most + 1)
+
+    def global_depths(self, parents: torch.Tensor | None = None) -> torch.Tensor:
+        """[T + B] each global node's depth (roots 0), by pointer jumping: log2(longest path) rounds of
+        gathers, no loop over nodes. parents: global_parents(), if the caller has it already."""
+        parents = self.global_parents() if parents is None else parents
+        G = parents.shape[0]
+        is_node = parents >= 0
+        depth, jump = is_node.long(), torch.where(is_node, parents, torch.arange(G, device=parents.device))
+        most = int(self.num_draft_tokens.max()) if self.batch_size else 0
+        for _ in range(max(most, 1).bit_length()):
+            depth, jump = depth + depth[jump], jump[jump]
+        return depth
+
+    def within_depth(self, max_depth) -> tuple["RaggedTrees", torch.Tensor]:
+        """The same requests without their nodes deeper than max_depth (an int or [B]), and kept [T]: which
+        nodes stay (their order, and each table row, unchanged). A whole level goes or stays, a shape fixed
+        before any coin: the trees that remain are verified exactly (an engine's num_speculative_tokens)."""
+        if self.bonus_token_ids is not None:
+            raise ValueError("within_depth: the bonus tokens were drawn at the leaves that a cut would drop")
+        device = self.draft_token_ids.device
+        request = self.request_of()
+        cap = torch.as_tensor(max_depth, device=device).long().reshape(-1)
+        if cap.numel() not in (1, self.batch_size) or bool((cap < 0).any()):
+            raise ValueError(f"max_depth must be an int >= 0 or [B] = [{self.batch_size}] of them, got {max_depth}")
+        cap = cap.expand(self.batch_size)
+        node_depth = self.global_depths()[self.global_ids()]  # [T]
+        kept = node_depth <= cap[request]  # [T]
+        counts = torch.zeros_like(self.num_draft_tokens).index_add_(0, request[kept], torch.ones_like(request[kept]))
+        # a kept node's new index within its request: the kept nodes before it there
+        before = torch.cumsum(kept.long(), 0) - kept.long()  # [T] kept nodes before it in the batch
+        new_index = before - (torch.cumsum(counts, 0) - counts)[request]  # [T]
+        parent_new = torch.where(self.parents >= 0, new_index[(self.starts[request] + self.parents).clamp_min(0)], -1)
+        # Global ids grow request by request, root first: the kept ones, sorted, are the new layout's nodes.
+        global_kept = torch.cat([self.roots(), self.global_ids()[kept]]).sort().values  # [T' + B]
+        law_rows = global_kept if self.law_rows is None else self.law_rows[global_kept]
+        return RaggedTrees(self.draft_token_ids[kept], parent_new[kept], counts, self.draft_probs, self.kind, law_rows,
+                           self.bonus_token_ids), kept

@@ -19,12 +19,20 @@ class RandomSource(Protocol):
     def categorical(self, probs: torch.Tensor) -> torch.Tensor: ...
 
 
+def law_dtype(*laws: torch.Tensor | None) -> torch.dtype:
+    """The dtype laws are computed in: float64 if any is, else float32. Half precision is fine to
+    store and read, not to add up or divide in."""
+    return torch.float64 if any(law is not None and law.dtype == torch.float64 for law in laws) else torch.float32
+
+
 def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """Index i with cdf[i-1] <= u * total < cdf[i]; never a zero-probability index.
 
-    probs [..., V] >= 0, u [...] in [0, 1) -> long [...].
+    probs [..., V] >= 0, u [...] in [0, 1) -> long [...]. Half-precision laws are summed in float32:
+    a running sum kept in bfloat16 stops growing long before the last token (a uniform law over
+    32,000 tokens reached 961 of them).
     """
-    cdf = probs.cumsum(-1)
+    cdf = probs.cumsum(-1, dtype=law_dtype(probs))
     target = (u.to(cdf.dtype) * cdf[..., -1]).unsqueeze(-1)
     idx = torch.searchsorted(cdf.contiguous(), target.contiguous(), right=True).squeeze(-1)
     # The first index whose cdf exceeds the target has mass, unless there is none (idx == V): rounding

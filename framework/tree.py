@@ -13,6 +13,18 @@ from framework.tree_shape import TreeShape
 KINDS = ("point", "iid", "wor")
 
 
+def integers(name: str, values, device=None) -> torch.Tensor:
+    """values (a tensor or a list) as a long tensor (on `device`, if given); floats and booleans are
+    refused, never truncated."""
+    if not isinstance(values, torch.Tensor):
+        values = torch.as_tensor(values, device=device)
+        if values.numel() == 0:
+            values = values.long()
+    if values.dtype.is_floating_point or values.dtype.is_complex or values.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integers, got {values.dtype}")
+    return values.to(device=values.device if device is None else device, dtype=torch.long)
+
+
 @dataclass
 class CandidateTree:
     """Candidates for one verify step, batched; the root is the last emitted token.
@@ -38,7 +50,7 @@ class CandidateTree:
             raise ValueError(f"tokens must be [B, N], got shape {tuple(self.tokens.shape)}")
         if self.tokens.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"tokens must be integer ids, got {self.tokens.dtype}")
-        self.parents = torch.as_tensor(self.parents, dtype=torch.long).cpu()
+        self.parents = integers("parents", self.parents).cpu()
         tree_shape.check_parents(self.parents)
         if self.parents.numel() != self.tokens.shape[1]:
             raise ValueError(
@@ -71,7 +83,7 @@ class CandidateTree:
         draft_probs: torch.Tensor | None = None,
         kind: str = "point",
     ) -> CandidateTree:
-        return CandidateTree(tokens, torch.as_tensor(parents, dtype=torch.long), draft_probs, kind)
+        return CandidateTree(tokens, parents, draft_probs, kind)
 
     @staticmethod
     def from_paths(
@@ -106,6 +118,25 @@ class CandidateTree:
     def is_chain(self) -> bool:
         """Each node the only child of the one before it (the root's first): what CandidateTree.chain builds."""
         return bool(torch.equal(self.parents, torch.arange(-1, self.num_nodes - 1)))
+
+    def within_depth(self, max_depth: int) -> tuple["CandidateTree", torch.Tensor | None]:
+        """The tree without its nodes deeper than max_depth, and kept [N'] (the kept nodes' indices here);
+        (self, None) when no node is deeper. Whole levels go: a shape fixed before any coin, so the tree
+        that remains is verified exactly (the room left in the context, or in the token budget)."""
+        if max_depth >= self.num_nodes:  # no node is that deep: no need to look
+            return self, None
+        depth = self.depth()
+        if int(depth.max()) <= max_depth:
+            return self, None
+        kept = (depth <= max_depth).nonzero().flatten()  # [N'] a prefix of every path: parents stay earlier
+        new_index = torch.full((self.num_nodes,), -1, dtype=torch.long)
+        new_index[kept] = torch.arange(kept.numel())
+        parents = self.parents[kept]
+        parents = torch.where(parents >= 0, new_index[parents.clamp_min(0)], -1)
+        device = self.tokens.device
+        q = None if self.draft_probs is None else self.draft_probs[:, torch.cat([torch.zeros(1, dtype=torch.long), kept + 1]).to(
+            self.draft_probs.device)]
+        return CandidateTree(self.tokens[:, kept.to(device)], parents, q, self.kind), kept
 
     def depth(self) -> torch.Tensor:
         """[N] depth of each node (root's children: 1)."""

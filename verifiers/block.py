@@ -25,7 +25,7 @@ from framework.ragged_tree import RaggedTrees
 from framework.tree import CandidateTree
 from verifiers.by_shape import verify_by_shape
 from verifiers.emit import emit_path
-from verifiers.rules import normalize_or_keep
+from verifiers.rules import normalize_or_keep, widened
 from verifiers.tree_verifier import TreeVerifier, Verification
 
 
@@ -77,10 +77,10 @@ class BlockVerifier:
             return self.fallback(tree, target_probs, rng, eos_token_id)
         if tree.tokens.shape[1] == 0:  # plain decoding
             return self.fallback(tree, target_probs, rng, eos_token_id)
+        tree, p = widened(tree, target_probs)  # p [B, K+1, V]
         B, K = tree.tokens.shape
-        V, device = target_probs.shape[-1], target_probs.device
+        V, device = p.shape[-1], p.device
         tokens = tree.tokens.to(device)
-        p = target_probs  # [B, K+1, V]
         q = self.drawn_from(tree, tokens, p)  # [B, K+1, V]
         w = self.weights(p[:, :K].gather(-1, tokens[..., None])[..., 0], q[:, :K].gather(-1, tokens[..., None])[..., 0])
         residual = self.residuals(w, p, q)  # [B, K, V]

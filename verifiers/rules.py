@@ -12,6 +12,9 @@ from typing import Protocol
 
 import torch
 
+from framework.randomness import law_dtype
+from framework.tree import CandidateTree
+
 
 @dataclass
 class NodeLaw:
@@ -31,6 +34,15 @@ class ChildRule(Protocol):
     def after_reject(self, law: NodeLaw, token: torch.Tensor) -> NodeLaw:
         """The node's law once the child with `token` [B] was rejected."""
         ...
+
+
+def widened(tree: CandidateTree, target_probs: torch.Tensor) -> tuple[CandidateTree, torch.Tensor]:
+    """The tree and its laws in the dtype the rules compute in (float32 at least, float64 if either
+    law is): for rules that read every row anyway (block, traversal). Copies only what must change."""
+    dtype = law_dtype(target_probs, tree.draft_probs)
+    if tree.draft_probs is not None and tree.draft_probs.dtype != dtype:
+        tree = replace(tree, draft_probs=tree.draft_probs.to(dtype))
+    return tree, target_probs.to(dtype)
 
 
 def normalize_or_keep(new: torch.Tensor, old: torch.Tensor, *, in_place: bool = False) -> torch.Tensor:

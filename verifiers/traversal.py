@@ -21,7 +21,7 @@ from framework.ragged_tree import RaggedTrees
 from framework.tree import CandidateTree
 from verifiers.by_shape import verify_by_shape
 from verifiers.emit import emit_path
-from verifiers.rules import normalize_or_keep
+from verifiers.rules import normalize_or_keep, widened
 from verifiers.tree_verifier import TreeVerifier, Verification
 
 
@@ -62,6 +62,7 @@ class TraversalVerifier:
         B, N = tree.tokens.shape
         if N == 0:  # plain decoding: the root's token alone, as every rule draws it
             return TreeVerifier()(tree, target_probs, rng, eos_token_id)
+        tree, target_probs = widened(tree, target_probs)
         V, device = target_probs.shape[-1], target_probs.device
         tokens, parents = tree.tokens.to(device), tree.parents.tolist()
         kids: list[list[int]] = [[] for _ in range(N + 1)]

@@ -24,7 +24,7 @@ from typing import Mapping, Protocol
 
 import torch
 
-from framework.randomness import RandomSource
+from framework.randomness import RandomSource, law_dtype
 from framework.ragged_tree import RaggedTrees, WalkLayout
 from framework.tree import CandidateTree
 from verifiers.rules import LOSSLESS_RULES, ChildRule, NodeLaw
@@ -70,10 +70,15 @@ class _Step:
     entry: tuple  # ([rows, V], [rows, V] or None): where enter copies p and q, reused level after level
 
 
-def _rows(table: torch.Tensor, law_rows: torch.Tensor | None, node: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-    """The laws of global nodes `node` [A] from table [R, V] -> [A, V], into out[:A] if given.
-    Whole-row copies (index_select): several times faster than advanced indexing's per-element gather."""
+def _rows(table: torch.Tensor, law_rows: torch.Tensor | None, node: torch.Tensor, out: torch.Tensor | None,
+          dtype: torch.dtype) -> torch.Tensor:
+    """The laws of global nodes `node` [A] from table [R, V] -> [A, V] in `dtype`, into out[:A] if given.
+    Whole-row copies (index_select): several times faster than advanced indexing's per-element gather.
+    Rows of a half-precision table are widened as they are copied: only the rows walked pay for it."""
     index = node if law_rows is None else law_rows[node]  # [A]
+    if table.dtype != dtype:
+        rows = table.index_select(0, index).to(dtype)
+        return rows if out is None else out[: index.numel()].copy_(rows)
     return table.index_select(0, index) if out is None else torch.index_select(table, 0, index, out=out[: index.numel()])
 
 
@@ -120,10 +125,11 @@ class TreeVerifier:
         """The law at global nodes `node` [A]: r = p (nothing rejected yet), and q.
         out: buffers to copy p and q into (the walk's, reused: no fresh [rows, V] each level)."""
         out_p, out_q = (None, None) if out is None else out
-        law_rows = step.layout.law_rows
-        p = _rows(step.target_probs, law_rows, node, out_p)
+        law_rows, dtype = step.layout.law_rows, step.final.dtype
+        p = _rows(step.target_probs, law_rows, node, out_p, dtype)
         siblings = (step.layout.children[node] >= 0).sum(1)  # [A]
-        return NodeLaw(p, p, None if step.draft_probs is None else _rows(step.draft_probs, law_rows, node, out_q), siblings)
+        q = None if step.draft_probs is None else _rows(step.draft_probs, law_rows, node, out_q, dtype)
+        return NodeLaw(p, p, q, siblings)
 
     def __call__(
         self,
@@ -136,6 +142,10 @@ class TreeVerifier:
         if tree.kind not in self.rules:
             raise ValueError(f"no acceptance rule for kind {tree.kind!r} (have {sorted(self.rules)})")
         V, device = target_probs.shape[-1], target_probs.device
+        if tree.batch_size == 0:  # an engine's empty batch: nothing to decide
+            none = torch.zeros(0, dtype=torch.long, device=device)
+            nodes, depth = (tree.num_nodes, int(tree.depth().max())) if isinstance(tree, CandidateTree) and tree.num_nodes else (0, 0)
+            return Verification(none.reshape(0, nodes + 1), none, none.reshape(0, depth))
         if isinstance(tree, CandidateTree) and tree.tokens.shape[1] == 0:
             # plain decoding: the bonus token alone, without the walk's bookkeeping
             B = tree.tokens.shape[0]
@@ -149,14 +159,15 @@ class TreeVerifier:
         # CUDA's caching allocator already reuses blocks: one block there, fewer launches and syncs.
         block = max(1, min(B, CPU_BLOCK_ELEMENTS // V)) if device.type == "cpu" else max(B, 1)
         p, q = _table(target_probs), _table(tree.draft_probs)
+        dtype = law_dtype(p, q)  # the rules' arithmetic: float32 at least, whatever the tables hold
         step = _Step(
             self.rules[tree.kind], layout, p, q, eos_token_id,
             out=torch.full((B, layout.width), -1, dtype=torch.long, device=device),
             path=torch.full((B, layout.max_depth + 1), -1, dtype=torch.long, device=device),
             num_accepted=torch.zeros(B, dtype=torch.long, device=device),
             emits=torch.ones(B, dtype=torch.bool, device=device),
-            final=torch.empty(B, V, dtype=target_probs.dtype, device=device),  # every row writes its own
-            entry=(p.new_empty(block, V), None if q is None else q.new_empty(block, V)),
+            final=torch.empty(B, V, dtype=dtype, device=device),  # every row writes its own
+            entry=(p.new_empty(block, V, dtype=dtype), None if q is None else q.new_empty(block, V, dtype=dtype)),
         )
         for start in range(0, B, block):
             self._walk(step, start, uniforms[start : start + block])

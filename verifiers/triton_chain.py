@@ -10,11 +10,13 @@ same tokens, and the harness's enumerating source can drive it.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
-from framework.randomness import RandomSource
+from framework.randomness import RandomSource, law_dtype
 from framework.tree import CandidateTree
 from framework.tree_shape import children_table
 from verifiers.tree_verifier import Verification
@@ -72,9 +74,18 @@ def _chain_final_law(P, Q, TOKENS, LEVEL, REJECTED, OUT, K, V, stride_pb, stride
         tl.store(OUT + b * V + offs, law, mask=offs < V)
 
 
-def compute_dtype(dtype: torch.dtype):
-    """(Triton, torch) arithmetic dtype for laws of `dtype`: float64 stays, anything else computes in float32."""
-    return (tl.float64, torch.float64) if dtype == torch.float64 else (tl.float32, torch.float32)
+def check_triton_device(laws: torch.Tensor) -> None:
+    """Triton kernels run on CUDA tensors, or anywhere under its interpreter (TRITON_INTERPRET=1, read
+    when the kernels are decorated: set it before the first import of this module)."""
+    if laws.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"the Triton verifier runs on CUDA tensors, and the laws are on {laws.device}: use the "
+                         "PyTorch verifier there (verifier=token), or set TRITON_INTERPRET=1 before importing it "
+                         "to run its kernels in Triton's interpreter (slow: for tests)")
+
+
+def compute_dtype(*laws: torch.Tensor | None):
+    """(Triton, torch) arithmetic dtype for these laws (framework.randomness.law_dtype)."""
+    return (tl.float64, torch.float64) if law_dtype(*laws) == torch.float64 else (tl.float32, torch.float32)
 
 
 class TritonChainVerifier:
@@ -89,8 +100,9 @@ class TritonChainVerifier:
             raise ValueError("the Triton verifier path handles chains with point or iid children only")
         if K == 0:
             raise ValueError("the Triton verifier path needs at least one drafted token")
+        check_triton_device(target_probs)
         V, device = target_probs.shape[-1], target_probs.device
-        compute_tl, compute_torch = compute_dtype(target_probs.dtype)
+        compute_tl, compute_torch = compute_dtype(target_probs, tree.draft_probs)
         p = target_probs.contiguous()
         q = (tree.draft_probs if tree.draft_probs is not None else target_probs).contiguous()
         tokens = tree.tokens.to(device=device, dtype=torch.int64).contiguous()

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from verifiers.rules import NodeLaw
-from verifiers.triton_chain import compute_dtype
+from verifiers.triton_chain import check_triton_device, compute_dtype
 from verifiers.tree_verifier import TreeVerifier
 
 BLOCK_V = 256  # the vocabulary's tile (smaller vocabularies take the next power of two, at least 16)
@@ -105,13 +105,14 @@ class TritonRule:
         self.mode = mode
 
     def accept_probability(self, law: NodeLaw, token: torch.Tensor) -> torch.Tensor:
+        check_triton_device(law.r)  # every rejection follows a test: one check serves both kernels
         r = _rows_contiguous(law.r)
         q = r if law.q is None else _rows_contiguous(law.q)
         out = torch.empty(r.shape[0], dtype=r.dtype, device=r.device)
         if r.shape[0]:
             _ratio_kernel[(triton.cdiv(r.shape[0], BLOCK_ROWS),)](
                 r, q, token.contiguous(), out, r.shape[0], r.stride(0), q.stride(0), torch.finfo(q.dtype).tiny,
-                MODE=self.mode, COMPUTE=compute_dtype(r.dtype)[0], BLOCK_ROWS=BLOCK_ROWS)
+                MODE=self.mode, COMPUTE=compute_dtype(r)[0], BLOCK_ROWS=BLOCK_ROWS)
         return out
 
     def after_reject(self, law: NodeLaw, token: torch.Tensor) -> NodeLaw:
@@ -123,7 +124,7 @@ class TritonRule:
             _reject_kernel[(triton.cdiv(r.shape[0], BLOCK_ROWS),)](
                 r, q, token.contiguous(), new_r, new_q, r.shape[0], r.shape[1], r.stride(0), q.stride(0),
                 new_r.stride(0), new_q.stride(0),
-                MODE=self.mode, COMPUTE=compute_dtype(r.dtype)[0], BLOCK_ROWS=BLOCK_ROWS,
+                MODE=self.mode, COMPUTE=compute_dtype(r)[0], BLOCK_ROWS=BLOCK_ROWS,
                 BLOCK_V=min(BLOCK_V, max(16, triton.next_power_of_2(r.shape[1]))))
         return replace(law, r=new_r, q=new_q if self.mode == WOR else law.q)
 

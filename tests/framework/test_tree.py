@@ -62,3 +62,21 @@ def test_bad_trees_are_named(kwargs, message):
 def test_bad_choices():
     with pytest.raises(ValueError, match="no parent choice"):
         TreeShape.from_choices([(0,), (1, 0)])
+
+
+def test_within_depth_keeps_whole_levels_and_says_which_nodes():
+    # root -> 0, 1; 0 -> 2, 3; 2 -> 4: cut at depth 2 keeps 0..3, with their laws
+    tokens = torch.tensor([[5, 6, 7, 8, 9]])
+    q = torch.arange(6.0)[None, :, None].expand(1, 6, 3).clone()  # row i holds the value i
+    tree = CandidateTree.from_parents(tokens, [-1, -1, 0, 0, 2], q, "iid")
+    cut, kept = tree.within_depth(2)
+    assert kept.tolist() == [0, 1, 2, 3] and cut.parents.tolist() == [-1, -1, 0, 0]
+    assert cut.tokens.tolist() == [[5, 6, 7, 8]] and cut.draft_probs[0, :, 0].tolist() == [0, 1, 2, 3, 4]
+    assert tree.within_depth(3) == (tree, None)
+    cut, kept = tree.within_depth(0)
+    assert cut.num_nodes == 0 and kept.numel() == 0 and cut.draft_probs.shape == (1, 1, 3)
+
+
+def test_float_parents_are_refused():
+    with pytest.raises(ValueError, match="parents must hold integers"):
+        CandidateTree.from_parents(torch.tensor([[1, 2]]), [-1.0, 0.5])

@@ -11,11 +11,12 @@ def test_bench_verifier_smoke(tmp_path):
     out = tmp_path / "bench.json"
     threads = torch.get_num_threads()
     try:
-        assert bench_verifier.main(["--total", "32", "--vocab", "64", "--threads", "1", "--json", str(out)]) == 0
+        assert bench_verifier.main(["--total", "32", "--vocab", "64", "--check-vocab", "128", "--threads", "1", "--json", str(out)]) == 0
     finally:
         torch.set_num_threads(threads)
     rows = json.loads(out.read_text())
-    assert {r["shape"] for r in rows} == {"chain-4", "tree-32", "ragged chains <= 4"}
+    assert {r["shape"] for r in rows} == {"chain-4", "tree-32", "ragged chains <= 4", "validation, chains of 4",
+                                         "linked trees, 16 slots"}
     ragged = next(r for r in rows if r["shape"].startswith("ragged"))
     assert ragged["ragged_s"] > 0 and ragged["padded_s"] > 0
     triton = [r for r in rows if r.get("path", "").startswith("triton")]

@@ -142,7 +142,7 @@ def tree_call(requests, verifier):
     drafts, p, q = (torch.cat([r[i] for r in requests]) for i in (1, 2, 3))
     counts = [len(r[0]) for r in requests]
     rule = {} if verifier is None else {"verifier": verifier}
-    return lambda rng: flat_trees(drafts, counts, parents, q, p, kind="wor", rng=rng, **rule)
+    return lambda rng: flat_trees(drafts, counts, parents, q, p, kind="wor", rng=rng, **rule).tokens
 
 
 @pytest.mark.parametrize("seed", [0, 1])

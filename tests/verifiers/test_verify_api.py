@@ -82,10 +82,10 @@ def _bad(kind="iid"):
         (lambda t, p: (t, p[:, :2]), r"target_probs must be \[B, N\+1, V\]"),
         (lambda t, p: (t, p.log()), "negative"),
         (lambda t, p: (t, p.masked_fill(p > 0.5, float("nan"))), "NaN"),
-        (lambda t, p: (t, p * 1.1), "do not sum to 1"),
+        (lambda t, p: (t, p * 1.1), "does not sum to 1"),
         (lambda t, p: (CandidateTree.chain(t.tokens + 5, t.draft_probs, "iid"), p), "tokens must lie in"),
         (lambda t, p: (CandidateTree.chain(t.tokens, t.draft_probs[..., :4] / t.draft_probs[..., :4].sum(-1, keepdim=True), "iid"), p), "vocabulary"),
-        (lambda t, p: (CandidateTree.chain(t.tokens, t.draft_probs.scatter(-1, t.tokens[:, :1, None].expand(-1, 3, 1), 0.0) / 1, "iid"), p), "zero draft probability|do not sum"),
+        (lambda t, p: (CandidateTree.chain(t.tokens, t.draft_probs.scatter(-1, t.tokens[:, :1, None].expand(-1, 3, 1), 0.0) / 1, "iid"), p), "zero draft probability|does not sum"),
     ],
 )
 def test_bad_input_is_named(mutate, message):
