@@ -16,7 +16,7 @@ from framework.randomness import RandomSource, TorchSource
 from framework.sampling import SamplingConfig, mark_seen, process_logits, process_tree_logits, seen_tokens
 from framework.target import HFTarget
 from framework.tree import CandidateTree
-from verifiers import LOSSLESS, Verifier, verify
+from verifiers import LOSSLESS, Verification, Verifier, verify
 
 
 @dataclass
@@ -133,12 +133,14 @@ class Decoder:
         self.stats.prefill_s += _clock(self.target.device) - start
         return root
 
-    def step(self) -> torch.Tensor:
-        """One speculative step; returns the emitted tokens [B, N+1], -1 padded."""
+    def step(self, max_depth: int | None = None) -> torch.Tensor:
+        """One speculative step; returns the emitted tokens [B, N+1], -1 padded. max_depth: no node
+        deeper (the tokens still wanted, less the one every step emits); the context's room cuts too."""
         device = self.target.device
         t0 = _clock(device)
         state = self.state
         tree = self.proposer.propose(state) if self.proposer is not None else self.plain_tree(state.root.shape[0])
+        tree, kept = tree.within_depth(self.depth_limit(max_depth))
         side = self.proposer.side_rows(tree) if isinstance(self.proposer, SideRowProposer) else None
         t1 = _clock(device)
         out = self.target.forward_tree(tree, side)
@@ -149,8 +151,10 @@ class Decoder:
         self.target.commit(result)
         if side is not None:
             self.proposer.observe_side(out.side_logits)
-        if self.proposer is not None:
-            self.proposer.commit(result)
+        if self.proposer is not None:  # in the proposer's own node indices: the nodes cut away are still in its tree
+            self.proposer.commit(result if kept is None else
+                                 Verification(result.tokens, result.num_accepted, torch.where(result.path >= 0, kept.to(
+                                     result.path.device)[result.path.clamp_min(0)], -1)))
         emitted = result.tokens
         root = emitted.gather(1, result.num_accepted[:, None]).squeeze(1)  # recovered/bonus, or -1 after EOS
         root = torch.where(root >= 0, root, self.eos_token_id if self.eos_token_id is not None else 0)
@@ -167,6 +171,16 @@ class Decoder:
         return emitted
 
 
+    def depth_limit(self, wanted: int | None) -> int:
+        """The deepest a tree may be this step: what is wanted, and what the context has room for."""
+        room = self.target.room()
+        if room is not None and room < 0:
+            raise ValueError(f"a row reached the model's context of {self.target.max_positions} tokens: nothing more "
+                             "fits (rows of a batch that finished early keep growing while the others decode)")
+        limits = [limit for limit in (wanted, room) if limit is not None]
+        return min(limits) if limits else 1 << 30
+
+
 def committed_rows(per_row: torch.Tensor, path: torch.Tensor) -> torch.Tensor:
     """per_row [B, N+1, ...] (row 0 = root) -> [B, D+1, ...]: the root's row, then each accepted
     node's (path [B, D] node indices, -1 padded: the padding repeats the root's row)."""
@@ -176,13 +190,20 @@ def committed_rows(per_row: torch.Tensor, path: torch.Tensor) -> torch.Tensor:
     return per_row.gather(1, index)
 
 
-def check_prompt(target: HFTarget, input_ids: torch.Tensor, max_new_tokens: int) -> None:
+def check_prompt(target: HFTarget, input_ids: torch.Tensor, max_new_tokens: int,
+                 attention_mask: torch.Tensor | None = None) -> None:
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
         raise ValueError("input_ids must be a LongTensor [B, L]")
+    if input_ids.shape[0] == 0:
+        raise ValueError("input_ids has no rows: give at least one prompt")
     if input_ids.shape[1] == 0:
         raise ValueError("the prompt is empty: give at least one token")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if attention_mask is not None and not bool(attention_mask.bool().all()):
+        raise ValueError("prompts of different lengths (padding in attention_mask) are not supported: every row "
+                         "decodes from its whole prompt, so pad tokens would change its law; group prompts of "
+                         "one length, or decode them one at a time")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
     if int(input_ids.min()) < 0 or int(input_ids.max()) >= target.vocab_size:
         raise ValueError(f"prompt token ids must lie in [0, {target.vocab_size})")
     limit = target.max_positions
@@ -203,9 +224,11 @@ def generate(
     eos_token_id: int | None = None,
     rng: RandomSource | None = None,
     verifier: Verifier = LOSSLESS,
+    attention_mask: torch.Tensor | None = None,
 ) -> GenerationOutput:
-    """Speculative decoding (plain decoding when proposer is None). input_ids [B, L]."""
-    check_prompt(target, input_ids, max_new_tokens)
+    """Speculative decoding (plain decoding when proposer is None). input_ids [B, L], every row a whole
+    prompt: there is no padding (an attention_mask with zeros is refused)."""
+    check_prompt(target, input_ids, max_new_tokens, attention_mask)
     B = input_ids.shape[0]
     decoder = Decoder(target, proposer, sampling, rng or TorchSource(seed=seed), eos_token_id, verifier)
     out = torch.full((B, max_new_tokens), -1, dtype=torch.long)
@@ -226,5 +249,6 @@ def generate(
 
     emit(decoder.prefill(input_ids)[:, None].cpu())
     while not bool(done.all()):
-        emit(decoder.step().cpu())
+        wanted = int((max_new_tokens - count)[~done].max()) - 1  # drafts past the budget would be thrown away
+        emit(decoder.step(wanted).cpu())
     return GenerationOutput(out, decoder.stats)

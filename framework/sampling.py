@@ -80,7 +80,10 @@ def process_logits(
     if cfg.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
     if cfg.temperature != 1.0:
-        logits = logits / cfg.temperature
+        # Shifted by each row's max first: (x - max) / T <= 0, so a tiny T cannot overflow to inf - inf = NaN
+        # (it did below 1e-38); a T that underflows to 0 leaves the maxima at 0, the rest at -inf: the limit law.
+        shifted = logits - logits.amax(-1, keepdim=True)
+        logits = torch.where(shifted == 0, 0.0, shifted / cfg.temperature)
     if 0 < cfg.top_k < logits.shape[-1]:
         kth = logits.topk(cfg.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

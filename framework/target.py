@@ -52,6 +52,13 @@ class HFTarget:
     def max_positions(self) -> int | None:
         return self.lm.max_positions
 
+    def room(self) -> int | None:
+        """How deep a tree may still reach: its deepest node must sit inside the context in every row
+        (None: the model states no limit). The one host sync it costs reads [B] lengths."""
+        if self.max_positions is None:
+            return None
+        return self.max_positions - 1 - int(self.lm.length.max())
+
     def provide_hidden(self, layers: tuple[int, ...]) -> None:
         """Return these hidden-state layers with every forward from now on (a proposer's declared needs)."""
         self.lm.hidden_layers = tuple(layers)

@@ -29,7 +29,10 @@ def encode_prompt(prompt: str | Sequence[int], tokenizer: PreTrainedTokenizerBas
                              "checkpoint): give the prompt as a list of token ids")
         ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     else:
-        ids = [int(t) for t in prompt]
+        ids = list(prompt)
+        wrong = [t for t in ids if isinstance(t, bool) or not isinstance(t, int)]
+        if wrong:
+            raise ValueError(f"prompt token ids must be integers, got {wrong[:3]}")
     if not ids:
         raise ValueError("the prompt is empty")
     return torch.tensor([ids], dtype=torch.long)

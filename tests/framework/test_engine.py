@@ -112,6 +112,40 @@ def test_bad_input_is_named():
         generate(t, DraftModelProposer(tiny_random_model("llama", dtype="float64")), torch.tensor([[1]]), 5)
     with pytest.raises(ValueError, match="gamma"):
         DraftModelProposer(draft, gamma=0)
+    with pytest.raises(ValueError, match="no rows"):
+        generate(t, None, torch.zeros(0, 3, dtype=torch.long), 5)
+    for budget in ("abc", 2.5, True, -1):
+        with pytest.raises(ValueError, match="max_new_tokens must be an integer"):
+            generate(t, None, torch.tensor([[1]]), budget)
+    with pytest.raises(ValueError, match="different lengths"):
+        generate(t, None, torch.tensor([[0, 1], [2, 3]]), 5, attention_mask=torch.tensor([[0, 1], [1, 1]]))
+    assert generate(t, None, torch.tensor([[2, 3]]), 2, attention_mask=torch.ones(1, 2)).tokens.shape == (1, 2)
+
+
+def test_prompt_ids_must_be_integers():
+    from framework.text import encode_prompt
+
+    for prompt in ([1.7, 2], [True, 2], ["3"]):
+        with pytest.raises(ValueError, match="must be integers"):
+            encode_prompt(prompt, None)
+    assert encode_prompt([4, 2], None).tolist() == [[4, 2]]
+
+
+def test_the_triton_verifier_without_a_gpu_says_so():
+    """Without CUDA and without the interpreter, the Triton paths name the problem (a bare 'active drivers')."""
+    import subprocess
+    import sys
+
+    code = ("import torch\n"
+            "from framework import CandidateTree\nfrom verifiers import verify\n"
+            "from verifiers.triton_rules import triton_tree_verifier\nfrom verifiers.triton_chain import TritonChainVerifier\n"
+            "tree = CandidateTree.chain(torch.tensor([[1, 2]]), torch.full((1, 3, 5), 0.2), 'iid')\n"
+            "for v in (triton_tree_verifier(), TritonChainVerifier()):\n"
+            "    try:\n        verify(tree, torch.full((1, 3, 5), 0.2), verifier=v)\n"
+            "    except ValueError as e:\n        print(e)\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.count("runs on CUDA tensors, and the laws are on cpu") == 2, out
 
 
 def test_nan_logits_are_named():

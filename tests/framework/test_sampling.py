@@ -77,3 +77,12 @@ def test_nan_logits_are_an_error():
 def test_penalty_without_history_is_an_error():
     with pytest.raises(ValueError, match="seen"):
         process_logits(torch.zeros(1, 3), SamplingConfig(repetition_penalty=1.2))
+
+
+@pytest.mark.parametrize("temperature", [1e-38, 1e-39, 1e-45, 1e-300])
+def test_tiny_temperatures_give_the_limit_law_not_nan(temperature):
+    """logits / T overflowed to inf below T = 1e-38 (NaN laws, the last id every time); the limit of the
+    law as T -> 0 is uniform over each row's maxima."""
+    logits = torch.tensor([[0.5, 2.0, 2.0, -1.0], [3.0, 1.0, float("-inf"), 0.0]])
+    p = process_logits(logits, SamplingConfig(temperature=temperature, top_p=0.9))
+    assert torch.equal(p, torch.tensor([[0.0, 0.5, 0.5, 0.0], [1.0, 0.0, 0.0, 0.0]]))
