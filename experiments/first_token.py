@@ -22,6 +22,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from framework import files
 from framework.engine import Decoder
 from framework.harness.stats import g_test
 from framework.randomness import TorchSource
@@ -53,8 +54,8 @@ class FirstCandidates:
     def commit(self, result):
         self.inner.commit(result)
 
-    def expand(self, batch_size: int):
-        self.inner.expand(batch_size)
+    def select(self, rows: torch.Tensor):
+        self.inner.select(rows)
 
 
 def first_tokens(model, factory, prompt: torch.Tensor, sampling, samples: int, batch: int, seed: int,
@@ -106,7 +107,7 @@ def plot(result: dict, top: int, path: Path, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    files.save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -124,7 +125,7 @@ def run(cfg: DictConfig) -> dict:
     plot(result, exp.top, out / "first_token.png",
          f"{name}: first token, N={stats['samples']:,}; deviation std {stats['deviation_std']:.2e} "
          f"(multinomial {stats['multinomial_std']:.2e}); G-test p={stats['g_test_p']:.3f}")
-    (out / "first_token.json").write_text(json.dumps({**stats, "proposer": name}, indent=2))
+    files.write_json(out / "first_token.json", {**stats, "proposer": name})
     return stats
 
 

@@ -21,12 +21,13 @@ from verifiers import LOSSLESS, Verification, Verifier, verify
 
 @dataclass
 class StepStats:
-    accepted: torch.Tensor  # [B] accepted tree nodes this step
+    accepted: torch.Tensor  # [B'] accepted tree nodes this step, per row still decoding
     draft_s: float
     target_s: float
     verify_s: float
     other_s: float
-    nodes: int = 0  # tree nodes proposed this step
+    nodes: int = 0  # tree nodes verified this step
+    rows: torch.Tensor | None = None  # [B'] which rows of the batch as it started these are (finished rows leave it)
 
 
 @dataclass
@@ -44,8 +45,17 @@ class GenerationStats:
         """Draft tokens accepted over every step and row (each step also emits one target token per row)."""
         return sum(int(s.accepted.sum()) for s in self.steps)
 
+    def per_row(self, batch_size: int) -> torch.Tensor:
+        """[steps, batch_size] accepted nodes per step and row of the batch as it started; -1 where a row had
+        already left the batch."""
+        table = torch.full((len(self.steps), batch_size), -1, dtype=torch.long)
+        for i, step in enumerate(self.steps):
+            table[i, step.rows if step.rows is not None else slice(None)] = step.accepted.cpu().long()
+        return table
+
     def summary(self) -> dict:
-        accepted = torch.stack([s.accepted.float() for s in self.steps]) if self.steps else torch.zeros(0, 1)
+        """Means over the (step, row) pairs that decoded: a row that finished is not counted after it."""
+        accepted = torch.cat([s.accepted.float().flatten().cpu() for s in self.steps]) if self.steps else torch.zeros(0)
         split = {k: sum(getattr(s, k) for s in self.steps) for k in ("draft_s", "target_s", "verify_s", "other_s")}
         total = sum(split.values())
         return {
@@ -92,6 +102,7 @@ class Decoder:
         self.eos_token_id, self.verifier = eos_token_id, verifier
         self.stats = GenerationStats()
         self.state: DecodeState | None = None
+        self.rows = torch.zeros(0, dtype=torch.long)  # the rows of the batch as it started, still in it
         self._plain: CandidateTree | None = None
 
     def plain_tree(self, batch_size: int) -> CandidateTree:
@@ -118,15 +129,16 @@ class Decoder:
         logits, hidden = out.logits[:, -1], out.hidden  # hidden [B, L, layers, H]: every prompt position
         seen = seen_tokens(input_ids.to(self.target.device), self.target.vocab_size)
         if copies > 1:
-            self.target.expand(copies)
+            self.target.select(torch.zeros(copies, dtype=torch.long))
             if self.proposer is not None:
-                self.proposer.expand(copies)
+                self.proposer.select(torch.zeros(copies, dtype=torch.long))
             logits, seen = logits.expand(copies, -1), seen.expand(copies, -1)
             hidden = None if hidden is None else hidden.expand(copies, *hidden.shape[1:])
         if root is None:
             root = self.rng.categorical(process_logits(logits, self.sampling, seen))
         root = root.to(logits.device).expand(logits.shape[0])
         self.target.set_root(root)
+        self.rows = torch.arange(root.shape[0])
         count = torch.full((root.shape[0],), input_ids.shape[1], device=root.device)
         self.state = DecodeState(root, mark_seen(seen, root[:, None]), self.sampling, self.rng,
                                  None if hidden is None else hidden[:, -1], hidden, None if hidden is None else count)
@@ -167,16 +179,28 @@ class Decoder:
             last = hidden[torch.arange(hidden.shape[0], device=hidden.device), result.num_accepted.to(hidden.device)]
         self.state = DecodeState(root, seen, self.sampling, self.rng, last, hidden, count)
         t4 = _clock(device)
-        self.stats.steps.append(StepStats(result.num_accepted, t1 - t0, t2 - t1, t3 - t2, t4 - t3, tree.num_nodes))
+        self.stats.steps.append(StepStats(result.num_accepted, t1 - t0, t2 - t1, t3 - t2, t4 - t3, tree.num_nodes, self.rows))
         return emitted
 
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep the batch rows `rows` [B'] (those still decoding), in that order: the target's KV, the
+        proposer's state and the decode state follow. A finished row leaves the batch: it costs nothing more,
+        and its length no longer limits how deep the others' trees may reach."""
+        self.target.select(rows)
+        if self.proposer is not None:
+            self.proposer.select(rows)
+        self.rows = self.rows[rows.cpu()]
+        state = self.state
+        take = lambda t: None if t is None else t[rows.to(t.device)]  # noqa: E731
+        self.state = DecodeState(take(state.root), take(state.seen), state.sampling, state.rng, take(state.target_hidden),
+                                 take(state.committed_hidden), take(state.committed_count))
 
     def depth_limit(self, wanted: int | None) -> int:
         """The deepest a tree may be this step: what is wanted, and what the context has room for."""
         room = self.target.room()
         if room is not None and room < 0:
-            raise ValueError(f"a row reached the model's context of {self.target.max_positions} tokens: nothing more "
-                             "fits (rows of a batch that finished early keep growing while the others decode)")
+            raise ValueError(f"a row reached the model's context of {self.target.max_positions} tokens: nothing more fits")
         limits = [limit for limit in (wanted, room) if limit is not None]
         return min(limits) if limits else 1 << 30
 
@@ -236,11 +260,11 @@ def generate(
         return GenerationOutput(out, decoder.stats)
     count = torch.zeros(B, dtype=torch.long)
     done = torch.zeros(B, dtype=torch.bool)
+    live = torch.arange(B)  # the batch's rows still decoding, as rows of input_ids
 
-    def emit(tokens: torch.Tensor) -> None:  # tokens [B, K], -1 padded
-        nonlocal count, done
-        for b in range(B):
-            for t in tokens[b].tolist():
+    def emit(tokens: torch.Tensor) -> None:  # tokens [B', K], -1 padded: one row per live row
+        for row, b in enumerate(live.tolist()):
+            for t in tokens[row].tolist():
                 if done[b] or t < 0:
                     break
                 out[b, count[b]] = t
@@ -249,6 +273,10 @@ def generate(
 
     emit(decoder.prefill(input_ids)[:, None].cpu())
     while not bool(done.all()):
-        wanted = int((max_new_tokens - count)[~done].max()) - 1  # drafts past the budget would be thrown away
+        if bool(done[live].any()):  # finished rows leave the batch
+            still = (~done[live]).nonzero().flatten()
+            decoder.select(still)
+            live = live[still]
+        wanted = int((max_new_tokens - count)[live].max()) - 1  # drafts past the budget would be thrown away
         emit(decoder.step(wanted).cpu())
     return GenerationOutput(out, decoder.stats)

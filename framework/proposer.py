@@ -47,8 +47,9 @@ class Proposer(Protocol):
         """Keep the accepted path (a verifiers.Verification: .path [B, depth], .num_accepted [B])."""
         ...
 
-    def expand(self, batch_size: int) -> None:
-        """Replicate a one-row state (after prefill) into batch_size rows."""
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep the batch rows `rows` [B'] of its state, in that order: repeats replicate a one-row state
+        after prefill (copies of one prompt); fewer rows drop requests that finished."""
         ...
 
 

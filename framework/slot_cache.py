@@ -85,10 +85,11 @@ class SlotCache:
         root_slot = torch.zeros(path.shape[0], 1, dtype=torch.long, device=path.device)
         self.keep(torch.cat([root_slot, path + 1], dim=1), num_accepted + 1)
 
-    def expand(self, batch_size: int) -> None:
-        """Replicate a single-row state into batch_size rows (shared prefill across samples)."""
-        if self.batch_size != 1:
-            raise ValueError("expand needs a state with one row")
-        self.cache.batch_repeat_interleave(batch_size)
-        self.valid = self.valid.expand(batch_size, -1).clone()
-        self.length = self.length.expand(batch_size).clone()
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep the batch rows `rows` [B'], in that order (repeats allowed: one prefill shared by copies;
+        fewer rows: requests that finished leave the batch)."""
+        rows = rows.to(self.length.device)
+        if self.cache is not None:
+            for layer in self.cache.layers:
+                layer.batch_select_indices(rows.to(layer.device) if layer.is_initialized else rows)
+        self.valid, self.length = self.valid[rows], self.length[rows]

@@ -75,6 +75,7 @@ class SlotLayer(DynamicLayer):
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         if self.is_initialized:
+            indices = indices.to(self.key_buffer.device)
             self.key_buffer, self.value_buffer = self.key_buffer[indices], self.value_buffer[indices]
             self._view()
 

@@ -95,6 +95,8 @@ class HFTarget:
         """Keep the root and the accepted nodes' KV (result.path [B, depth], node indices) per row."""
         self.lm.keep_path(result.path, result.num_accepted)
 
-    def expand(self, batch_size: int) -> None:
-        """Replicate the one-row prefill into batch_size rows (set the roots afterwards)."""
-        self.lm.expand(batch_size)
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep the batch rows `rows` [B'] (repeats: copies of one prefill; fewer: finished rows leave)."""
+        self.lm.select(rows)
+        if self.root.numel():
+            self.root = self.root[rows.to(self.root.device)]

@@ -17,10 +17,11 @@ class TokenHistory:
     def prefill(self, input_ids: torch.Tensor) -> None:
         self.rows = [list(row) for row in input_ids.tolist()]
 
-    def expand(self, batch_size: int) -> None:
-        if len(self.rows) != 1:
-            raise ValueError("expand needs a history with one row")
-        self.rows = [list(self.rows[0]) for _ in range(batch_size)]
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep the rows `rows` [B'] (each a copy of its own)."""
+        keep = rows.tolist()
+        self.rows = [list(self.rows[i]) for i in keep]
+        self.root = [self.root[i] for i in keep] if self.root else []
 
     def note_root(self, root: torch.Tensor) -> list[int]:
         """root [B]: the step's root per row, remembered for commit."""
@@ -55,5 +56,5 @@ class TextProposer:
     def commit(self, result) -> None:
         self.history.commit(result)
 
-    def expand(self, batch_size: int) -> None:
-        self.history.expand(batch_size)
+    def select(self, rows: torch.Tensor) -> None:
+        self.history.select(rows)

@@ -165,7 +165,7 @@ class DraftModelProposer:
             self.lm.forward(tokens, torch.arange(K), torch.ones(K, K, dtype=torch.bool).tril())
             self.lm.keep(torch.arange(K).expand(path.shape[0], K), missing)
 
-    def expand(self, batch_size: int) -> None:
-        self.lm.expand(batch_size)
+    def select(self, rows: torch.Tensor) -> None:
+        self.lm.select(rows)
         if self.deferred is not None:
-            self.deferred = self.deferred.expand(batch_size, -1).clone()
+            self.deferred = self.deferred[rows.to(self.deferred.device)]

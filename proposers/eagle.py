@@ -104,9 +104,9 @@ class EagleProposer:
         self.cache.drop_pending()  # drafted slots had predicted features; the accepted come back with true ones
         self.pending = result.tokens[:, : result.path.shape[1]].clamp_min(0).to(self.pending.device)  # accepted, then don't-care
 
-    def expand(self, batch_size: int) -> None:
-        self.cache.reset(batch_size, self.cache.length.device)  # nothing cached before the first catch-up
-        self.pending = self.pending.expand(batch_size, -1).clone()
+    def select(self, rows: torch.Tensor) -> None:
+        self.cache.select(rows)
+        self.pending = self.pending[rows.to(self.pending.device)]
 
 
 class HeadReader:

@@ -102,7 +102,7 @@ class LookaheadProposer(TextProposer):
             self.levels = self.levels[:, 1:]
         self.levels = torch.cat([self.levels, new[:, None]], dim=1)
 
-    def expand(self, batch_size: int) -> None:
-        super().expand(batch_size)
-        self.levels = self.levels.expand(batch_size, -1, -1).clone()
-        self.pool = [{k: list(v) for k, v in self.pool[0].items()} for _ in range(batch_size)]
+    def select(self, rows: torch.Tensor) -> None:
+        super().select(rows)
+        self.levels = self.levels[rows.cpu()]
+        self.pool = [{k: list(v) for k, v in self.pool[i].items()} for i in rows.tolist()]

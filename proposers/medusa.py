@@ -92,5 +92,5 @@ class MedusaProposer:
     def commit(self, result: Verification) -> None:
         pass  # stateless: the next hidden state comes from the target
 
-    def expand(self, batch_size: int) -> None:
-        pass
+    def select(self, rows: torch.Tensor) -> None:
+        pass  # no state per row

@@ -111,9 +111,9 @@ class MixProposer:
         for part, own in zip(self.parts, self.part_paths):
             part.commit(part_view(result, merged, own))
 
-    def expand(self, batch_size: int) -> None:
+    def select(self, rows: torch.Tensor) -> None:
         for part in self.parts:
-            part.expand(batch_size)
+            part.select(rows)
 
 
 def part_view(result: Verification, merged: list[list[tuple]], own: list[list[tuple]]) -> Verification:

@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from framework import HFTarget, SamplingConfig, generate
+from framework import Decoder, HFTarget, SamplingConfig, TorchSource, generate
 from framework.harness.real import greedy_identity
 from framework.models import tiny_random_model
 from proposers import DraftModelProposer
@@ -217,12 +217,15 @@ def test_draft_cache_after_commit_matches_a_fresh_prefill():
     real_commit = proposer.commit
     proposer.commit = lambda result: results.append(result) or real_commit(result)
     prompts = torch.tensor([[1, 2, 3], [9, 8, 7], [4, 4, 4]])
-    out = generate(HFTarget(target), proposer, prompts, 17, SamplingConfig(), seed=0)
+    decoder = Decoder(HFTarget(target), proposer, SamplingConfig(), TorchSource(seed=0))  # every row all along
+    first = decoder.prefill(prompts)
+    for _ in range(8):
+        decoder.step()
     query = torch.tensor([5, 6, 7])
     got = proposer.read_root(query).logits[:, -1]  # also commits what the last step deferred, as a next step would
     lengths = proposer.lm.length.tolist()
     for b in range(3):
-        seq, root = prompts[b].tolist(), int(out.tokens[b, 0])  # committed: prompt, then each root + its accepted
+        seq, root = prompts[b].tolist(), int(first[b])  # committed: prompt, then each root + its accepted
         for r in results:
             n = int(r.num_accepted[b])
             seq += [root, *r.tokens[b, :n].tolist()]
@@ -232,7 +235,7 @@ def test_draft_cache_after_commit_matches_a_fresh_prefill():
             want = reference(torch.tensor([seq + [int(query[b])]])).logits[0, -1]
         torch.testing.assert_close(got[b], want, rtol=1e-9, atol=1e-9)
     assert len(set(lengths)) > 1  # the rows really did commit different counts
-    deepest = torch.stack([st.accepted == 3 for st in out.stats.steps])  # [steps, B]
+    deepest = torch.stack([st.accepted == 3 for st in decoder.stats.steps])  # [steps, B]
     assert bool((deepest.any(1) & ~deepest.all(1)).any())  # a step where only some rows need the extra read
 
 

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from framework import HFTarget, SamplingConfig, generate
+from framework import Decoder, HFTarget, SamplingConfig, generate
 from framework.harness.exact import compare
 from framework.harness.real import exact_loop_law, greedy_identity, teacher_forced_law
 from framework.models import tiny_random_model
@@ -56,8 +56,9 @@ def test_batched_rows_each_decode_as_alone():
     for make in (static(head), dynamic(head)):
         out = generate(HFTarget(target), make(), prompts, 20, greedy)
         assert torch.equal(out.tokens, plain)
-        accepted = torch.stack([st.accepted for st in out.stats.steps])  # [steps, B]
-        assert bool((accepted[:, 0] != accepted[:, 1]).any())  # the rows did accept different counts
+        accepted = out.stats.per_row(2)  # [steps, B], -1 once a row finished and left the batch
+        both = (accepted >= 0).all(1)
+        assert bool((accepted[both, 0] != accepted[both, 1]).any())  # the rows did accept different counts
 
 
 class Recording(EagleProposer):
@@ -85,7 +86,10 @@ def test_head_reads_the_targets_features_of_every_committed_position(layers):
     head = head_for(target, layers)
     proposer = Recording(head, None, top_k=3, depth=3, budget=7)
     prompts = torch.tensor([[4, 1, 2], [1, 1, 5]])
-    generate(HFTarget(target), proposer, prompts, 24, SamplingConfig(), seed=0)
+    decoder = Decoder(HFTarget(target), proposer, SamplingConfig(), TorchSource(seed=0))  # both rows all along
+    decoder.prefill(prompts)
+    for _ in range(10):
+        decoder.step()
     embed = target.get_input_embeddings()
     accepted = torch.stack([r.num_accepted for r in proposer.results])  # [steps, B]
     assert len(set(accepted.sum(0).tolist())) > 1 or bool((accepted[:, 0] != accepted[:, 1]).any())

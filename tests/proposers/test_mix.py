@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from framework import HFTarget, SamplingConfig, generate
+from framework import Decoder, HFTarget, SamplingConfig, TorchSource, generate
 from framework.harness.exact import compare
 from framework.harness.real import exact_loop_law, greedy_identity, teacher_forced_law
 from framework.models import tiny_random_model
@@ -36,8 +36,8 @@ class Recording:
     def commit(self, result):
         self.inner.commit(result)
 
-    def expand(self, n):
-        self.inner.expand(n)
+    def select(self, rows):
+        self.inner.select(rows)
 
 
 def test_merged_tree_holds_every_parts_paths_once():
@@ -86,8 +86,11 @@ def test_draft_part_cache_holds_the_committed_text():
     draft = copy.deepcopy(MODEL)
     part = DraftModelProposer(draft, gamma=2, kind="point")
     lookup = PromptLookupProposer()
-    out = generate(HFTarget(MODEL), MixProposer([part, lookup]), PROMPTS, 20, SamplingConfig(temperature=0))
-    assert out.stats.accepted_total > 0
+    decoder = Decoder(HFTarget(MODEL), MixProposer([part, lookup]), SamplingConfig(temperature=0), TorchSource(seed=0))
+    decoder.prefill(PROMPTS)  # both rows all along (generate lets a finished row leave the batch)
+    for _ in range(8):
+        decoder.step()
+    assert decoder.stats.accepted_total > 0
     got = part.read_root(torch.tensor([1, 1])).logits[:, -1]  # commits what the last step deferred, as a next step would
     for b in range(2):
         committed = lookup.history.rows[b]  # prompt + every emitted token before the current root

@@ -123,7 +123,7 @@ def test_tree_holds_the_most_frequent_continuations():
 def test_rows_have_their_own_matches():
     docs = [[1, 2, 3, 4], [7, 8, 9, 10]]
     proposer = prefilled(Datastore.from_token_ids(docs), [[5, 1]], num_tokens=2)
-    proposer.expand(2)
+    proposer.select(torch.zeros(2, dtype=torch.long))
     proposer.history.rows[1] = [5, 7]  # the second row went another way
     paths = node_paths(proposer.propose(state_for([2, 8])))
     assert {(3,), (3, 4)} <= set(paths[0]) and {(9,), (9, 10)} <= set(paths[1])
