@@ -13,12 +13,12 @@ Needs CUDA; prints a clear message and exits 2 without it. Runs in about a minut
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 
 import torch
 
+from framework import files
 from framework.tree_mask import TreeMask
 from framework.tree_shape import ancestor_mask
 
@@ -98,8 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {prefix} | {nodes} | {t_triton:.3f} | {t_sdpa:.3f} | {t_eager:.3f} | {gbs:.0f} | "
                   f"{100 * row['peak_frac']:.0f}% | {row['sdpa_over_triton']:.2f}x | {diff:.1e} |", flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+        files.write_json(args.json, rows)
     return 0
 
 

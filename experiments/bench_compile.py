@@ -12,13 +12,13 @@ The texts must agree (greedy), else the run says so.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 import torch
 
 from experiments.bench_loop import heldout_prompt
+from framework import files
 from framework import SamplingConfig
 from framework.engine import generate
 from framework.target import HFTarget
@@ -66,8 +66,7 @@ def main() -> None:
         r = results[setting]
         print(f"| {setting} | {r['eager_s']:.2f} | {r['compiled_s']:.2f} | {r['eager_over_compiled']:.2f}x | {r['same_tokens']} |")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+        files.write_json(args.json, results)
 
 
 if __name__ == "__main__":

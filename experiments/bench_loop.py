@@ -27,13 +27,12 @@ case for the machinery, with a draft as costly as the target.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 import torch
 
-from framework import CandidateTree, SamplingConfig
+from framework import CandidateTree, SamplingConfig, files
 from framework.engine import generate
 from framework.models import tiny_random_model
 from framework.target import HFTarget
@@ -209,9 +208,8 @@ def main() -> None:
                  "ms/token", "speedup vs plain"], rows))
 
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "tree_forward_ms": tree_ms, "forward_ratio": ratio,
-                       "generation": {str(t): runs for t, runs in gen_results.items()}}, f, indent=1)
+        files.write_json(args.json, {"args": vars(args), "tree_forward_ms": tree_ms, "forward_ratio": ratio,
+                                     "generation": {str(t): runs for t, runs in gen_results.items()}}, indent=1)
 
 
 if __name__ == "__main__":

@@ -29,13 +29,12 @@ unset), which runs each program in Python: a correctness check, its time no spee
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 
 import torch
 
-from framework import CandidateTree, ReplaySource
+from framework import CandidateTree, ReplaySource, files
 from framework.tree_shape import children_table, depths
 from verifiers import LOSSLESS, verify
 
@@ -317,8 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     if triton_rows:
         print("\n" + triton_table(triton_rows))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows + [validated] + triton_rows, f, indent=2)
+        files.write_json(args.json, rows + [validated] + triton_rows)
     return 0 if all(r["matches_pytorch"] for r in triton_rows) else 1
 
 

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import hydra
 import torch
-from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.run import timed_generate, write_json
+from experiments.run import job_record, timed_generate, write_json
 from framework.target import HFTarget
 from framework.text import encode_prompt, tokenizer_of
 from framework.zoo.prompts import CATEGORIES, stdlib_prompt_sets
@@ -69,9 +68,8 @@ def run(cfg: DictConfig) -> list[dict]:
                      "step_cost": (spec_s / max(forwards, 1)) / (plain_s / max(plain_forwards, 1)),
                      **{k.replace("_s", "_frac"): v / max(sum(split.values()), 1e-12) for k, v in split.items()}})
     write_json(cfg.output_dir, "categories.json", rows)
-    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
     write_json(cfg.output_dir, "result.json", {
-        "choices": {k: v for k, v in choices.items() if not k.startswith("hydra")},
+        **job_record(),
         "config": OmegaConf.to_container(cfg, resolve=True), **overall(rows),
         "speedup_by_category": {r["category"]: r["speedup"] for r in rows},
         "tokens_per_forward_by_category": {r["category"]: r["tokens_per_forward"] for r in rows}})

@@ -16,7 +16,6 @@ Writes <output_dir>/check.json; exits non-zero if any check fails.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from framework import files
 from framework.harness.exact import compare
 from framework.harness.real import (
     exact_loop_law,
@@ -121,7 +121,7 @@ def run(cfg: DictConfig) -> list[dict]:
     rows = [row for name in cfg.experiment.checks for row in CHECKS[name](cfg)]
     path = Path(cfg.output_dir) / "check.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rows, indent=2))
+    files.write_json(path, rows)
     return rows
 
 

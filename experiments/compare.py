@@ -41,6 +41,7 @@ from experiments.bench_hf import CONF, HF_PLD_DEFAULTS, build_methods, full_leng
 from experiments.compare_report import aggregate, markdown, merge, write_outputs
 from experiments.first_token import first_tokens, plot, summarise
 from experiments.run import torch_threads, verifier_of
+from framework import files
 from framework.engine import generate
 from framework.harness.stats import detectable_tv
 from framework.sampling import SamplingConfig
@@ -123,22 +124,17 @@ def fingerprint(cfg: DictConfig) -> str:
 
 
 class Records:
-    """records.jsonl: one line per finished run or check, appended at once (nothing computed is lost)."""
+    """records.jsonl: one line per finished run or check, appended at once (nothing computed is lost; a line
+    cut off by a kill is dropped on the next read, and its run made again)."""
 
     def __init__(self, path: Path, key: str):
-        self.path, self.key, self.done = path, key, {}
-        if path.exists():
-            for line in path.read_text().splitlines():
-                if line.strip():
-                    record = json.loads(line)
-                    if record.get("key") == key:
-                        self.done[record["id"]] = record
+        self.path, self.key = path, key
+        self.done = {record["id"]: record for record in files.read_json_lines(path) if record.get("key") == key}
 
     def add(self, record: dict) -> None:
         record = {**record, "key": self.key}
         self.done[record["id"]] = record
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        files.append_line(self.path, json.dumps(record))
 
 
 def run_id(method: str, sampling: str, category: str, index: int) -> str:
@@ -225,9 +221,12 @@ def run(cfg: DictConfig) -> dict:
 
 
 def _run(cfg: DictConfig, the_plan: Plan) -> dict:
+    with files.exclusive(cfg.output_dir, "experiments.compare"):  # the folder is fixed: one run at a time in it
+        return _run_in(cfg, the_plan, Path(cfg.output_dir))
+
+
+def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
     exp = cfg.experiment
-    out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     probe_model = instantiate(cfg.target)  # its own copy: the timed ones start fresh
     prompts = workload(cfg, the_plan, tokenizer_of(probe_model))
     probe(the_plan, probe_model, next(iter(prompts.values()))[0][:, :8], listed=exp.methods is not None)

@@ -16,6 +16,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
+from framework import files
+
 BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
 SPLIT = ("draft_s", "target_s", "verify_s", "other_s")
 COLUMNS = ["method", "sampling", "category", "tokens_per_forward", "speedup", "tokens_per_s", "mean_accepted",
@@ -104,12 +106,12 @@ def cell_table(rows: list[dict]) -> str:
 
 
 def write_outputs(result: dict, out: Path) -> None:
-    (out / "compare.json").write_text(json.dumps(result, indent=2))
-    with (out / "compare.csv").open("w", newline="") as f:
+    files.write_json(out / "compare.json", result)
+    with files.replacing(out / "compare.csv") as temporary, temporary.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(result["rows"] + result["summary"])  # category "all": the summary rows
-    (out / "compare.md").write_text(markdown(result))
+    files.write_text(out / "compare.md", markdown(result))
     plots(result["rows"], out)
 
 
@@ -135,7 +137,7 @@ def plots(rows: list[dict], out: Path) -> None:
         ax.set_ylabel(f"speedup vs plain ({sampling})")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "speedup_by_category.png", dpi=110)
+    files.save_figure(fig, out / "speedup_by_category.png", dpi=110)
     plt.close(fig)
 
     fig, axes = plt.subplots(len(samplings), 1, figsize=(8, 3.5 * len(samplings)), squeeze=False)
@@ -152,7 +154,7 @@ def plots(rows: list[dict], out: Path) -> None:
         ax.set_ylabel(f"share of steps ({sampling})")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "accepted_length.png", dpi=110)
+    files.save_figure(fig, out / "accepted_length.png", dpi=110)
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(methods) * len(samplings)), 4))
@@ -171,7 +173,7 @@ def plots(rows: list[dict], out: Path) -> None:
     ax.set_ylabel("share of the decoding loop")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "time_split.png", dpi=110)
+    files.save_figure(fig, out / "time_split.png", dpi=110)
     plt.close(fig)
 
 
@@ -182,7 +184,7 @@ def update_readme(table: Path, readme: Path = Path(__file__).resolve().parents[1
     head, rest = text.split(BEGIN)
     _, tail = rest.split(END)
     summary = table.read_text().split(BY_CATEGORY)[0].rstrip() + "\n"  # the per-category cells stay in compare.md
-    readme.write_text(f"{head}{BEGIN}\n{summary}{END}{tail}")
+    files.write_text(readme, f"{head}{BEGIN}\n{summary}{END}{tail}")
 
 
 def merge(folder: Path) -> dict:

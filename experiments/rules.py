@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from experiments.bench_hf import option
 from experiments.rules_expected import ExpectedAcceptance
 from experiments.run import torch_threads
+from framework import files
 from framework.engine import generate
 from framework.target import HFTarget
 from framework.text import encode_prompt, tokenizer_of
@@ -71,8 +72,7 @@ def measure(cfg: DictConfig, progress: Path | None = None) -> list[dict]:
                              "ratio_standard_error": measured.ratio_standard_error(verifier_name, exp.verifiers[0]),
                              "sampled_tokens_per_forward": sampled.get(verifier_name)})
                 if progress is not None:
-                    with progress.open("a") as f:
-                        f.write(json.dumps(rows[-1]) + "\n")
+                    files.append_line(progress, json.dumps(rows[-1]))
                 print(f"{proposer_name} {sampling_name} {verifier_name}: {rows[-1]['tokens_per_forward']:.3f} expected, "
                       f"{sampled.get(verifier_name)} sampled tokens per forward", flush=True)
     return rows
@@ -100,7 +100,7 @@ def main(cfg: DictConfig) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with torch_threads(cfg.experiment.num_threads), torch.no_grad():
         rows = measure(cfg, path.with_suffix(".jsonl"))
-    path.write_text(json.dumps(rows, indent=2))
+    files.write_json(path, rows)
     print(table(rows))
 
 

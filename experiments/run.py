@@ -15,7 +15,6 @@ Writes <output_dir>/result.json (one per multirun job).
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from contextlib import contextmanager
@@ -27,6 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from framework import files
 from framework.engine import GenerationOutput, generate
 from framework.target import HFTarget
 from framework.text import decode, encode_prompt, tokenizer_of
@@ -65,8 +65,23 @@ def torch_threads(count: int | None):
         torch.set_num_threads(threads)
 
 
+def whole_number(name: str, value, least: int) -> int:
+    """A setting that must be an integer >= least (Hydra passes `abc` or `2.5` through as they are)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+    return value
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """Before any model is built: a timed run needs tokens to time and rounds to take the median of."""
+    whole_number("max_new_tokens", cfg.max_new_tokens, 1)
+    whole_number("experiment.repeats", cfg.experiment.repeats, 1)
+    whole_number("experiment.warmup", cfg.experiment.warmup, 0)
+
+
 def run(cfg: DictConfig) -> dict:
     """Build from cfg, decode speculatively and plainly, write and return the result dict."""
+    check_settings(cfg)
     with torch_threads(cfg.experiment.num_threads):
         return _run(cfg)
 
@@ -90,9 +105,8 @@ def _run(cfg: DictConfig) -> dict:
 
     tokens = emitted(spec)
     spec_median, plain_median = statistics.median(spec_s), statistics.median(plain_s)
-    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
     result = {
-        "choices": {k: v for k, v in choices.items() if not k.startswith("hydra")},
+        **job_record(),
         "config": OmegaConf.to_container(cfg, resolve=True),
         "prompt": prompt[0].tolist(),
         "tokens": tokens,
@@ -116,12 +130,19 @@ def _run(cfg: DictConfig) -> dict:
     return result
 
 
+def job_record() -> dict:
+    """What a result.json says of the job that wrote it: its config group choices and its command-line
+    overrides (experiments.sweep_merge checks them against the job folder's own)."""
+    if not HydraConfig.initialized():
+        return {"choices": {}, "overrides": []}
+    hydra_cfg = HydraConfig.get()
+    return {"choices": {k: v for k, v in hydra_cfg.runtime.choices.items() if not k.startswith("hydra")},
+            "overrides": list(hydra_cfg.overrides.task)}
+
+
 def write_json(output_dir: str, name: str, data) -> Path:
-    """<output_dir>/<name>, folders made as needed; returns the path."""
-    path = Path(output_dir) / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2))
-    return path
+    """<output_dir>/<name>, folders made as needed, written whole; returns the path."""
+    return files.write_json(Path(output_dir) / name, data)
 
 
 def report(result: dict) -> str:

@@ -5,8 +5,10 @@
 
 A job folder is one holding `.hydra/overrides.yaml` (Hydra writes it before the job runs) or a
 result.json (experiments.run and experiments.categories write one per job). A job without a result
-(it crashed, or is still running) is a row with an `error`, never dropped. Prints a markdown table
-and writes <folder>/sweep.csv with every column.
+(it crashed, or is still running) is a row with an `error`, never dropped; so is a job the sweep planned
+but never started (killed before it): the sweep's multirun.yaml says what was planned (every job of the
+basic sweeper, with its overrides; the number of trials of a search). Prints a markdown table and writes
+<folder>/sweep.csv with every column.
 """
 
 from __future__ import annotations
@@ -16,12 +18,16 @@ import csv
 import json
 from pathlib import Path
 
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
+from framework import files
+
 RESULT = "result.json"
+PLAN = "multirun.yaml"  # Hydra writes it in the sweep folder before the first job
 NESTED = ":"  # "stats:tokens_per_forward"; Hydra keys never hold a colon, so no override column does
-SKIPPED = ("config", "choices")  # the job's whole config and group choices: its overrides say what varied
+SKIPPED = ("config", "choices", "overrides")  # the job's whole config and group choices: its overrides say what varied
 
 
 def collect(folder: str | Path) -> list[dict]:
@@ -32,7 +38,43 @@ def collect(folder: str | Path) -> list[dict]:
     jobs = {p.parent.parent for p in folder.rglob(".hydra/overrides.yaml")} | {p.parent for p in folder.rglob(RESULT)}
     if not jobs:
         raise ValueError(f"no Hydra job folders (with .hydra/overrides.yaml or {RESULT}) under {folder}")
-    return [row(job, folder) for job in sorted(jobs, key=lambda p: natural(p.relative_to(folder)))]
+    rows = [row(job, folder) for job in sorted(jobs, key=lambda p: natural(p.relative_to(folder)))]
+    for plan in sorted(folder.rglob(PLAN)):
+        rows += never_started(plan, [job for job in jobs if job.parent == plan.parent], folder)
+    return rows
+
+
+NOT_STARTED = "never started: the sweep stopped before this job (no job folder)"
+
+
+def planned_jobs(plan: Path) -> list[list[str]] | int | None:
+    """What a sweep's multirun.yaml planned: each job's overrides (the basic sweeper: the product of the
+    sweep's values, in launch order), or a number of trials (a search), or None (no way to tell)."""
+    config = OmegaConf.load(plan)
+    sweeper = config.hydra.get("sweeper", {})
+    if str(sweeper.get("_target_", "")).endswith("BasicSweeper"):
+        params = [f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()]
+        overrides = OverridesParser.create().parse_overrides(params + list(config.hydra.overrides.task))
+        return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+    trials = sweeper.get("n_trials")
+    return trials if isinstance(trials, int) else None
+
+
+def never_started(plan: Path, jobs: list[Path], folder: Path) -> list[dict]:
+    """Rows for the jobs `plan` planned that none of `jobs` (the folders beside it) ran."""
+    where = plan.parent.relative_to(folder).as_posix()
+    label = "" if where == "." else f"{where}/"
+    try:
+        planned = planned_jobs(plan)
+    except Exception as e:  # noqa: BLE001 - an unreadable plan costs its rows, not the table
+        return [{"job": f"{label}{PLAN}", "error": f"unreadable {PLAN}: {e}"}]
+    if isinstance(planned, int):
+        return [{"job": f"{label}(trial {n})", "error": NOT_STARTED} for n in range(len(jobs), planned)]
+    if planned is None:
+        return []
+    ran = [job_overrides(job) for job in jobs]
+    return [{"job": f"{label}(job {n})", **parse_overrides(job), "error": NOT_STARTED}
+            for n, job in enumerate(planned) if parse_overrides(job) not in ran]
 
 
 def natural(path: Path) -> tuple:
@@ -56,6 +98,13 @@ def row(job: Path, folder: Path) -> dict:
     except ValueError as e:  # json.JSONDecodeError included
         errors.append(f"unreadable {RESULT}: {e}")
         result = {}
+    recorded = result.get("overrides")
+    if isinstance(recorded, list) and "unreadable" not in " ".join(errors):
+        try:
+            if parse_overrides(recorded) != job_overrides(job):
+                errors.append(f"{RESULT} was written by a job with the overrides {recorded}, not this folder's")
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"{RESULT} holds unreadable overrides: {e}")
     if errors:
         out["error"] = "; ".join(errors)
     for key, value in figures(result).items():
@@ -119,7 +168,7 @@ def cell(value) -> str:
 
 
 def write_csv(rows: list[dict], path: Path) -> Path:
-    with path.open("w", newline="") as f:
+    with files.replacing(path) as temporary, temporary.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns_of(rows), restval="")
         writer.writeheader()
         writer.writerows(rows)
@@ -136,8 +185,10 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as e:
         parser.error(str(e))
     print(table(rows, nested=args.all))
-    failed = sum("error" in r for r in rows)
-    print(f"\n{len(rows)} jobs, {failed} with an error; wrote {write_csv(rows, args.folder / 'sweep.csv')}")
+    unstarted = sum(r.get("error") == NOT_STARTED for r in rows)
+    failed = sum("error" in r for r in rows) - unstarted
+    print(f"\n{len(rows)} jobs, {failed} with an error, {unstarted} never started; "
+          f"wrote {write_csv(rows, args.folder / 'sweep.csv')}")
 
 
 if __name__ == "__main__":

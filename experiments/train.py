@@ -28,6 +28,7 @@ import transformers
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from framework import files
 from framework.zoo.calibrate import calibrate_checkpoint
 from framework.zoo.checkpoints import export_checkpoint, load_causal_lm
 from framework.zoo.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
@@ -35,17 +36,22 @@ from framework.zoo.train import tokenize_splits, train
 
 
 def tokenizer_and_streams(exp, root: Path):
-    """root/tokenizer and root/tokens.pt, made from the corpus on the first call."""
-    if (root / "tokenizer" / "tokenizer.json").exists() and (root / "tokens.pt").exists():
-        return load_tokenizer(root / "tokenizer"), torch.load(root / "tokens.pt")
+    """root/tokenizer and root/tokens.pt, made from the corpus on the first call. Both are written whole
+    (a folder swapped in, a file renamed); a tokens.pt that does not load is moved aside and made again."""
+    files.recover_folder(root / "tokenizer")
+    has_tokenizer = (root / "tokenizer" / "tokenizer.json").exists()
+    streams = files.load_torch(root / "tokens.pt", "the zoo's token streams") if has_tokenizer else None
+    if streams is not None:
+        return load_tokenizer(root / "tokenizer"), streams
     from framework.zoo.corpus import build_corpus, stdlib_files  # `datasets` is needed here only
 
     corpus = build_corpus(stdlib_files(exp.corpus.root), heldout_fraction=exp.corpus.heldout_fraction)
-    if not (root / "tokenizer" / "tokenizer.json").exists():
-        save_tokenizer(train_tokenizer(corpus["train"]["text"], exp.vocab_size), root / "tokenizer")
+    if not has_tokenizer:
+        with files.replacing_folder(root / "tokenizer") as temporary:
+            save_tokenizer(train_tokenizer(corpus["train"]["text"], exp.vocab_size), temporary)
     tokenizer = load_tokenizer(root / "tokenizer")
     streams = tokenize_splits(tokenizer, corpus, exp.corpus.valid_every)
-    torch.save(streams, root / "tokens.pt")
+    files.save_torch(streams, root / "tokens.pt")
     return tokenizer, streams
 
 

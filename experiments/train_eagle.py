@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import torch
 from omegaconf import DictConfig
 
 from experiments.train import head_setup
+from framework import files
 from framework.engine import generate
 from framework.sampling import SamplingConfig
 from framework.target import HFTarget
@@ -108,8 +108,8 @@ def run(cfg: DictConfig) -> Path | None:
     out = Path(exp.export)
     head.save(out, extra={"target": str(resolve_checkpoint(exp.target).name), "train": asdict(settings),
                           "warm_start": exp.get("warm_start")})
-    (out / TREE_FILE).write_text(json.dumps({"choices": searched.choices[:best_static], "budget": budget,
-                                             "top_k": top_k, "depth": depth, "cost_ms": cost}, indent=1))
-    (out / "measurements.json").write_text(json.dumps({"acceptance": tables, "static": static, "dynamic": dynamic,
-                                                       "searched_expected_tokens": searched.expected_tokens}, indent=1))
+    files.write_json(out / TREE_FILE, {"choices": searched.choices[:best_static], "budget": budget,
+                                       "top_k": top_k, "depth": depth, "cost_ms": cost}, indent=1)
+    files.write_json(out / "measurements.json", {"acceptance": tables, "static": static, "dynamic": dynamic,
+                                                 "searched_expected_tokens": searched.expected_tokens}, indent=1)
     return out

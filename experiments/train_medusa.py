@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import torch
 from omegaconf import DictConfig
 
 from experiments.train import head_setup
+from framework import files
 from framework.tree_cost import forward_tree_cost
 from framework.zoo.continuations import cached_continuations
 from framework.tree_search import grow_tree
@@ -70,7 +70,7 @@ def run(cfg: DictConfig) -> Path | None:
     out = Path(exp.export)
     heads[best].cpu().save(out, extra={"objective": best, "self_generated": bool(exp.data.self_generated),
                                        "target": str(resolve_checkpoint(exp.target).name), "train": asdict(settings)})
-    (out / TREE_FILE).write_text(json.dumps({"choices": measured[best]["choices"], "cost_ms": cost,
-                                             "expected_tokens": measured[best]["expected_tokens"]}, indent=1))
-    (out / "measurements.json").write_text(json.dumps({"kept": best, "score": score, **measured}, indent=1))
+    files.write_json(out / TREE_FILE, {"choices": measured[best]["choices"], "cost_ms": cost,
+                                       "expected_tokens": measured[best]["expected_tokens"]}, indent=1)
+    files.write_json(out / "measurements.json", {"kept": best, "score": score, **measured}, indent=1)
     return out

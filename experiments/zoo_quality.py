@@ -15,13 +15,12 @@ restarts at every window boundary), or sliding with --stride (each window scores
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from dataclasses import asdict, dataclass
 
 import torch
 
-from framework import HFTarget, SamplingConfig, generate
+from framework import HFTarget, SamplingConfig, generate, files
 from framework.zoo.checkpoints import load_causal_lm
 from framework.zoo.corpus import build_corpus, stdlib_files
 from framework.zoo.prompts import build_prompt_sets
@@ -169,8 +168,7 @@ def main(argv: list[str] | None = None) -> Report:
     )
     print(report.markdown())
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(asdict(report), f, indent=2)
+        files.write_json(args.json, asdict(report))
     return report
 
 

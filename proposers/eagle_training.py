@@ -25,6 +25,7 @@ from torch.nn import functional as F
 from tqdm import tqdm
 from transformers import DynamicCache
 
+from framework import files
 from framework.zoo.train import fixed_windows, lr_at, resolve_device, save_or_stop
 from proposers.eagle_head import EagleHead
 from proposers.medusa_training import batch_of
@@ -153,8 +154,8 @@ def train_head(target, head: EagleHead, streams: dict[str, torch.Tensor], out_di
     generator = torch.Generator().manual_seed(cfg.seed)
     step, log = 0, []
     ckpt = out_dir / "checkpoint.pt"
-    if ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
+    state = files.load_torch(ckpt, "EAGLE training")  # the newest that loads: the file, then its previous version
+    if state is not None:
         head.load_state_dict(state["head"])
         optim.load_state_dict(state["optim"])
         generator.set_state(state["generator"])
@@ -163,8 +164,8 @@ def train_head(target, head: EagleHead, streams: dict[str, torch.Tensor], out_di
     start = time.monotonic()
 
     def save() -> None:
-        torch.save({"step": step, "head": head.state_dict(), "optim": optim.state_dict(),
-                    "generator": generator.get_state(), "log": log, "config": asdict(cfg)}, ckpt)
+        files.save_torch({"step": step, "head": head.state_dict(), "optim": optim.state_dict(),
+                          "generator": generator.get_state(), "log": log, "config": asdict(cfg)}, ckpt, keep_previous=True)
 
     weights = torch.tensor([cfg.decay**j for j in range(cfg.unroll)], device=device)
     bar = tqdm(total=cfg.steps, initial=step, desc="eagle head")

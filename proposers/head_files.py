@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from framework import files
+
 
 def head_folder(path: str | Path, config_file: str) -> Path:
     """The folder holding a head: the path, or for a relative one missing here, the embedded zoo's."""
@@ -24,9 +26,9 @@ def save_head(module: torch.nn.Module, folder: str | Path, fields: dict, config_
     from safetensors.torch import save_file
 
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().to(dtype).contiguous() for k, v in module.state_dict().items()}, folder / weights_file)
-    (folder / config_file).write_text(json.dumps(fields, indent=2))
+    with files.replacing(folder / weights_file) as temporary:  # each file whole; the config, read first, last
+        save_file({k: v.detach().to(dtype).contiguous() for k, v in module.state_dict().items()}, temporary)
+    files.write_json(folder / config_file, fields)
     return folder
 
 

@@ -7,7 +7,8 @@ token t+1. Head k (0-based) reads h_t and predicts token t+k+2. Two objectives:
 Both train side by side on the same batches (one target forward serves every head set), so the
 comparison is fair and costs one target pass. Hidden states are computed on the fly; the target
 never trains. Loss weight of head k: decay**k (later heads are harder and matter less).
-Resumable: <out>/checkpoint.pt holds every head set, its optimiser and the data generator.
+Resumable: <out>/checkpoint.pt holds every head set, its optimiser and the data generator (written whole,
+the one before kept as checkpoint.prev.pt: a resume falls back to it if the newest does not load).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from framework import files
 from framework.zoo.train import fixed_windows, lr_at, random_windows, resolve_device, save_or_stop
 from proposers.medusa_heads import MedusaHeads
 
@@ -126,8 +128,8 @@ def train_heads(target, streams: dict[str, torch.Tensor], out_dir: str | Path,
     generator = torch.Generator().manual_seed(cfg.seed)
     step, log = 0, []
     ckpt = out_dir / "checkpoint.pt"
-    if ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
+    state = files.load_torch(ckpt, "Medusa training")  # the newest that loads: the file, then its previous version
+    if state is not None:
         for name in heads:
             heads[name].load_state_dict(state["heads"][name])
             optims[name].load_state_dict(state["optims"][name])
@@ -137,9 +139,9 @@ def train_heads(target, streams: dict[str, torch.Tensor], out_dir: str | Path,
     start = time.monotonic()
 
     def save() -> None:
-        torch.save({"step": step, "heads": {n: h.state_dict() for n, h in heads.items()},
-                    "optims": {n: o.state_dict() for n, o in optims.items()}, "generator": generator.get_state(),
-                    "log": log, "config": asdict(cfg)}, ckpt)
+        files.save_torch({"step": step, "heads": {n: h.state_dict() for n, h in heads.items()},
+                          "optims": {n: o.state_dict() for n, o in optims.items()}, "generator": generator.get_state(),
+                          "log": log, "config": asdict(cfg)}, ckpt, keep_previous=True)
 
     weights = torch.tensor([cfg.decay**k for k in range(cfg.num_heads)], device=device)
     bar = tqdm(total=cfg.steps, initial=step, desc="medusa heads")

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from framework import files
 from framework.text import tokenizer_of
 from proposers.rest_sources import TextSource, text_source
 from proposers.suffix_array import match_range, suffix_array
@@ -135,7 +136,7 @@ class Datastore:
         folder.mkdir(parents=True, exist_ok=True)
         np.save(folder / "tokens.npy", self.tokens)
         np.save(folder / "suffix_array.npy", self.suffix_array)
-        (folder / "meta.json").write_text(json.dumps(meta, indent=2))
+        files.write_json(folder / "meta.json", meta)
 
     @classmethod
     def load(cls, folder: Path, meta: dict) -> "Datastore":

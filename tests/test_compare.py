@@ -172,3 +172,14 @@ def test_a_lossy_method_fails_its_check(tmp_path, monkeypatch):
     monkeypatch.setattr(compare, "first_tokens", shifted)
     result = compare.run(load(tmp_path, "experiment.methods=[tiny_draft]", "experiment.samplings=[t1]"))
     assert result["rows"][0]["lossless_check"] == "FAIL" and result["rows"][0]["check_p"] < 1e-3
+
+
+def test_a_record_cut_off_by_a_kill_is_made_again(tmp_path):
+    """A half-written last line of records.jsonl crashed the rerun; now it is dropped, said, and redone."""
+    path = tmp_path / "records.jsonl"
+    path.write_text(json.dumps({"id": "run/a", "key": "k", "seconds": 1.0}) + "\n" + '{"id": "run/b", "key": "k", "sec')
+    with pytest.warns(UserWarning, match="last line was cut off"):
+        stored = compare.Records(path, "k")
+    assert set(stored.done) == {"run/a"}
+    stored.add({"id": "run/b", "seconds": 2.0})
+    assert set(compare.Records(path, "k").done) == {"run/a", "run/b"}

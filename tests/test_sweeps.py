@@ -134,7 +134,7 @@ def test_a_crashed_job_is_a_row_with_its_error(tmp_path, capsys):
 
     merge([str(sweep)])
     printed = capsys.readouterr().out
-    assert "| 2 | none | b |  | no result.json" in printed and "3 jobs, 2 with an error" in printed
+    assert "| 2 | none | b |  | no result.json" in printed and "3 jobs, 2 with an error, 0 never started" in printed
     with (sweep / "sweep.csv").open() as f:
         written = list(csv.DictReader(f))
     assert [r["job"] for r in written] == ["0", "2", "10"]
@@ -151,3 +151,28 @@ def test_a_folder_without_jobs_is_named(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         merge([str(tmp_path / "missing")])
     assert exit_.value.code == 2 and "not a folder" in capsys.readouterr().err
+
+
+def test_jobs_a_killed_sweep_never_started_are_rows(tmp_path, capsys):
+    """A 6-job sweep killed after 3 was "3 jobs, 0 with an error": the plan in multirun.yaml names the rest."""
+    sweep = tmp_path / "sweep"
+    plan = {"hydra": {"sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "params": None},
+                      "overrides": {"task": ["proposer=tiny_draft,none", "max_new_tokens=4,8,16"]}}}
+    sweep.mkdir()
+    OmegaConf.save(OmegaConf.create(plan), sweep / "multirun.yaml")
+    for n, job in enumerate([["proposer=tiny_draft", "max_new_tokens=4"], ["proposer=tiny_draft", "max_new_tokens=8"],
+                             ["proposer=tiny_draft", "max_new_tokens=16"]]):
+        fake_job(sweep / str(n), job, json.dumps({"speedup": 1.0, "overrides": job}))
+    rows = collect(sweep)
+    missing = [(r["proposer"], r["max_new_tokens"]) for r in rows if r.get("error", "").startswith("never started")]
+    assert missing == [("none", 4), ("none", 8), ("none", 16)] and len(rows) == 6
+    merge([str(sweep)])
+    assert "6 jobs, 0 with an error, 3 never started" in capsys.readouterr().out
+
+
+def test_a_result_written_by_another_job_is_named(tmp_path):
+    """Two runs sharing a folder used to leave one's figures under the other's overrides."""
+    fake_job(tmp_path / "0", ["proposer=none"], json.dumps({"speedup": 2.0, "overrides": ["proposer=tiny_draft"]}))
+    (row,) = collect(tmp_path)
+    assert "written by a job with the overrides ['proposer=tiny_draft']" in row["error"]
+

@@ -12,11 +12,13 @@ A draft is fitted to its teacher instead: the T that minimises KL(teacher law ||
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import torch
 import transformers
 
+from framework import files
 from framework.zoo.train import fixed_windows
 
 TEMPERATURES = tuple(round(1.0 + 0.05 * i, 2) for i in range(-2, 15))  # 0.90 .. 1.70
@@ -67,7 +69,8 @@ def calibrate(model, stream: torch.Tensor, block_size: int = 1024, teacher=None)
 
 def calibrate_checkpoint(folder: str | Path, stream: torch.Tensor, block_size: int = 1024,
                          teacher_folder: str | Path | None = None) -> dict:
-    """calibrate() on a saved checkpoint, rewritten in place (same dtype), with calibration.json beside it."""
+    """calibrate() on a saved checkpoint, rewritten (same dtype) with calibration.json beside it: the folder is
+    swapped whole, so a kill leaves the checkpoint as it was or calibrated, never half written."""
     folder = Path(folder)
     saved_dtype = json.loads((folder / "config.json").read_text()).get("dtype") or "float32"  # as committed
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
@@ -76,6 +79,8 @@ def calibrate_checkpoint(folder: str | Path, stream: torch.Tensor, block_size: i
         teacher = transformers.AutoModelForCausalLM.from_pretrained(teacher_folder, dtype=torch.float32).eval()
     fit = calibrate(model, stream, block_size, teacher)
     model.to(getattr(torch, saved_dtype))
-    model.save_pretrained(folder)
-    (folder / "calibration.json").write_text(json.dumps({**fit, "teacher": teacher_folder and str(teacher_folder)}, indent=1))
+    with files.replacing_folder(folder) as temporary:
+        shutil.copytree(folder, temporary, dirs_exist_ok=True)  # the tokenizer and the rest, then the new weights
+        model.save_pretrained(temporary)
+        files.write_json(temporary / "calibration.json", {**fit, "teacher": teacher_folder and str(teacher_folder)}, indent=1)
     return fit

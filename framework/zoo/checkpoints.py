@@ -7,11 +7,13 @@ with the repository), so `target.path=target` and `target.path=/data/my-llama` b
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import torch
 import transformers
 
+from framework import files
 from framework.zoo.tokenizer import load_tokenizer
 
 EMBEDDED = Path(__file__).resolve().parents[2] / "experiments" / "zoo"  # folders: target, draft
@@ -49,9 +51,14 @@ def load_causal_lm(path: str | Path, dtype: str = "float32", device: str = "cpu"
 
 
 def export_checkpoint(source: str | Path, destination: str | Path, dtype: str = "bfloat16") -> Path:
-    """A copy of a checkpoint (weights in `dtype`, config, tokenizer) for committing: bf16 halves the size."""
+    """A copy of a checkpoint (weights in `dtype`, config, tokenizer, calibration.json) for committing: bf16
+    halves the size. The destination folder is swapped in whole."""
     model = load_causal_lm(source, dtype=dtype)
     destination = Path(destination)
-    model.save_pretrained(str(destination))
-    load_tokenizer(model.config.name_or_path).save_pretrained(str(destination))
+    with files.replacing_folder(destination) as temporary:
+        model.save_pretrained(str(temporary))
+        load_tokenizer(model.config.name_or_path).save_pretrained(str(temporary))
+        calibration = Path(model.config.name_or_path) / "calibration.json"
+        if calibration.is_file():
+            shutil.copy2(calibration, temporary / calibration.name)
     return destination

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from framework import files
 from framework.zoo.train import random_windows
 
 
@@ -42,6 +43,8 @@ def cached_continuations(target, stream: torch.Tensor, root: Path, name: str, g,
     """The target's continuations of `sequences` prompts from `stream` (settings g: prompt_tokens,
     new_tokens, temperatures, batch), made once into root."""
     cache = Path(root) / f"continuations_{name}_{sequences}x{g.prompt_tokens}+{g.new_tokens}.pt"
-    if not cache.exists():
-        torch.save(self_generated(target, stream, sequences, g.prompt_tokens, g.new_tokens, tuple(g.temperatures), g.batch), cache)
-    return torch.load(cache)
+    made = files.load_torch(cache, "cached continuations")
+    if made is None:  # absent, or unreadable (moved aside): made again
+        made = self_generated(target, stream, sequences, g.prompt_tokens, g.new_tokens, tuple(g.temperatures), g.batch)
+        files.save_torch(made, cache)
+    return made

@@ -11,15 +11,20 @@
   "heldout" is scored too, for the record only.
 - Resumable: every `save_every` steps (and when `time_limit_s` runs out) a checkpoint folder
   step_XXXXXXX/ is written under <out_dir>/checkpoints (config + safetensors + tokenizer, plus
-  trainer_state.pt). A later call with the same out_dir continues from the newest one. Batches
-  are drawn by a generator seeded with (seed, step), so a resumed run sees the same batches.
+  trainer_state.pt), built under a temporary name and renamed whole (framework/files.py): a kill
+  mid-save leaves the checkpoints before it as they were. A later call with the same out_dir continues
+  from the newest one that loads (one that does not is named and moved aside). Batches are drawn by a
+  generator seeded with (seed, step), so a resumed run sees the same batches. best/ and final/ are
+  swapped in whole too. One training per out_dir at a time (a second is refused).
 """
 
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +32,8 @@ from pathlib import Path
 import torch
 import transformers
 from tqdm.auto import tqdm
+
+from framework import files
 
 
 @dataclass
@@ -129,21 +136,50 @@ def eval_loss(model, blocks: torch.Tensor, batch_size: int, bf16: bool) -> float
     return sum(losses) / len(losses)
 
 
+def checkpoints(out_dir: Path) -> list[Path]:
+    """<out_dir>/checkpoints/step_XXXXXXX, oldest first (never a temporary or set-aside name)."""
+    folder = out_dir / "checkpoints"
+    return sorted(p for p in folder.glob("step_*") if re.fullmatch(r"step_\d+", p.name)) if folder.is_dir() else []
+
+
 def latest_checkpoint(out_dir: Path) -> Path | None:
-    found = sorted((out_dir / "checkpoints").glob("step_*"))
-    found = [p for p in found if (p / "trainer_state.pt").exists()]  # skip one cut off mid-save
+    found = checkpoints(out_dir)
     return found[-1] if found else None
 
 
+def load_checkpoint(path: Path):
+    """(model, trainer state) of one checkpoint folder; raises if any part of it is missing or unreadable."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return model, torch.load(path / "trainer_state.pt", weights_only=False)
+
+
+def newest_loadable(out_dir: Path):
+    """(model, trainer state) of the newest checkpoint that loads, or None. One that does not (cut off by a
+    kill under an older version, or damaged) is named and moved aside, and the one before it is tried."""
+    for path in reversed(checkpoints(out_dir)):
+        try:
+            return load_checkpoint(path)
+        except Exception as error:  # noqa: BLE001 - any part unreadable: the checkpoint is unusable
+            aside = path.with_name(path.name + ".unreadable")
+            shutil.rmtree(aside, ignore_errors=True)
+            path.rename(aside)
+            warnings.warn(f"{path} could not be loaded ({type(error).__name__}: {error}); moved to {aside.name}, "
+                          "resuming from the one before", stacklevel=2)
+    return None
+
+
 def save_model(path: Path, model, tokenizer) -> None:
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    """A model folder, swapped in whole."""
+    with files.replacing_folder(path) as temporary:
+        model.save_pretrained(temporary)
+        tokenizer.save_pretrained(temporary)
 
 
 def save_checkpoint(path: Path, model, tokenizer, optimizer, state: dict) -> None:
-    save_model(path, model, tokenizer)
-    # written last: its presence marks the checkpoint complete
-    torch.save({"optimizer": optimizer.state_dict(), **state}, path / "trainer_state.pt")
+    with files.replacing_folder(path) as temporary:
+        model.save_pretrained(temporary)
+        tokenizer.save_pretrained(temporary)
+        torch.save({"optimizer": optimizer.state_dict(), **state}, temporary / "trainer_state.pt")
 
 
 def save_or_stop(step: int, cfg, save: Callable[[], None], start: float) -> bool:
@@ -171,11 +207,19 @@ def train(model_config: Callable[[int], transformers.PretrainedConfig], tokenize
     `teacher` (a causal LM on the same tokenizer) switches the loss to distillation.
     Returns <out_dir>/final, or None when `time_limit_s` ran out first (call again to resume).
     """
-    out_dir, device, started = Path(out_dir), resolve_device(cfg.device), time.monotonic()
-    resume = latest_checkpoint(out_dir)
+    out_dir = Path(out_dir)
+    with files.exclusive(out_dir, "zoo training"):
+        return _train(model_config, tokenizer, streams, out_dir, cfg, teacher)
+
+
+def _train(model_config, tokenizer, streams, out_dir: Path, cfg: TrainConfig, teacher) -> Path | None:
+    device, started = resolve_device(cfg.device), time.monotonic()
+    for folder in ("best", "final"):
+        files.recover_folder(out_dir / folder)  # a kill between a swap's two renames
+    resume = newest_loadable(out_dir)
     torch.manual_seed(cfg.seed)
     if resume is not None:
-        model = transformers.AutoModelForCausalLM.from_pretrained(resume, dtype=torch.float32)
+        model, saved = resume
     else:
         model = transformers.AutoModelForCausalLM.from_config(model_config(len(tokenizer)), dtype=torch.float32)
     model.to(device).train()
@@ -187,7 +231,6 @@ def train(model_config: Callable[[int], transformers.PretrainedConfig], tokenize
                                    {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
     state = {"step": 0, "history": [], "best_valid": math.inf, "best_step": None, "skipped": 0}
     if resume is not None:
-        saved = torch.load(resume / "trainer_state.pt", weights_only=False)
         optimizer.load_state_dict(saved.pop("optimizer"))
         state.update(saved)
 
@@ -227,13 +270,13 @@ def train(model_config: Callable[[int], transformers.PretrainedConfig], tokenize
         bar.update(1)
         if step % cfg.save_every == 0 or step == cfg.steps:
             save_checkpoint(out_dir / "checkpoints" / f"step_{step:07d}", model, tokenizer, optimizer, state)
-            for old in sorted((out_dir / "checkpoints").glob("step_*"))[: -cfg.keep_checkpoints]:
+            for old in checkpoints(out_dir)[: -cfg.keep_checkpoints]:  # only once the new one is whole
                 shutil.rmtree(old)
     bar.close()
     final = out_dir / "final"
-    shutil.rmtree(final, ignore_errors=True)
     if (out_dir / "best").is_dir():
-        shutil.copytree(out_dir / "best", final)
+        with files.replacing_folder(final) as temporary:
+            shutil.copytree(out_dir / "best", temporary, dirs_exist_ok=True)
     else:
         save_model(final, model, tokenizer)
     return final
