@@ -25,6 +25,15 @@ ARCHITECTURES = {
 }
 
 
+def sizes_stated(**sizes) -> None:
+    """Random-weight parts take the sizes of a tiny_* target (`${oc.select:target.vocab_size,null}` in their
+    configs): composed with a target that states none (the zoo's, a checkpoint loaded by path) they are None."""
+    missing = [name for name, value in sizes.items() if value is None]
+    if missing:
+        raise ValueError(f"{', '.join(missing)} not given: tiny_* proposers read the sizes of a tiny_* target "
+                         "(target=tiny_llama, ...), and this target states none; pair tiny_* with tiny_*, zoo_* with zoo_*")
+
+
 def tiny_random_model(
     arch: str = "llama",
     vocab_size: int = 64,
@@ -37,6 +46,7 @@ def tiny_random_model(
     dtype: str = "float32",
     init_std: float | None = None,
 ):
+    sizes_stated(vocab_size=vocab_size, max_positions=max_positions)
     if arch not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {arch!r} (have {sorted(ARCHITECTURES)})")
     config = ARCHITECTURES[arch](vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, max_positions)

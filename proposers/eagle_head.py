@@ -22,6 +22,7 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
+from framework.models import sizes_stated
 from framework.tree_attention import ATTENTION_NAME
 from proposers.head_files import read_head, save_head
 
@@ -143,6 +144,7 @@ def random_head(hidden_size: int, vocab_size: int, target_num_layers: int, targe
                 num_kv_heads: int = 1, intermediate_size: int = 32, seed: int = 0, scale: float = 1.0,
                 dtype: str = "float32", searched: dict | None = None) -> EagleHead:
     """A random-weight head for the tiny random targets of tests and configs (weights ~ N(0, scale^2 / fan_in))."""
+    sizes_stated(hidden_size=hidden_size, vocab_size=vocab_size, target_num_layers=target_num_layers)
     generator = torch.Generator().manual_seed(seed)
     head = EagleHead(EagleConfig(hidden_size, vocab_size, target_num_layers, tuple(target_layers), num_heads,
                                  num_kv_heads, intermediate_size), searched)

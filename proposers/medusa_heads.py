@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from framework.models import sizes_stated
 from proposers.head_files import head_folder, read_head, save_head
 
 CONFIG_FILE, WEIGHTS_FILE, TREE_FILE = "medusa_config.json", "medusa_heads.safetensors", "medusa_tree.json"
@@ -108,6 +109,7 @@ def load_choices(path: str | Path) -> list[tuple[int, ...]]:
 def random_heads(hidden_size: int, vocab_size: int, num_heads: int = 4, num_blocks: int = 1, seed: int = 0,
                  scale: float = 1.0, dtype: str = "float32") -> MedusaHeads:
     """Random-weight heads (every weight ~ N(0, scale^2 / fan_in)), for the tiny random targets of tests and configs."""
+    sizes_stated(hidden_size=hidden_size, vocab_size=vocab_size)
     generator = torch.Generator().manual_seed(seed)
     heads = MedusaHeads(MedusaConfig(hidden_size, vocab_size, num_heads, num_blocks))
     for p in heads.parameters():

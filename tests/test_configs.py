@@ -48,7 +48,7 @@ def check_proposer(factory, cfg) -> None:
         return
     assert isinstance(factory, partial), "a proposer config builds a factory (_partial_: true)"
     proposer = factory()
-    for role in ("prefill", "propose", "commit", "expand"):
+    for role in ("prefill", "propose", "commit", "select"):
         assert callable(getattr(proposer, role, None)), f"{type(proposer).__name__} lacks {role}()"
     model = instantiate(cfg.target)
     proposer.prefill(encode_prompt(cfg.prompt, tokenizer_of(model)), HFTarget(model))  # checks vocabulary, device, dtype
@@ -226,3 +226,11 @@ def test_the_check_runs_the_configured_verifier(tmp_path):
     assert rows and not any(row["passed"] for row in rows)
     rows = check_exact(load(*TINY, "verifier=block", *quick, config_name="check"))
     assert rows and all(row["passed"] for row in rows)
+
+
+@pytest.mark.parametrize("proposer", ["tiny_draft", "tiny_eagle", "tiny_medusa"])
+def test_a_tiny_proposer_on_the_zoo_target_says_what_to_pair(proposer):
+    """They read target.vocab_size and the like, which the zoo target does not state: an interpolation error
+    named no pairing; now the builder says which sizes are missing and what goes with what."""
+    with pytest.raises(Exception, match="not given: tiny_\\* proposers read the sizes of a tiny_\\* target"):
+        instantiate(load(f"proposer={proposer}").proposer)
