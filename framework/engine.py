@@ -164,9 +164,8 @@ class Decoder:
         if side is not None:
             self.proposer.observe_side(out.side_logits)
         if self.proposer is not None:  # in the proposer's own node indices: the nodes cut away are still in its tree
-            self.proposer.commit(result if kept is None else
-                                 Verification(result.tokens, result.num_accepted, torch.where(result.path >= 0, kept.to(
-                                     result.path.device)[result.path.clamp_min(0)], -1)))
+            own = result.path if kept is None else torch.where(result.path >= 0, kept.to(result.path.device)[result.path.clamp_min(0)], -1)
+            self.proposer.commit(Verification(result.tokens, result.num_accepted, own))
         emitted = result.tokens
         root = emitted.gather(1, result.num_accepted[:, None]).squeeze(1)  # recovered/bonus, or -1 after EOS
         root = torch.where(root >= 0, root, self.eos_token_id if self.eos_token_id is not None else 0)
@@ -181,7 +180,6 @@ class Decoder:
         t4 = _clock(device)
         self.stats.steps.append(StepStats(result.num_accepted, t1 - t0, t2 - t1, t3 - t2, t4 - t3, tree.num_nodes, self.rows))
         return emitted
-
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep the batch rows `rows` [B'] (those still decoding), in that order: the target's KV, the
@@ -260,10 +258,9 @@ def generate(
         return GenerationOutput(out, decoder.stats)
     count = torch.zeros(B, dtype=torch.long)
     done = torch.zeros(B, dtype=torch.bool)
-    live = torch.arange(B)  # the batch's rows still decoding, as rows of input_ids
 
-    def emit(tokens: torch.Tensor) -> None:  # tokens [B', K], -1 padded: one row per live row
-        for row, b in enumerate(live.tolist()):
+    def emit(tokens: torch.Tensor) -> None:  # tokens [B', K], -1 padded: one per row still in the batch
+        for row, b in enumerate(decoder.rows.tolist()):
             for t in tokens[row].tolist():
                 if done[b] or t < 0:
                     break
@@ -273,10 +270,8 @@ def generate(
 
     emit(decoder.prefill(input_ids)[:, None].cpu())
     while not bool(done.all()):
-        if bool(done[live].any()):  # finished rows leave the batch
-            still = (~done[live]).nonzero().flatten()
-            decoder.select(still)
-            live = live[still]
-        wanted = int((max_new_tokens - count)[live].max()) - 1  # drafts past the budget would be thrown away
+        if bool(done[decoder.rows].any()):  # finished rows leave the batch
+            decoder.select((~done[decoder.rows]).nonzero().flatten())
+        wanted = int((max_new_tokens - count)[decoder.rows].max()) - 1  # drafts past the budget would be thrown away
         emit(decoder.step(wanted).cpu())
     return GenerationOutput(out, decoder.stats)

@@ -26,6 +26,14 @@ def _requests_and_positions(counts: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return request, torch.arange(request.numel(), device=counts.device) - starts[request]
 
 
+def depth_caps(max_depth, batch_size: int, device) -> torch.Tensor:
+    """max_depth (an int, or one per request) -> [B] the deepest node each request may keep."""
+    cap = torch.as_tensor(max_depth, device=device).reshape(-1)
+    if cap.dtype.is_floating_point or cap.dtype == torch.bool or cap.numel() not in (1, batch_size) or bool((cap < 0).any()):
+        raise ValueError(f"max_depth must be an integer >= 0, or one per request ({batch_size}), got {max_depth}")
+    return cap.long().expand(batch_size)
+
+
 def check_counts(counts: torch.Tensor, total: int) -> None:
     """The offsets must add up: without it no field can be split into requests."""
     if counts.dim() != 1:
@@ -208,10 +216,7 @@ class RaggedTrees:
             raise ValueError("within_depth: the bonus tokens were drawn at the leaves that a cut would drop")
         device = self.draft_token_ids.device
         request = self.request_of()
-        cap = torch.as_tensor(max_depth, device=device).long().reshape(-1)
-        if cap.numel() not in (1, self.batch_size) or bool((cap < 0).any()):
-            raise ValueError(f"max_depth must be an int >= 0 or [B] = [{self.batch_size}] of them, got {max_depth}")
-        cap = cap.expand(self.batch_size)
+        cap = depth_caps(max_depth, self.batch_size, device)  # [B]
         node_depth = self.global_depths()[self.global_ids()]  # [T]
         kept = node_depth <= cap[request]  # [T]
         counts = torch.zeros_like(self.num_draft_tokens).index_add_(0, request[kept], torch.ones_like(request[kept]))

@@ -62,27 +62,32 @@ train_heads(target, streams, OUT, cfg)
 """
 
 
-def medusa_state(folder: Path) -> dict:
-    return torch.load(folder / "checkpoint.pt", weights_only=False)
+def killed_then_resumed(body: str, tmp_path: Path, die_at_save: int) -> tuple[Path, Path]:
+    """`body` (writing to OUT) killed at its Nth save, then run again to the end; and run uninterrupted, here
+    (one process less). Returns the two output folders."""
+    killed_dir, clean_dir = tmp_path / "killed", tmp_path / "clean"
+    killed = run_child(body.replace("OUT", repr(str(killed_dir))), die_at_save)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    resumed = run_child(body.replace("OUT", repr(str(killed_dir))))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    exec(body.replace("OUT", repr(str(clean_dir))), {})
+    return killed_dir, clean_dir
 
 
-def assert_same_training(resumed: dict, clean: dict, models: str) -> None:
-    assert [row["step"] for row in resumed["log"]] == [row["step"] for row in clean["log"]]
-    for name in clean[models]:
-        for key, value in clean[models][name].items():
-            assert torch.equal(resumed[models][name][key], value), (name, key)
+def assert_same_checkpoint(killed_dir: Path, clean_dir: Path, models: str) -> None:
+    """The same steps logged and the same weights (every tensor of the `models` entry, nested one level or not)."""
+    killed, clean = (torch.load(folder / "checkpoint.pt", weights_only=False) for folder in (killed_dir, clean_dir))
+    assert [row["step"] for row in killed["log"]] == [row["step"] for row in clean["log"]]
+    flat = lambda state: {f"{k}.{n}": t for k, v in state.items() for n, t in v.items()} if all(  # noqa: E731
+        isinstance(v, dict) for v in state.values()) else state
+    got, want = flat(killed[models]), flat(clean[models])
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
 
 
 @pytest.mark.parametrize("die_at_save", [3] + [pytest.param(n, marks=pytest.mark.slow) for n in (1, 6)])
 def test_medusa_training_killed_mid_save_resumes_to_the_same_heads(tmp_path, die_at_save):
     """Saved in place, a kill mid-save left a torn checkpoint.pt: all progress lost, every rerun crashed."""
-    body = MEDUSA.replace("OUT", repr(str(tmp_path / "killed")))
-    killed = run_child(body, die_at_save)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    resumed = run_child(body)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    exec(MEDUSA.replace("OUT", repr(str(tmp_path / "clean"))), {})  # the uninterrupted run, here: one process less
-    assert_same_training(medusa_state(tmp_path / "killed"), medusa_state(tmp_path / "clean"), "heads")
+    assert_same_checkpoint(*killed_then_resumed(MEDUSA, tmp_path, die_at_save), "heads")
 
 
 EAGLE = """
@@ -103,15 +108,7 @@ train_head(target, head, streams, OUT, cfg)
 @pytest.mark.slow
 @pytest.mark.parametrize("die_at_save", [2, 5])
 def test_eagle_training_killed_mid_save_resumes_to_the_same_head(tmp_path, die_at_save):
-    body = EAGLE.replace("OUT", repr(str(tmp_path / "killed")))
-    assert run_child(body, die_at_save).returncode == -signal.SIGKILL
-    resumed = run_child(body)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert run_child(EAGLE.replace("OUT", repr(str(tmp_path / "clean")))).returncode == 0
-    killed, clean = (torch.load(tmp_path / f / "checkpoint.pt", weights_only=False) for f in ("killed", "clean"))
-    assert [row["step"] for row in killed["log"]] == [row["step"] for row in clean["log"]]
-    for key, value in clean["head"].items():
-        assert torch.equal(killed["head"][key], value), key
+    assert_same_checkpoint(*killed_then_resumed(EAGLE, tmp_path, die_at_save), "head")
 
 
 ZOO = """
@@ -138,15 +135,11 @@ print(train(config, tokenizer, streams, OUT, cfg))
 @pytest.mark.parametrize("die_at_save", [1, 2, 4, 7])  # the model's weights or the trainer state, of a checkpoint or of best/
 def test_zoo_training_killed_mid_save_resumes_to_the_same_model(tmp_path, die_at_save):
     """It treated the existence of trainer_state.pt as a complete checkpoint and resumed from a torn one."""
-    body = ZOO.replace("OUT", repr(str(tmp_path / "killed")))
-    assert run_child(body, die_at_save).returncode == -signal.SIGKILL
-    resumed = run_child(body)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert run_child(ZOO.replace("OUT", repr(str(tmp_path / "clean")))).returncode == 0
     from safetensors.torch import load_file
 
+    killed_dir, clean_dir = killed_then_resumed(ZOO, tmp_path, die_at_save)
     for part in ("final", "checkpoints/step_0000004"):
-        killed, clean = (load_file(tmp_path / f / part / "model.safetensors") for f in ("killed", "clean"))
+        killed, clean = (load_file(folder / part / "model.safetensors") for folder in (killed_dir, clean_dir))
         assert killed.keys() == clean.keys() and all(torch.equal(killed[k], clean[k]) for k in clean), part
     leftovers = [p.name for p in (tmp_path / "killed" / "checkpoints").iterdir()]
     assert sorted(leftovers) == ["step_0000003", "step_0000004"], leftovers  # no temporary or torn folder left

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from framework.ragged_tree import depth_caps
 from framework.tree import integers
 
 
@@ -51,7 +52,7 @@ def order_links(first_child, next_sibling, max_depth=None) -> LinkedOrder:
     """first_child, next_sibling [B, S] (slot 0 = the root) -> LinkedOrder.
 
     max_depth: an int or [B]: no kept node deeper than it (the engine's num_speculative_tokens)."""
-    first_child = integers("first_child", first_child, None if not isinstance(first_child, torch.Tensor) else first_child.device)
+    first_child = integers("first_child", first_child)
     next_sibling = integers("next_sibling", next_sibling, first_child.device)
     _check_links(first_child, next_sibling)
     B, S = first_child.shape
@@ -78,11 +79,7 @@ def order_links(first_child, next_sibling, max_depth=None) -> LinkedOrder:
     keep = reached.clone()
     keep[:, 0] = False  # the root is no node
     if max_depth is not None:
-        cap = torch.as_tensor(max_depth, device=device).long().reshape(-1, 1) if not isinstance(max_depth, int) \
-            else torch.full((B, 1), max_depth, dtype=torch.long, device=device)
-        if cap.shape[0] not in (1, B) or bool((cap < 0).any()):
-            raise ValueError(f"max_depth must be an int >= 0 or [B] = [{B}] of them, got {tuple(cap.shape)}")
-        keep &= depth <= cap
+        keep &= depth <= depth_caps(max_depth, B, device)[:, None]
     # Breadth-first: by depth, then the parent's place, then the sibling rank. A node's key needs its
     # parent's place, known once the level above is placed: one stable sort per level.
     place = torch.full((B, S), -1, dtype=torch.long, device=device)  # node index of each kept slot
