@@ -32,7 +32,7 @@ from framework.harness.real import (
     statistical_check,
     teacher_forced_law,
 )
-from framework.harness.stats import sample_size_for_tv
+from framework.harness.stats import sample_size_for_law
 from framework.text import encode_prompt, tokenizer_of
 from experiments.run import verifier_of
 from verifiers import typical_verifier
@@ -64,23 +64,32 @@ def check_statistical(cfg: DictConfig) -> list[dict]:
     s = cfg.experiment.statistical
     target, make = instantiate(cfg.target), instantiate(cfg.proposer)
     prompt = encode_prompt(cfg.prompt, tokenizer_of(target))  # [1, L]
-    n = sample_size_for_tv(s.tv)
     rows = []
 
     laws = {}  # sampling name -> the target's teacher-forced law, computed once
 
-    def g(name, n, seed, **kw):
-        sampling = instantiate(s.samplings[name])
+    def law_of(name):
         if name not in laws:
-            laws[name] = teacher_forced_law(target, prompt, s.depth, sampling, min_prob=s.min_prob)
+            laws[name] = teacher_forced_law(target, prompt, s.depth, instantiate(s.samplings[name]), min_prob=s.min_prob)
+        return laws[name]
+
+    def g(name, n, seed, **kw):
         kw.setdefault("verifier", verifier_of(cfg))
-        return statistical_check(target, make, prompt, sampling, n, s.depth, seed, s.batch, law=laws[name], **kw)
+        return statistical_check(target, make, prompt, instantiate(s.samplings[name]), n, s.depth, seed, s.batch,
+                                 law=law_of(name), **kw)
+
+    def sized(name, tv):  # N with power 0.9 against a TV error `tv` at the cells this law's test will have
+        return sample_size_for_law(law_of(name), tv, s.alpha)[0]
 
     for name in s.samplings:
+        n = sized(name, s.tv)
         result = g(name, n, cfg.seed)
         rows.append({"check": "statistical", "setting": f"{name} N={n}", "passed": result.passes(s.alpha),
-                     "detail": f"G={result.test.statistic:.1f} dof={result.test.dof} p={result.test.p_value:.3g}"})
-    null_n = sample_size_for_tv(s.null_tv)
+                     "detail": f"G={result.test.statistic:.1f} dof={result.test.dof} p={result.test.p_value:.3g} "
+                               f"power(TV {s.tv})={result.test.power(s.tv, s.alpha):.2f} (on its cells; "
+                               f"mass pooled into one: {result.test.lumped:.3f})"})
+    n = sized("t1", s.tv)
+    null_n = sized("t1", s.null_tv)
     rejected = sum(not g("t1", null_n, cfg.seed + 1 + r).passes(0.05) for r in range(s.null_repeats))
     bound = max(3, int(0.05 * s.null_repeats + 3 * (0.05 * 0.95 * s.null_repeats) ** 0.5 + 1))
     rows.append({"check": "statistical", "setting": f"null bracket {s.null_repeats} x N={null_n}",

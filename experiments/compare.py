@@ -43,7 +43,6 @@ from experiments.first_token import first_tokens, plot, summarise
 from experiments.run import torch_threads, verifier_of
 from framework import files
 from framework.engine import generate
-from framework.harness.stats import detectable_tv
 from framework.sampling import SamplingConfig
 from framework.target import HFTarget
 from framework.text import encode_prompt, tokenizer_of
@@ -195,7 +194,7 @@ def lossless_checks(cfg: DictConfig, plan: Plan, model, records: Records, out: P
                 stats = summarise(result["counts"], result["target"])
                 plot(result, check.top, out / f"first_token_{method}_{sampling}.png",
                      f"{method} ({sampling}): first token, N={stats['samples']:,}; G-test p={stats['g_test_p']:.3f}")
-                record = {"samples": stats["samples"], "detectable_tv": detectable_tv(stats["samples"]),
+                record = {"samples": stats["samples"], "detectable_tv": stats["detectable_tv"],
                           "g_test_p": stats["g_test_p"], "passes": stats["g_test_passes"]}
             except Exception as error:  # noqa: BLE001
                 record = {"error": f"{type(error).__name__}: {error}"}

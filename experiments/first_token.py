@@ -86,7 +86,8 @@ def summarise(counts: torch.Tensor, target: torch.Tensor) -> dict:
                   {(i,): float(p) for i, p in enumerate(target.tolist()) if p > 0})
     return {"samples": int(n), "deviation_std": float(deviation[support].std()),
             "multinomial_std": float(noise[support].pow(2).mean().sqrt()),
-            "outside_support": int(counts[~support].sum()), "g_test_p": test.p_value, "g_test_passes": test.passes(1e-3)}
+            "outside_support": int(counts[~support].sum()), "g_test_p": test.p_value, "g_test_passes": test.passes(1e-3),
+            "g_test_dof": test.dof, "detectable_tv": test.detectable_tv()}  # the TV it detects with power 0.9
 
 
 def plot(result: dict, top: int, path: Path, title: str) -> None:

@@ -1,9 +1,13 @@
 """Mutation suite: plant each known bug, run the exact harness, and demand that it is caught.
 
-The verifier's and the pipeline's bugs run on the exact matrix (toy tables); the target adapter's
-(positions, KV commit, side rows) on their witness through the real loop.
+Two kinds. The exact matrix's mutants (framework/harness/mutants.py) swap one part of the pipeline on toy
+tables: the verification rules' bugs are subclasses of the production rules ("production"), a few live in
+the matrix's own toy loop ("harness"). The loop's mutants (framework/harness/loop_mutants.py) plant a bug in
+code users run (target adapter, attention, sampling law, draft model, decoder, the path handed to the KV
+commit) and run the exact law through the real loop. Each row says where the bug lives and the TV its
+witness measures, against the mutant's own clean rule.
 
-    python -m experiments.mutants          # exits non-zero if a bug survives or the clean verifier fails
+    python -m experiments.mutants          # exits non-zero if a bug survives or a clean witness fails
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ import argparse
 import sys
 
 from framework.harness.cases import exact_cases
+from framework.harness.loop_mutants import loop_mutants
 from framework.harness.mutants import mutants
 from framework.harness.report import mutants_table, run_case, run_mutant
-from framework.harness.target_mutants import target_mutants
-from framework.target import HFTarget
+
+CAUGHT_ABOVE = 1e-6  # a witness's TV under the bug; the clean code's is <= 1e-9
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,16 +32,19 @@ def main(argv: list[str] | None = None) -> int:
     results = [run_mutant(m, cases, stop_when_caught=not args.full) for m in mutants()]
     print(mutants_table(results))
     survivors = [r.mutant.name for r in results if not r.caught]
-    print("\n| target adapter bug | TV (clean adapter) | TV (with the bug) | caught |\n|---|---|---|---|")
-    for m in target_mutants():
-        clean, buggy = m.witness(HFTarget), m.witness(m.target)
-        caught = clean <= 1e-9 and buggy > 1e-6
-        print(f"| {m.name}: {m.bug} | {clean:.1e} | {buggy:.2e} | {'yes' if caught else 'NO'} |")
+    print("\n| loop bug | lives in | witness | TV (clean code) | TV (with the bug) | caught |\n|---|---|---|---|---|---|")
+    for m in loop_mutants():
+        clean, buggy = m.tvs()
+        caught = clean <= 1e-9 and buggy > CAUGHT_ABOVE
+        case = m.witness
+        print(f"| {m.name}: {m.bug} | {m.where} | {case.proposer or 'proposer factory'}, D = {case.depth} | {clean:.1e} | "
+              f"{buggy:.2e} | {'yes' if caught else 'NO'} |")
         if not caught:
             survivors.append(m.name)
-    total = len(results) + len(target_mutants())
+    total = len(results) + len(loop_mutants())
+    production = sum(r.mutant.where == "production" for r in results) + len(loop_mutants())
     print(f"\nclean verifier: {len(cases) - len(clean_failures)}/{len(cases)} cases pass")
-    print(f"mutants caught: {total - len(survivors)}/{total}")
+    print(f"mutants caught: {total - len(survivors)}/{total} ({production} in production code)")
     if clean_failures or survivors:
         print("FAILED:", [r.case for r in clean_failures], survivors, file=sys.stderr)
         return 1

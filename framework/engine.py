@@ -157,7 +157,7 @@ class Decoder:
         t1 = _clock(device)
         out = self.target.forward_tree(tree, side)
         t2 = _clock(device)
-        p = process_tree_logits(out.logits, self.sampling, state.seen, tree.tokens, tree.parents)
+        p = self.target_laws(out.logits, state, tree)
         result = verify(tree, p, rng=self.rng, eos_token_id=self.eos_token_id, verifier=self.verifier, validate=False)
         t3 = _clock(device)
         self.target.commit(result)
@@ -180,6 +180,11 @@ class Decoder:
         t4 = _clock(device)
         self.stats.steps.append(StepStats(result.num_accepted, t1 - t0, t2 - t1, t3 - t2, t4 - t3, tree.num_nodes, self.rows))
         return emitted
+
+    def target_laws(self, logits: torch.Tensor, state: DecodeState, tree: CandidateTree) -> torch.Tensor:
+        """logits [B, N+1, V] -> the laws the verifier judges by: plain sampling's, each along its node's own
+        path (a hook: the harness plants a bug here, and nowhere else, to show it is caught)."""
+        return process_tree_logits(logits, self.sampling, state.seen, tree.tokens, tree.parents)
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep the batch rows `rows` [B'] (those still decoding), in that order: the target's KV, the

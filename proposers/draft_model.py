@@ -111,11 +111,12 @@ class DraftModelProposer:
                 out = self.lm.forward(tokens[:, rows - 1], torch.full((rows.numel(),), level), self.mask[rows][:, : fed + rows.numel()])
             fed += rows.numel()
             seen = seen_along_tree(state.seen, tokens, self.shape.parents)[:, rows] if cfg.uses_history else None
-            q[:, rows] = process_logits(out.logits, cfg, seen).to(q.dtype)
-            for row in rows.tolist():  # draw each node's children from its own law
+            law = self.draft_law(out.logits, cfg, seen)  # [B, M, V] what each read row's children are drawn from
+            q[:, rows] = self.reported_law(law, out.logits).to(q.dtype)
+            for m, row in enumerate(rows.tolist()):  # draw each node's children from its own law
                 kids = [i for i in range(N) if parents[i] == row - 1]
                 if kids:
-                    tokens[:, kids] = draw_children(q[:, row], len(kids), self.kind, state.rng, point_mass=cfg.greedy)
+                    tokens[:, kids] = self.draw(law[:, m], len(kids), state.rng, cfg.greedy)
             if self.unsure(out.logits):  # the children just drawn are the last level
                 break
         self.unread = self.levels[level]  # the last level drawn: leaves, never read by the draft
@@ -124,6 +125,19 @@ class DraftModelProposer:
         q[:, self.unread + 1] = 1.0 / q.shape[-1]  # leaves draw no children: a placeholder law, never read
         draft_probs = q[:, : kept + 1] if self.kind != "point" else None
         return CandidateTree(tokens[:, :kept], self.shape.parents[:kept], draft_probs, self.kind)
+
+    # Hooks, one decision each, so that the harness can plant a bug in exactly one place.
+    def draft_law(self, logits: torch.Tensor, cfg: SamplingConfig, seen) -> torch.Tensor:
+        """The law children are drawn from: the draft's logits processed as plain sampling would."""
+        return process_logits(logits, cfg, seen)
+
+    def reported_law(self, law: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """The q handed to the verifier: the very law the children were drawn from."""
+        return law
+
+    def draw(self, law: torch.Tensor, count: int, rng, point_mass: bool) -> torch.Tensor:
+        """count children [B, count] of this proposer's kind from law [B, V]."""
+        return draw_children(law, count, self.kind, rng, point_mass=point_mass)
 
     def read_root(self, root: torch.Tensor):
         """The root's forward (root [B]); the tokens the last commit deferred go first and are committed."""

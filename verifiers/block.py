@@ -24,15 +24,13 @@ from framework.randomness import RandomSource
 from framework.ragged_tree import RaggedTrees
 from framework.tree import CandidateTree
 from verifiers.by_shape import verify_by_shape
-from verifiers.emit import emit_path
+from verifiers.emit import NodePicker
 from verifiers.rules import normalize_or_keep, widened
 from verifiers.tree_verifier import TreeVerifier, Verification
 
 
-class BlockVerifier:
+class BlockVerifier(NodePicker):
     """Block verification on chains (point, iid; a wor chain is an iid one), the token rule elsewhere."""
-
-    lossless = True
 
     def __init__(self, fallback: TreeVerifier | None = None):
         self.fallback = fallback or TreeVerifier()
@@ -95,7 +93,7 @@ class BlockVerifier:
         short = (~full).nonzero().squeeze(1)
         if short.numel():
             final[short] = normalize_or_keep(residual[short, accepted[short]], p[short, accepted[short]])
-        return emit_path(tree, accepted, final, rng, eos_token_id)  # a chain: node tau - 1 is row tau
+        return self.emit(tree, accepted, final, rng, eos_token_id)  # a chain: node tau - 1 is row tau
 
     def select(self, uniforms, h: torch.Tensor) -> torch.Tensor:
         """tau [B]: the largest i whose coin falls under h_i (0 if none), trying i = K down to 1."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from framework.randomness import RandomSource
@@ -43,3 +45,18 @@ def emit_path(tree: CandidateTree, stop_row: torch.Tensor, final: torch.Tensor, 
     out[:, : path.shape[1]] = path_tokens
     out[torch.arange(B, device=device), accepted] = torch.where(emits, extra, -1)
     return Verification(out, accepted, path[:, :max_depth])
+
+
+class NodePicker:
+    """Base of the rules that pick one node of the tree (block, traversal): their output is its path."""
+
+    lossless = True
+
+    def committed_path(self, path: torch.Tensor) -> torch.Tensor:
+        """The accepted nodes [B, depth] handed to the KV commit (a hook: the tokens are decided already)."""
+        return path
+
+    def emit(self, tree: CandidateTree, stop_row: torch.Tensor, final: torch.Tensor, rng: RandomSource,
+             eos_token_id: int | None) -> Verification:
+        result = emit_path(tree, stop_row, final, rng, eos_token_id)
+        return replace(result, path=self.committed_path(result.path))

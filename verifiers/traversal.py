@@ -20,7 +20,7 @@ from framework.randomness import RandomSource
 from framework.ragged_tree import RaggedTrees
 from framework.tree import CandidateTree
 from verifiers.by_shape import verify_by_shape
-from verifiers.emit import emit_path
+from verifiers.emit import NodePicker
 from verifiers.rules import normalize_or_keep, widened
 from verifiers.tree_verifier import TreeVerifier, Verification
 
@@ -39,10 +39,8 @@ def _post_order(children: list[list[int]]) -> list[tuple[str, int]]:
     return events
 
 
-class TraversalVerifier:
+class TraversalVerifier(NodePicker):
     """Traversal verification for trees (and chains) of point, iid or wor children."""
-
-    lossless = True
 
     def deleted(self, w, P, Q, token, kind):
         """The parent's (w, P, Q) once its child with `token` [A] was rejected with its whole subtree."""
@@ -111,4 +109,4 @@ class TraversalVerifier:
                 Q[parent_row] = new_q
         final[active] = P[0][active]  # every child deleted: the root's residual
 
-        return emit_path(tree, stop_row, final, rng, eos_token_id)
+        return self.emit(tree, stop_row, final, rng, eos_token_id)

@@ -121,6 +121,10 @@ class TreeVerifier:
     def final_law(self, law: NodeLaw, at_leaf: torch.Tensor) -> torch.Tensor:
         return law.r
 
+    def committed_path(self, path: torch.Tensor) -> torch.Tensor:
+        """The accepted nodes [B, depth] handed to the KV commit (the tokens are decided already)."""
+        return path
+
     def enter(self, step: _Step, node: torch.Tensor, *, out=None) -> NodeLaw:
         """The law at global nodes `node` [A]: r = p (nothing rejected yet), and q.
         out: buffers to copy p and q into (the walk's, reused: no fresh [rows, V] each level)."""
@@ -174,7 +178,7 @@ class TreeVerifier:
 
         extra = rng.categorical(step.final)  # [B] recovered or bonus token
         step.out[torch.arange(B, device=device), step.num_accepted] = torch.where(step.emits, extra, -1)
-        return Verification(step.out, step.num_accepted, step.path[:, : layout.max_depth])
+        return Verification(step.out, step.num_accepted, self.committed_path(step.path[:, : layout.max_depth]))
 
     def _walk(self, step: _Step, start: int, uniforms) -> None:
         """Rows start.. of the batch, level by level; uniforms [rows, depth+1, C] are theirs."""

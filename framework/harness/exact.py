@@ -16,6 +16,7 @@ import torch
 
 from framework.drafting import draw_children
 from framework.harness.enumerate import EnumeratingSource, enumerate_law
+from framework.harness.reference import reference_law
 from framework.harness.toy import ToyLM
 from framework.sampling import SamplingConfig, process_logits, seen_along_tree, seen_tokens
 from framework.tree import CandidateTree
@@ -119,7 +120,8 @@ def speculative_law(case: ExactCase, pipeline: Pipeline = Pipeline()) -> Law:
 
 
 def target_law(case: ExactCase) -> Law:
-    """Exact law of the first D tokens of plain sampling from the target."""
+    """Exact law of the first D tokens of plain sampling from the target, by transformers' own logits
+    processors (framework/harness/reference.py), not by the framework.sampling the loop uses."""
     law: Law = {}
 
     def grow(emitted: tuple[int, ...], weight: float) -> None:
@@ -127,7 +129,7 @@ def target_law(case: ExactCase) -> Law:
             law[emitted] = law.get(emitted, 0.0) + weight
             return
         ctx = torch.tensor([case.prompt + emitted], dtype=torch.long)
-        p = process_logits(case.target.logits(ctx), case.sampling, _seen(case.sampling, ctx, case.target.vocab))[0]
+        p = reference_law(case.target.logits(ctx), case.sampling, ctx)[0]
         for token in torch.nonzero(p > 0).flatten().tolist():
             grow(emitted + (token,), weight * float(p[token]))
 

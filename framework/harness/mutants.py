@@ -24,6 +24,9 @@ from framework.harness.rule_mutants import (
 )
 from framework.sampling import process_logits
 from verifiers import LOSSLESS_RULES, NodeLaw, TreeVerifier
+from verifiers.block import BlockVerifier
+from verifiers.multidraft import multidraft_verifier
+from verifiers.traversal import TraversalVerifier
 from verifiers.rules import IidRule, PointRule, WorRule, normalize_or_keep
 
 
@@ -33,6 +36,8 @@ class Mutant:
     bug: str
     pipeline: Pipeline
     witness: str  # a cheap exact case known to catch it (the fast test); the full matrix runs under -m slow
+    clean: Pipeline = Pipeline()  # the same pipeline without the bug: its own rule (block's bugs: block verification)
+    where: str = "production"  # "harness": the bug sits in the exact matrix's own toy loop, not in code users run
 
 
 def _rules(**kinds):
@@ -159,17 +164,19 @@ def draw_deduplicated(q, k, kind, rng):
 
 
 CLEAN = Pipeline()
+BLOCK, TRAVERSAL, MULTIDRAFT = (Pipeline(verifier=v) for v in (BlockVerifier(), TraversalVerifier(), multidraft_verifier()))
+HARNESS = "harness"  # the toy loop's drafting and target law; framework/harness/loop_mutants.py plants their twins in production
 
 
 def mutants() -> list[Mutant]:
     m = Mutant
     return [
         m("raw-logits-q", "q taken from the draft's raw logits, not the law it sampled from",
-          replace(CLEAN, reported_q=raw_softmax), "chain3/iid/topk2"),
+          replace(CLEAN, reported_q=raw_softmax), "chain3/iid/topk2", where=HARNESS),
         m("raw-logits-p", "p taken from the target's raw logits, not the processed law",
-          replace(CLEAN, target_law=raw_softmax), "chain3/point/greedy"),
+          replace(CLEAN, target_law=raw_softmax), "chain3/point/greedy", where=HARNESS),
         m("temperature-on-q-not-p", "temperature applied to the draft's q but not the target's p",
-          replace(CLEAN, target_law=target_without_temperature), "chain3/point/T0.7"),
+          replace(CLEAN, target_law=target_without_temperature), "chain3/point/T0.7", where=HARNESS),
         m("bonus-from-residual", "bonus token drawn from the residual instead of the leaf's p",
           replace(CLEAN, verifier=BonusFromResidual()), "chain1/iid/T1"),
         m("siblings-with-p", "siblings accepted with p instead of the renormalised residual",
@@ -177,9 +184,9 @@ def mutants() -> list[Mutant]:
         m("rejected-left-in-residual", "rejected children left in the final residual",
           replace(CLEAN, verifier=TreeVerifier(_rules(point=RejectedLeftInResidual(), iid=IidRejectedLeftInResidual()))), "chain3/point/topk2"),
         m("iid-deduplicated", "duplicate iid children dropped (replaced by unseen tokens)",
-          replace(CLEAN, draw=draw_deduplicated), "binary2/iid/T1/V3"),
+          replace(CLEAN, draw=draw_deduplicated), "binary2/iid/T1/V3", where=HARNESS),
         m("iid-sorted-by-q", "iid children sorted by q before verification",
-          replace(CLEAN, draw=draw_sorted_by_q), "p==q/iid/binary2/V3"),
+          replace(CLEAN, draw=draw_sorted_by_q), "p==q/iid/binary2/V3", where=HARNESS),
         m("wor-no-q-update", "wor children verified without removing rejected ones from q",
           replace(CLEAN, verifier=TreeVerifier(_rules(wor=WorWithoutQUpdate()))), "medusa/wor/T1/V3"),
         m("coin-reused", "one coin reused across depths",
@@ -191,21 +198,21 @@ def mutants() -> list[Mutant]:
         m("bonus-after-eos", "tokens emitted after an accepted EOS",
           replace(CLEAN, verifier=IgnoresEos()), "eos/point/chain3"),
         m("block-unweighted-residual", "block verification's residual without its weight (the token rule's)",
-          replace(CLEAN, verifier=BlockUnweightedResidual()), "chain3/iid/T1"),
+          replace(CLEAN, verifier=BlockUnweightedResidual()), "chain3/iid/T1", clean=BLOCK),
         m("block-keep-without-rest", "block verification's keep-probability without its 1 - w_i term",
-          replace(CLEAN, verifier=BlockKeepWithoutRest()), "chain3/iid/T1"),
+          replace(CLEAN, verifier=BlockKeepWithoutRest()), "chain3/iid/T1", clean=BLOCK),
         m("block-shortest-first", "block verification taking the shortest prefix under its coin, not the longest",
-          replace(CLEAN, verifier=BlockShortestFirst()), "chain3/iid/T1"),
+          replace(CLEAN, verifier=BlockShortestFirst()), "chain3/iid/T1", clean=BLOCK),
         m("block-reads-q-on-point-chains", "block verification judging a point chain by the q it carries",
-          replace(CLEAN, verifier=BlockReadsQOnPointChains()), "chain3/point/T1"),
+          replace(CLEAN, verifier=BlockReadsQOnPointChains()), "chain3/point/T1", clean=BLOCK),
         m("traversal-keeps-rejected-subtree", "traversal verification leaving a deleted subtree's mass in its parent",
-          replace(CLEAN, verifier=TraversalKeepsRejectedSubtree()), "chain3/iid/T1"),
+          replace(CLEAN, verifier=TraversalKeepsRejectedSubtree()), "chain3/iid/T1", clean=TRAVERSAL),
         m("traversal-unweighted-residual", "traversal verification's residual without the parent's weight",
-          replace(CLEAN, verifier=TraversalUnweightedChildren()), "chain3/iid/T1"),
+          replace(CLEAN, verifier=TraversalUnweightedChildren()), "chain3/iid/T1", clean=TRAVERSAL),
         m("traversal-wor-no-q-update", "traversal verification's wor siblings judged without removing deleted ones from q",
-          replace(CLEAN, verifier=TraversalWorWithoutQUpdate()), "cover-support/wor/root4"),
+          replace(CLEAN, verifier=TraversalWorWithoutQUpdate()), "cover-support/wor/root4", clean=TRAVERSAL),
         m("multidraft-rho-one", "k-sequential selection with rho = 1 for every k (an infeasible residual)",
-          replace(CLEAN, verifier=TreeVerifier(_rules(iid=SequentialRhoOne()))), "duplicates/iid/root4"),
+          replace(CLEAN, verifier=TreeVerifier(_rules(iid=SequentialRhoOne()))), "duplicates/iid/root4", clean=MULTIDRAFT),
         m("multidraft-residual-of-one-draft", "k-sequential selection's residual as if one draft had been tried",
-          replace(CLEAN, verifier=TreeVerifier(_rules(iid=SequentialResidualOfOneDraft()))), "duplicates/iid/root4"),
+          replace(CLEAN, verifier=TreeVerifier(_rules(iid=SequentialResidualOfOneDraft()))), "duplicates/iid/root4", clean=MULTIDRAFT),
     ]

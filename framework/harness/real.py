@@ -20,9 +20,10 @@ from transformers import DynamicCache
 
 from framework.engine import Decoder, generate
 from framework.harness.enumerate import enumerate_law
+from framework.harness.reference import own_attention_copy, reference_law
 from framework.harness.stats import GTest, g_test
 from framework.randomness import TorchSource
-from framework.sampling import SamplingConfig, process_logits, seen_tokens
+from framework.sampling import SamplingConfig
 from framework.target import HFTarget
 from verifiers import LOSSLESS, Verifier
 
@@ -72,6 +73,7 @@ def exact_loop_law(
     verifier: Verifier = LOSSLESS,
     batch_size: int = 1024,
     target_factory: Callable = HFTarget,
+    decoder_type: type[Decoder] = Decoder,
 ) -> dict[tuple[int, ...], float]:
     """Exact law of the first `depth` tokens emitted by the real loop (enumerating every coin).
 
@@ -84,7 +86,7 @@ def exact_loop_law(
 
     def run(rng) -> list[tuple[int, ...]]:
         proposer = proposer_factory() if proposer_factory else None
-        decoder = Decoder(target_factory(target_model), proposer, sampling, rng, eos_token_id, verifier)
+        decoder = decoder_type(target_factory(target_model), proposer, sampling, rng, eos_token_id, verifier)
         return run_first_tokens(decoder, prompt, rng.batch_size, depth, expand=False, on_finished=rng.retire)
 
     return enumerate_law(run, batch_size)
@@ -114,14 +116,16 @@ def teacher_forced_law(
 ) -> dict[tuple, float]:
     """The target's law of its first `depth` tokens; prefixes under min_prob go to OTHER.
 
-    Independent of the code under test: plain HF forwards of each prefix (the prompt's cache
-    computed once by HF and copied per chunk of `chunk` prefixes), no tree attention, no verifier.
+    Independent of the code under test (framework/harness/reference.py): plain HF forwards of each prefix
+    on a copy of the model that runs transformers' own (SDPA) attention (the prompt's cache computed once by HF
+    and copied per chunk of `chunk` prefixes), the law from transformers' own logits processors; no tree
+    attention, no framework.sampling, no verifier.
     """
+    model = own_attention_copy(model)
     law: dict[tuple, float] = {OTHER: 0.0}
     frontier = {(): 1.0}
     device = next(model.parameters()).device
     prompt = prompt.to(device)
-    vocab = model.get_output_embeddings().weight.shape[0]
     cache, start_position = _prompt_cache(model, prompt), prompt.shape[1] - 1
     for level in range(depth):
         prefixes = list(frontier)
@@ -132,9 +136,9 @@ def teacher_forced_law(
             ids = torch.cat([prompt[:, -1:].expand(len(part), 1), tail], 1)  # [b, level + 1]
             positions = torch.arange(start_position, start_position + level + 1, device=device).expand(len(part), -1)
             logits = model(ids, cache=_expanded(cache, len(part)), position_ids=positions).logits[:, -1].double()
-            history = seen_tokens(torch.cat([prompt.expand(len(part), -1), tail], 1), vocab) if sampling.uses_history else None
+            sequences = torch.cat([prompt.expand(len(part), -1), tail], 1)  # the penalty's history
             mass = torch.tensor([frontier[x] for x in part], dtype=torch.float64, device=device)[:, None] \
-                * process_logits(logits, sampling, history)  # [b, V]
+                * reference_law(logits, sampling, sequences)  # [b, V]
             kept = mass >= max(min_prob, 1e-300)  # zero mass is no outcome at all
             law[OTHER] += float(mass[~kept].sum())
             for (row, token), prob in zip(torch.nonzero(kept).tolist(), mass[kept].tolist()):

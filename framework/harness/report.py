@@ -36,9 +36,12 @@ class MutantResult:
 
 
 def run_mutant(mutant: Mutant, cases: list[ExactCase], stop_when_caught: bool = True) -> MutantResult:
-    """Runs the matrix under the mutant; caught as soon as one case fails."""
+    """Runs the matrix under the mutant; caught as soon as one case fails that the mutant's own clean pipeline
+    passes (block's bugs against block verification: a case its clean rule fails proves nothing)."""
     worst, worst_case, caught, ran = 0.0, "-", False, 0
     for case in cases:
+        if not run_case(case, mutant.clean).passed:
+            continue
         try:
             result = run_case(case, mutant.pipeline)
             failed, tv = not result.passed, result.tv
@@ -61,7 +64,8 @@ def cases_table(results: list[CaseResult]) -> str:
 
 
 def mutants_table(results: list[MutantResult]) -> str:
-    lines = ["| bug | worst TV over the cases run | first failing case | caught |", "|---|---|---|---|"]
+    lines = ["| bug | lives in | worst TV over the cases run | first failing case | caught |", "|---|---|---|---|---|"]
     for r in results:
-        lines.append(f"| {r.mutant.name}: {r.mutant.bug} | {r.worst_tv:.2e} | {r.worst_case} | {'yes' if r.caught else 'NO'} |")
+        lines.append(f"| {r.mutant.name}: {r.mutant.bug} | {r.mutant.where} | {r.worst_tv:.2e} | {r.worst_case} | "
+                     f"{'yes' if r.caught else 'NO'} |")
     return "\n".join(lines)

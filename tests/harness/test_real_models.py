@@ -6,7 +6,7 @@ import torch
 from framework import HFTarget, SamplingConfig
 from framework.harness.exact import compare
 from framework.harness.real import exact_loop_law, statistical_check, teacher_forced_law
-from framework.harness.stats import sample_size_for_tv
+from framework.harness.stats import sample_size_for_law
 from framework.models import tiny_random_model
 from proposers import DraftModelProposer
 from verifiers import typical_verifier
@@ -16,7 +16,8 @@ TARGET, DRAFT = tiny_random_model("llama", seed=0, **TOY), tiny_random_model("ll
 PROMPT = torch.tensor([[1, 2, 0]])
 STOP = 0.45  # a confidence cut that these toy laws cross both ways (see test_confidence_stop_cuts_some_trees)
 SAMPLINGS = {"T1": SamplingConfig(), "T0.7-topk2": SamplingConfig(temperature=0.7, top_k=2),
-             "penalty1.5": SamplingConfig(repetition_penalty=1.5)}
+             "penalty1.5": SamplingConfig(repetition_penalty=1.5),
+             "T0.7-topp0.9": SamplingConfig(temperature=0.7, top_p=0.9)}  # the order of the two matters on this toy
 PROPOSERS = {"chain2-iid": dict(gamma=2, kind="iid"), "chain2-wor": dict(gamma=2, kind="wor"),
              "chain3-point": dict(gamma=3, kind="point"), "tree2x2-point": dict(branching=2, depth=2, kind="point")}
 STOPPED = dict(gamma=3, kind="iid", stop_below=STOP)
@@ -81,16 +82,19 @@ def test_typical_acceptance_fails_through_the_loop():
 
 
 @pytest.mark.stat
-@pytest.mark.parametrize("tv", [0.1, pytest.param(0.05, marks=pytest.mark.slow)])  # N = 2,500; 10,000
+@pytest.mark.parametrize("tv", [0.1, pytest.param(0.05, marks=pytest.mark.slow)])
 def test_statistical_check_real_models(tv):
-    """G-test of the first 3 tokens of a vocab-64 model; the lossy baseline fails at the same N."""
+    """G-test of the first 3 tokens of a vocab-64 model, N sized for power 0.9 at the cells the law has; the lossy
+    baseline fails at the same N."""
     target = tiny_random_model("llama", seed=0, dtype="float32", init_std=0.3)
     draft = tiny_random_model("llama", seed=1, num_layers=1, dtype="float32", init_std=0.3)
-    n = sample_size_for_tv(tv)
     prompt = torch.tensor([[1, 2, 3]])
-    exact = statistical_check(target, lambda: DraftModelProposer(draft, gamma=3), prompt, SamplingConfig(), n, seed=0)
+    law = teacher_forced_law(target, prompt, 3, SamplingConfig(), min_prob=1e-7)
+    n, dof = sample_size_for_law(law, tv)
+    exact = statistical_check(target, lambda: DraftModelProposer(draft, gamma=3), prompt, SamplingConfig(), n, seed=0, law=law)
     lossy = statistical_check(target, lambda: DraftModelProposer(draft, gamma=3), prompt, SamplingConfig(), n, seed=0,
-                              verifier=typical_verifier())
+                              verifier=typical_verifier(), law=law)
+    assert exact.test.dof == dof and exact.test.power(tv) >= 0.9
     assert exact.passes(), exact.test
     assert not lossy.passes(), lossy.test
 

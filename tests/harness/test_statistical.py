@@ -1,10 +1,13 @@
 """Statistical mode: the G-test has power where it should and holds its size under the null."""
 
+import math
+
+import numpy as np
 import pytest
 import torch
 
 from framework import CandidateTree
-from framework.harness.stats import detectable_tv, g_test, sample_size_for_tv
+from framework.harness.stats import cells, detectable_tv, g_test, power, sample_size_for_law, sample_size_for_tv
 from verifiers import typical_verifier, verify
 
 P = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
@@ -49,7 +52,34 @@ def test_null_bracket():
 
 
 def test_detectable_tv_inverts_the_sample_size():
-    for n in (25, 256, 2500, 250_000):  # from 25 up: fewer samples detect no TV <= 1
-        assert sample_size_for_tv(detectable_tv(n)) in (n, n + 1)  # n + 1: float rounding of 25 / tv^2
+    for dof in (1, 50, 2000):
+        for n in (256, 2500, 250_000):
+            assert sample_size_for_tv(detectable_tv(n, dof), dof) in (n, n + 1)  # n + 1: the bisections' rounding
+    assert detectable_tv(3) == math.inf  # three samples detect no possible error
     with pytest.raises(ValueError, match="at least one sample"):
         detectable_tv(0)
+
+
+def test_power_is_what_the_noncentral_chi_square_says():
+    """A law off by TV 0.05 over 244 cells (the least chi-square divergence that TV allows): the rejection rate of
+    300 simulated tests matches the computed power, at the old N = 25 / TV^2 (power 0.81, not the claimed ~1) and
+    at the N sized for power 0.9."""
+    cells, delta = 244, 0.05
+    law = {i: 1 / cells for i in range(cells)}
+    off = np.array([(1 + 2 * delta * (1 if i % 2 == 0 else -1)) / cells for i in range(cells)])  # TV exactly delta
+    rng = np.random.default_rng(0)
+    for n in (25 * 400, sample_size_for_tv(delta, cells - 1)):
+        rejected = np.mean([not g_test(dict(enumerate(rng.multinomial(n, off).tolist())), law).passes() for _ in range(300)])
+        assert abs(rejected - power(n, delta, cells - 1)) < 0.06, (n, rejected)  # sd of a rate over 300: <= 0.029
+    assert power(25 * 400, delta, cells - 1) < 0.85 and sample_size_for_tv(delta, cells - 1) > 25 * 400
+
+
+def test_sample_size_for_a_law_counts_the_cells_the_test_will_have():
+    """Never fewer samples than the old 25 / TV^2; more where the test will have many cells."""
+    few = {i: 0.5 ** (i + 1) for i in range(30)}
+    few[30] = 1 - sum(few.values())
+    n, dof = sample_size_for_law(few, 0.02)
+    assert n == 25 * 2500 and dof == cells(few, n)[0] - 1 and power(n, 0.02, dof) >= 0.9
+    many = {i: 1 / 1000 for i in range(1000)}
+    n, dof = sample_size_for_law(many, 0.05)
+    assert n > 25 * 400 and dof == 999 and power(n, 0.05, dof) >= 0.9 > power(n - 1000, 0.05, dof)

@@ -12,7 +12,9 @@ from verifiers import LOSSLESS, verify
 from verifiers.multidraft import _accepted_mass, _needed, multidraft_verifier, sequential_scale
 
 MULTIDRAFT = multidraft_verifier()
-QUICK = {"p==q/iid/binary2/V3", "chain3/iid/T1"}  # siblings judged jointly: the witnesses of its planted bugs (duplicates/iid/root4)
+# Cases where its rule can fail: i.i.d. siblings judged jointly with p != q (p == q never rejects; a chain has
+# one sibling per node and is the token rule). The witness of its planted bugs is among them.
+QUICK = {"duplicates/iid/root4"}
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.name, marks=() if c.name in QUICK else pytest.mark.slow)
@@ -20,6 +22,21 @@ QUICK = {"p==q/iid/binary2/V3", "chain3/iid/T1"}  # siblings judged jointly: the
 def test_multidraft_is_exact(case):
     result = check_case(case, Pipeline(verifier=MULTIDRAFT))
     assert result.passes(1e-9), (case.name, result.tv)
+
+
+def test_the_default_cases_can_fail_for_its_rule():
+    """Each default case has a node with two or more i.i.d. children and p != q, and every planted multidraft bug
+    fails on one of them (a default run of p == q or chain cases passed whatever the rule did)."""
+    from framework.harness.mutants import mutants
+    from framework.harness.report import run_mutant
+    from framework.tree_shape import children_table
+
+    quick = [c for c in exact_cases() if c.name in QUICK]
+    assert len(quick) == len(QUICK)
+    for case in quick:
+        assert int((children_table(case.shape.parents) >= 0).sum(1).max()) >= 2 and case.target is not case.draft
+    planted = [m for m in mutants() if m.name.startswith("multidraft")]
+    assert planted and all(run_mutant(m, quick).caught for m in planted)
 
 
 def test_the_scale_is_feasible_and_one_for_a_single_draft():

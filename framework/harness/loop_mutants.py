@@ -1,0 +1,252 @@
+"""Bugs planted in the production code of the loop, caught by the exact law through the real loop.
+
+Each mutant plants one realistic mistake in the code users run (the target adapter, the tree attention,
+the sampling law, the draft model's drafting, the decoder's target laws, the path a rule hands to the KV
+commit) and names a witness: a small exact case of the real loop on the vocabulary-3 toy target, whose
+law is compared with the reference of framework/harness/reference.py (transformers' own attention and
+logits processors). The clean code passes the witness (TV <= 1e-9), the planted bug must not (TV > 1e-6).
+`python -m experiments.mutants` runs them after the exact matrix's mutants.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from framework import sampling, tree_attention
+from framework.engine import Decoder
+from framework.harness.exact import compare
+from framework.harness.mutants import draw_deduplicated, draw_sorted_by_q, raw_softmax, target_without_temperature
+from framework.harness.real import exact_loop_law, teacher_forced_law
+from framework.models import tiny_random_model
+from framework.sampling import SamplingConfig
+from framework.target import HFTarget, TargetOutput
+from proposers import DraftModelProposer, LookaheadProposer
+from verifiers import LOSSLESS, TreeVerifier
+from verifiers.block import BlockVerifier
+from verifiers.traversal import TraversalVerifier
+
+TOY = dict(vocab_size=3, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, dtype="float64", init_std=0.3)
+T07_TOPP09 = SamplingConfig(temperature=0.7, top_p=0.9)  # the order of the two changes the kept set here
+
+
+@contextmanager
+def planted(owner, name: str, replacement) -> Iterator[None]:
+    """`owner.name` replaced by `replacement` wherever the code under test holds it (modules that imported
+    the name too), for the duration of the block; the replacement's own module keeps the original."""
+    original = getattr(owner, name)
+    spared = (owner, sys.modules.get(replacement.__module__))
+    holders = [(owner, name)] + [(module, attr) for module in list(sys.modules.values()) if module not in spared
+                                 for attr, value in list(vars(module).items()) if value is original]
+    for holder, attr in holders:
+        setattr(holder, attr, replacement)
+    try:
+        yield
+    finally:
+        for holder, attr in holders:
+            setattr(holder, attr, original)
+
+
+@dataclass(frozen=True)
+class LoopCase:
+    """One exact case of the real loop on the toy target (draft: the toy draft with `proposer` settings)."""
+
+    proposer: dict | None = None  # DraftModelProposer settings; None: `proposer_factory`
+    sampling: SamplingConfig = SamplingConfig()
+    depth: int = 3
+    prompt: tuple[int, ...] = (1, 2, 0)
+    verifier: object = LOSSLESS
+    proposer_factory: Callable | None = field(default=None, compare=False)
+
+    def tv(self, target_factory=HFTarget, decoder_type=Decoder, proposer_type=DraftModelProposer, verifier=None) -> float:
+        target, prompt = tiny_random_model("llama", seed=0, **TOY), torch.tensor([self.prompt])
+        draft = tiny_random_model("llama", seed=1, **TOY)
+        factory = self.proposer_factory or (lambda: proposer_type(draft, **self.proposer))
+        spec = exact_loop_law(target, factory, prompt, self.depth, self.sampling, verifier=verifier or self.verifier,
+                              target_factory=target_factory, decoder_type=decoder_type)
+        return compare(spec, teacher_forced_law(target, prompt, self.depth, self.sampling)).tv
+
+
+@dataclass(frozen=True)
+class LoopMutant:
+    name: str
+    bug: str
+    witness: LoopCase
+    target: type = HFTarget
+    decoder: type = Decoder
+    proposer: type = DraftModelProposer
+    verifier: object = None  # the rule with the bug, judged against the witness's own clean rule
+    plant: Callable = nullcontext  # () -> a context in which production code holds the bug
+    where: str = "production"
+
+    def tvs(self) -> tuple[float, float]:
+        """(TV of the clean code on the witness, TV with the bug planted)."""
+        clean = self.witness.tv()
+        with self.plant():
+            buggy = self.witness.tv(self.target, self.decoder, self.proposer, self.verifier)
+        return clean, buggy
+
+
+# ---- the target adapter -----------------------------------------------------------------------
+
+
+class WrongPositions(HFTarget):
+    """Tree rows numbered as a chain (past + row index) instead of past + depth."""
+
+    def forward_tree(self, tree, side=None):
+        tokens = torch.cat([self.root[:, None], tree.tokens], dim=1)
+        out = self.lm.forward(tokens, torch.arange(tree.num_nodes + 1), tree.ancestor_mask())
+        return TargetOutput(out.logits, out.hidden)
+
+
+class CropInsteadOfGather(HFTarget):
+    """Commit keeps the first accepted-count tree slots (a scalar rewind) instead of the path."""
+
+    def commit(self, result):
+        slots = torch.arange(result.path.shape[1] + 1).expand(result.path.shape[0], -1)
+        self.lm.keep(slots, result.num_accepted + 1)
+
+
+class SideRowsKeptAtCommit(HFTarget):
+    """The side rows' KV (lookahead's window) is committed after the accepted path, as if it were
+    text: later tokens attend to guesses at positions that are not theirs."""
+
+    def forward_tree(self, tree, side=None):
+        self.side_count, self.tree_rows = (0 if side is None else side.num_rows), tree.num_nodes + 1
+        return super().forward_tree(tree, side)
+
+    def commit(self, result) -> None:
+        B, S = result.path.shape[0], self.side_count
+        slots = torch.zeros(B, result.path.shape[1] + 1 + S, dtype=torch.long)
+        for b, count in enumerate(result.num_accepted.tolist()):
+            row = [0] + [p + 1 for p in result.path[b, :count].tolist()] + list(range(self.tree_rows, self.tree_rows + S))
+            slots[b, : len(row)] = torch.tensor(row)
+        self.lm.keep(slots, result.num_accepted + 1 + S)
+
+
+# ---- attention and the sampling law -----------------------------------------------------------
+
+
+def wrong_attention_scale():
+    """Every tree-attention backend scales its scores by 1.3 / sqrt(d) instead of 1 / sqrt(d)."""
+    backends = dict(tree_attention.BACKENDS)
+    scaled = {name: (lambda f: lambda q, k, v, mask, scale: f(q, k, v, mask, scale * 1.3))(f) for name, f in backends.items()}
+
+    @contextmanager
+    def context():
+        tree_attention.BACKENDS.update(scaled)
+        try:
+            yield
+        finally:
+            tree_attention.BACKENDS.update(backends)
+
+    return context()
+
+
+def top_p_before_temperature(logits, cfg, seen=None):
+    """The nucleus taken on the untempered law, the temperature applied after (transformers: the other way)."""
+    if cfg.greedy or cfg.top_p >= 1:
+        return ORIGINAL_PROCESS_LOGITS(logits, cfg, seen)
+    keep = sampling._keep_top_p(torch.softmax(logits.double(), -1), cfg.top_p)
+    cut = logits.masked_fill(~keep, float("-inf"))
+    return ORIGINAL_PROCESS_LOGITS(cut, replace(cfg, top_p=1.0), seen)
+
+
+ORIGINAL_PROCESS_LOGITS = sampling.process_logits  # this module keeps it while the bug is planted
+
+
+# ---- the draft model's drafting and the decoder's target laws ---------------------------------
+
+
+class ReportsRawQ(DraftModelProposer):
+    def reported_law(self, law, logits):
+        return torch.softmax(logits.double(), -1)
+
+
+class DrawsDeduplicated(DraftModelProposer):
+    def draw(self, law, count, rng, point_mass):
+        return draw_deduplicated(law, count, self.kind, rng)
+
+
+class DrawsSortedByQ(DraftModelProposer):
+    def draw(self, law, count, rng, point_mass):
+        return draw_sorted_by_q(law, count, self.kind, rng)
+
+
+class RawTargetLaw(Decoder):
+    def target_laws(self, logits, state, tree):
+        return raw_softmax(logits.double(), self.sampling)
+
+
+class TargetWithoutTemperature(Decoder):
+    def target_laws(self, logits, state, tree):
+        return target_without_temperature(logits, self.sampling)
+
+
+# ---- the path a rule hands to the KV commit ---------------------------------------------------
+
+
+def off_by_one(path: torch.Tensor) -> torch.Tensor:
+    """Node i - 1 for every accepted node i > 0: the emitted tokens stay right, the KV kept is another node's
+    (it matters from the second accepted node on, and only to later steps)."""
+    return torch.where(path > 0, path - 1, path)
+
+
+class TokenRulePathOffByOne(TreeVerifier):
+    def committed_path(self, path):
+        return off_by_one(path)
+
+
+class BlockPathOffByOne(BlockVerifier):
+    def committed_path(self, path):
+        return off_by_one(path)
+
+
+class TraversalPathOffByOne(TraversalVerifier):
+    def committed_path(self, path):
+        return off_by_one(path)
+
+
+# ---- witnesses and the list -------------------------------------------------------------------
+
+DRAFT_TREE = LoopCase(dict(gamma=1, branching=3, depth=1, kind="point"), depth=4)  # a bad commit shows from step 2
+LOOKAHEAD = LoopCase(prompt=(1, 2, 0, 1), proposer_factory=lambda: LookaheadProposer(window=2, ngram=2, guesses=2))
+CHAIN_D5 = LoopCase(dict(gamma=3, kind="point"), depth=5)  # accepted nodes mid-sequence, then more steps
+TREE_D5 = LoopCase(dict(branching=2, depth=2, kind="point"), depth=5)
+SAMPLED_CHAIN = LoopCase(dict(gamma=2, kind="iid"), sampling=SamplingConfig(temperature=0.7, top_k=2))
+SAMPLED_POINT = LoopCase(dict(gamma=3, kind="point"), sampling=SamplingConfig(temperature=0.7))
+IID_SIBLINGS = LoopCase(dict(branching=3, depth=1, kind="iid"), depth=2)
+
+
+def loop_mutants() -> list[LoopMutant]:
+    m = LoopMutant
+    return [
+        m("wrong-positions", "tree rows numbered past + row index instead of past + depth", DRAFT_TREE, target=WrongPositions),
+        m("kv-crop-not-gather", "commit keeps the first slots (a scalar rewind) instead of the accepted path",
+          DRAFT_TREE, target=CropInsteadOfGather),
+        m("side-row-kv-kept", "the side rows' KV (lookahead's window) committed after the accepted path",
+          LOOKAHEAD, target=SideRowsKeptAtCommit),
+        m("attention-scale", "tree attention scores scaled by 1.3 / sqrt(d)", CHAIN_D5, plant=wrong_attention_scale),
+        m("top-p-before-temperature", "the nucleus taken before the temperature (framework.sampling)",
+          LoopCase(dict(gamma=2, kind="point"), sampling=T07_TOPP09),
+          plant=lambda: planted(sampling, "process_logits", top_p_before_temperature)),
+        m("draft-reports-raw-q", "the draft model hands the verifier its raw softmax, not the law it drew from",
+          SAMPLED_CHAIN, proposer=ReportsRawQ),
+        m("draft-iid-deduplicated", "the draft model replaces duplicate iid children by unseen tokens",
+          IID_SIBLINGS, proposer=DrawsDeduplicated),
+        m("draft-iid-sorted-by-q", "the draft model sorts its iid children by q", IID_SIBLINGS, proposer=DrawsSortedByQ),
+        m("decoder-raw-p", "the decoder judges by the target's raw softmax", SAMPLED_POINT, decoder=RawTargetLaw),
+        m("decoder-p-without-temperature", "the decoder's target laws miss the temperature", SAMPLED_POINT,
+          decoder=TargetWithoutTemperature),
+        m("token-rule-path-off-by-one", "the token rule hands the KV commit node i - 1 for each accepted node i > 0",
+          CHAIN_D5, verifier=TokenRulePathOffByOne()),
+        m("block-path-off-by-one", "block verification hands the KV commit node i - 1 for each accepted node i > 0",
+          LoopCase(dict(gamma=3, kind="point"), depth=5, verifier=BlockVerifier()), verifier=BlockPathOffByOne()),
+        m("traversal-path-off-by-one", "traversal verification hands the KV commit node i - 1 for each accepted node i > 0",
+          LoopCase(dict(branching=2, depth=2, kind="point"), depth=5, verifier=TraversalVerifier()),
+          verifier=TraversalPathOffByOne()),
+    ]

@@ -1,0 +1,59 @@
+"""The target's law as plain transformers computes it: the harness's reference, independent of the code under test.
+
+The loop under test turns logits into laws with framework.sampling and runs the model through our tree
+attention. A reference computed with those would share their bugs (a top-p applied before the temperature,
+a wrong attention scale), so the reference takes neither: the logits come from a copy of the model on
+transformers' own SDPA attention (its eager one computes the softmax in float32, 1e-8 off a float64 law),
+and the law from transformers' own logits processors, in the order its
+`generate` applies them (repetition penalty, temperature, top-k, top-p, min-p; greedy: the first argmax).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from transformers import (
+    LogitsProcessorList,
+    MinPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from framework.sampling import SamplingConfig
+
+
+def hf_processors(cfg: SamplingConfig) -> LogitsProcessorList:
+    """transformers' processors for `cfg`, in generate's order (temperature left out when greedy)."""
+    processors = LogitsProcessorList()
+    if cfg.repetition_penalty != 1.0:
+        processors.append(RepetitionPenaltyLogitsProcessor(cfg.repetition_penalty))
+    if cfg.greedy:
+        return processors
+    if cfg.temperature != 1.0:
+        processors.append(TemperatureLogitsWarper(cfg.temperature))
+    if cfg.top_k:
+        processors.append(TopKLogitsWarper(cfg.top_k))
+    if cfg.top_p < 1.0:
+        processors.append(TopPLogitsWarper(cfg.top_p))
+    if cfg.min_p > 0.0:
+        processors.append(MinPLogitsWarper(cfg.min_p))
+    return processors
+
+
+def reference_law(logits: torch.Tensor, cfg: SamplingConfig, sequences: torch.Tensor) -> torch.Tensor:
+    """logits [B, V] after sequences [B, L] (the prompt and what followed: the penalty's history) -> [B, V]."""
+    scores = hf_processors(cfg)(sequences, logits.double())
+    if cfg.greedy:
+        return torch.nn.functional.one_hot(scores.argmax(-1), scores.shape[-1]).double()
+    return torch.softmax(scores, -1)
+
+
+def own_attention_copy(model):
+    """A copy of `model` on transformers' own SDPA attention: whatever attention the loop switched the model to
+    (ours: the registered tree attention), the reference's logits do not go through it."""
+    reference = copy.deepcopy(model)
+    reference.set_attn_implementation("sdpa")
+    return reference.eval()
