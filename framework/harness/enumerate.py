@@ -19,7 +19,7 @@ from typing import Callable, Hashable, Sequence
 import numpy as np
 import torch
 
-ZERO_ATOM = 2.0**-24  # chance that float32 torch.rand returns exactly 0.0
+ZERO_ATOM = 2.0**-53  # chance that torch.rand returns exactly 0.0 in float64, which TorchSource draws
 
 
 class EnumeratingSource:

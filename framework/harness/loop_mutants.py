@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
@@ -30,7 +30,7 @@ from verifiers import LOSSLESS, TreeVerifier
 from verifiers.block import BlockVerifier
 from verifiers.traversal import TraversalVerifier
 
-TOY = dict(vocab_size=3, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, dtype="float64", init_std=0.3)
+TOY = dict(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, dtype="float64", init_std=0.3)
 T07_TOPP09 = SamplingConfig(temperature=0.7, top_p=0.9)  # the order of the two changes the kept set here
 
 
@@ -61,10 +61,18 @@ class LoopCase:
     prompt: tuple[int, ...] = (1, 2, 0)
     verifier: object = LOSSLESS
     proposer_factory: Callable | None = field(default=None, compare=False)
+    vocab: int = 3  # 2 makes wor siblings exhaust the support: deep wor trees enumerate in a second
+
+    def describe(self) -> str:
+        settings = ", ".join(f"{k}={v}" for k, v in self.proposer.items()) if self.proposer else "a proposer factory"
+        default = SamplingConfig()
+        sampled = "".join(f", {f.name}={getattr(self.sampling, f.name)}" for f in fields(SamplingConfig)
+                          if getattr(self.sampling, f.name) != getattr(default, f.name))
+        return f"{type(self.verifier).__name__}, {settings}{sampled}, D = {self.depth}"
 
     def tv(self, target_factory=HFTarget, decoder_type=Decoder, proposer_type=DraftModelProposer, verifier=None) -> float:
-        target, prompt = tiny_random_model("llama", seed=0, **TOY), torch.tensor([self.prompt])
-        draft = tiny_random_model("llama", seed=1, **TOY)
+        prompt = torch.tensor([[t % self.vocab for t in self.prompt]])
+        target, draft = (tiny_random_model("llama", seed=seed, vocab_size=self.vocab, **TOY) for seed in (0, 1))
         factory = self.proposer_factory or (lambda: proposer_type(draft, **self.proposer))
         spec = exact_loop_law(target, factory, prompt, self.depth, self.sampling, verifier=verifier or self.verifier,
                               target_factory=target_factory, decoder_type=decoder_type)

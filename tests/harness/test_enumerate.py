@@ -48,3 +48,14 @@ def test_every_world_runs_once():
     law = enumerate_law(run, batch_size=2)
     assert len(law) == 12 and math.isclose(sum(law.values()), 1.0)
     assert math.isclose(law[(1, True, False)], 1 / 3 * 0.5 * 0.75)
+
+
+def test_the_zero_atom_is_the_default_sources():
+    """The enumerator's chance of u == 0.0 must be TorchSource's: its uniforms are float64 multiples of 2^-53
+    (the atom was float32's 2^-24)."""
+    from framework.randomness import TorchSource
+
+    u = TorchSource(seed=0).uniform((100_000,))
+    assert u.dtype == torch.float64 and torch.equal(u * 2**53, (u * 2**53).round())
+    assert bool(((u * 2**24) != (u * 2**24).round()).any())  # finer than float32's grid
+    assert ZERO_ATOM == 2.0**-53

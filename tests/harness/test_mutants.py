@@ -18,7 +18,7 @@ BY_NAME = {case.name: case for case in CASES}
 def test_mutant_is_caught_by_its_witness(mutant):
     case = BY_NAME[mutant.witness]
     assert run_case(case, mutant.clean).passed, f"the mutant's own clean rule must pass {case.name}"
-    result = run_mutant(mutant, [case])
+    result = run_mutant(mutant, [case], clean_checked=True)
     assert result.caught, f"{mutant.name} survived its witness {case.name}"
 
 

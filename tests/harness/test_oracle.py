@@ -82,3 +82,10 @@ def test_on_wor_trees_no_rule_beats_the_bound_and_one_level_leaves_room(seed):
     token = rule_acceptance(LOSSLESS, [-1, -1], laws, "wor")
     assert rule_acceptance(TraversalVerifier(), [-1, -1], laws, "wor") == pytest.approx(token, abs=1e-12)
     assert token < best - 1e-2  # the recursive rule leaves room among wor siblings
+
+
+@pytest.mark.parametrize("kind", ["iid", "wor"])
+def test_the_six_node_binary_tree_is_feasible(kind):
+    """The LP said infeasible here (a redundant row's rounding), though the token rule is a feasible point."""
+    parents, laws = [-1, -1, 0, 0, 1, 1], ToyLaws(3, 0)
+    assert rule_acceptance(LOSSLESS, parents, laws, kind) <= best_acceptance(parents, laws, kind) + 1e-9

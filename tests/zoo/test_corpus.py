@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -27,7 +30,19 @@ def test_split_is_by_file_and_deterministic(stdlib):
     train, heldout = set(a["train"]["path"]), set(a["heldout"]["path"])
     assert not train & heldout and len(train) == a["train"].num_rows
     assert 0.01 < len(heldout) / (len(train) + len(heldout)) < 0.12
-    assert heldout_score("json/decoder.py") == heldout_score("json/decoder.py")  # not hash()
+
+
+
+def test_heldout_score_is_the_same_in_every_process():
+    """The split must not move between runs: a score from Python's salted hash() would differ across
+    processes (it was compared with itself, in one process, which any hash passes)."""
+    path = "json/decoder.py"
+    seed = "1" if os.environ.get("PYTHONHASHSEED") != "1" else "2"  # a salt other than this process's
+    code = f"from framework.zoo.corpus import heldout_score; print(repr(heldout_score({path!r})), hash({path!r}))"
+    score, salted = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed},
+                                   capture_output=True, text=True, check=True).stdout.split()
+    assert int(salted) != hash(path)  # the two processes do salt differently
+    assert score == repr(heldout_score(path))
 
 
 def test_empty_folder_names_it(tmp_path):

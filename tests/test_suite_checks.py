@@ -1,0 +1,80 @@
+"""The tests themselves: none asserts nothing, none compares a value with itself.
+
+Read as code (ast), not run: a test function counts as checking something when it holds an `assert`, a
+`pytest.raises` / `pytest.warns` block, a call to an `assert*` function (torch.testing.assert_close, ...),
+or a call to a helper of its own module that does one of these. A comparison whose two sides are the same
+expression (`f(x) == f(x)`) is flagged wherever it stands: any deterministic code passes it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _called_names(node: ast.AST) -> set[str]:
+    names = set()
+    for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+        func = call.func
+        names.add(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
+    return names
+
+
+def _checks_directly(node: ast.AST) -> bool:
+    if any(isinstance(n, ast.Assert) for n in ast.walk(node)):
+        return True
+    return any(name.startswith("assert") or name in ("raises", "warns", "fail") for name in _called_names(node))
+
+
+def silent_tests(source: str) -> list[str]:
+    """Names of the test functions in `source` that check nothing."""
+    tree = ast.parse(source)
+    # helpers: functions, and classes (a random source whose draws assert, say), by the name a test calls
+    functions = {f.name: f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    checking = {name for name, f in functions.items() if _checks_directly(f)}
+    grew = True
+    while grew:  # helpers that call checking helpers check too
+        grew = False
+        for name, f in functions.items():
+            if name not in checking and _called_names(f) & checking:
+                checking.add(name)
+                grew = True
+    return sorted(name for name, f in functions.items()
+                  if name.startswith("test_") and not isinstance(f, ast.ClassDef) and name not in checking)
+
+
+def self_comparisons(source: str) -> list[int]:
+    """Line numbers of comparisons whose two sides are the same expression."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(ast.dump(a) == ast.dump(b) for a, b in zip(sides, sides[1:])):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_no_test_asserts_nothing_or_compares_a_value_with_itself():
+    found = {}
+    for path in sorted(TESTS.rglob("*.py")):
+        source = path.read_text()
+        problems = [f"{name} checks nothing" for name in silent_tests(source)]
+        problems += [f"line {line} compares a value with itself" for line in self_comparisons(source)]
+        if problems:
+            found[str(path.relative_to(TESTS))] = problems
+    assert not found, found
+
+
+def test_the_checker_finds_both_kinds():
+    planted = (
+        "def helper(x):\n    assert x\n\n"
+        "def test_fine():\n    helper(1)\n\n"
+        "def test_silent():\n    x = 1 + 1\n\n"
+        "def test_itself():\n    assert score('a') == score('a')\n\n"
+        "class Checked:\n    def draw(self):\n        assert True\n\n"
+        "def test_through_a_class():\n    Checked().draw()\n"
+    )
+    assert silent_tests(planted) == ["test_silent"]
+    assert self_comparisons(planted) == [11]
