@@ -23,11 +23,13 @@ PROPOSERS = {"chain2-iid": dict(gamma=2, kind="iid"), "chain2-wor": dict(gamma=2
 STOPPED = dict(gamma=3, kind="iid", stop_below=STOP)
 
 
-def tv_of(sampling, verifier=None, target_factory=HFTarget, depth=3, **proposer):
+def tv_of(sampling, verifier=None, target_factory=HFTarget, law_depth=3, **proposer):
+    """The exact loop law's TV from the target's, over the first `law_depth` tokens; `proposer`: DraftModelProposer's
+    settings (its own `depth` among them: the two were one keyword, so a tree's depth set the law's)."""
     extra = {} if verifier is None else {"verifier": verifier}
-    spec = exact_loop_law(TARGET, lambda: DraftModelProposer(DRAFT, **proposer), PROMPT, depth, sampling,
+    spec = exact_loop_law(TARGET, lambda: DraftModelProposer(DRAFT, **proposer), PROMPT, law_depth, sampling,
                           target_factory=target_factory, **extra)
-    return compare(spec, teacher_forced_law(TARGET, PROMPT, depth, sampling))
+    return compare(spec, teacher_forced_law(TARGET, PROMPT, law_depth, sampling))
 
 
 @pytest.mark.parametrize("sname", SAMPLINGS)
@@ -41,13 +43,13 @@ def test_exact_law_through_the_real_loop(pname, sname):
 # at a time: the law of 2 or 3 tokens keeps that to ~10 s a case.
 @pytest.mark.parametrize("sname", [pytest.param(s, marks=[] if s == "T1" else [pytest.mark.slow]) for s in SAMPLINGS])
 def test_exact_law_with_confidence_stop(sname):
-    assert tv_of(SAMPLINGS[sname], depth=2, **STOPPED).passes(1e-9)
+    assert tv_of(SAMPLINGS[sname], law_depth=2, **STOPPED).passes(1e-9)
 
 
 def test_exact_law_with_adaptive_depth():
     """Starting at one level, a step that accepted it drafts three: the depth of every step but the
     first follows the acceptance before it."""
-    assert tv_of(SAMPLINGS["T1"], depth=3, gamma=1, adaptive_depth=3, kind="iid").passes(1e-9)
+    assert tv_of(SAMPLINGS["T1"], law_depth=3, gamma=1, adaptive_depth=3, kind="iid").passes(1e-9)
 
 
 def test_confidence_stop_cuts_some_trees():
