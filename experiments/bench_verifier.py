@@ -37,6 +37,8 @@ import torch
 from framework import CandidateTree, ReplaySource, files
 from framework.tree_shape import children_table, depths
 from verifiers import LOSSLESS, verify
+from verifiers.adapters import flat_trees, linked_trees, padded_chains, ragged_chains
+from verifiers.links import order_links
 
 LOGIT_SCALE = 3.0
 CHAIN_LEN = 4
@@ -131,8 +133,6 @@ def ragged_check(vocab: int, gen: torch.Generator, requests: int = 1024, max_dra
                  repeats: int = 20, device: torch.device = torch.device("cpu")) -> dict:
     """verifiers.adapters.ragged_chains (flat ragged fields, walked in place) against
     `verify` on the already padded rows, same requests (k drafts uniform in 0..max_drafts, iid)."""
-    from verifiers.adapters import padded_chains, ragged_chains
-
     counts = torch.randint(0, max_drafts + 1, (requests,), generator=gen)
     T = int(counts.sum())
     q, p = random_law((T, vocab), gen), random_law((T, vocab), gen)
@@ -162,8 +162,6 @@ def validation_check(vocab: int, gen: torch.Generator, requests: int = 16, repea
                      device: torch.device = torch.device("cpu")) -> dict:
     """The input checks (validate=True) against the verification they guard, at an engine's vocabulary:
     ragged chains of CHAIN_LEN drafts, iid."""
-    from verifiers.adapters import ragged_chains
-
     T = requests * CHAIN_LEN
     q, p = random_law((T, vocab), gen).to(device), random_law((T, vocab), gen).to(device)
     drafts = torch.multinomial(q.cpu(), 1, generator=gen).flatten().to(device)
@@ -179,9 +177,6 @@ def links_check(vocab: int, gen: torch.Generator, requests: int = 1024, slots: i
                 device: torch.device = torch.device("cpu")) -> dict:
     """SGLang-shaped trees (sibling links, slots shuffled): putting them in order (order_links) and the
     whole linked_trees call, against flat_trees on the same trees already in parents form."""
-    from verifiers.adapters import flat_trees, linked_trees
-    from verifiers.links import order_links
-
     first_child = torch.full((requests, slots), -1, dtype=torch.long)
     next_sibling = torch.full((requests, slots), -1, dtype=torch.long)
     for b in range(requests):  # setup, not timed: a random tree per request over shuffled slots

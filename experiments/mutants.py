@@ -17,11 +17,9 @@ import sys
 
 from framework.harness.cases import exact_cases
 from framework.harness.exact import Pipeline
-from framework.harness.loop_mutants import loop_mutants
+from framework.harness.loop_mutants import CAUGHT_ABOVE, CLEAN_AT_MOST, loop_mutants
 from framework.harness.mutants import mutants
 from framework.harness.report import mutants_table, run_case, run_mutant
-
-CAUGHT_ABOVE = 1e-6  # a witness's TV under the bug; the clean code's is <= 1e-9
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n| loop bug | lives in | witness | TV (clean code) | TV (with the bug) | caught |\n|---|---|---|---|---|---|")
     for m in loop_mutants():
         clean, buggy = m.tvs()
-        caught = clean <= 1e-9 and buggy > CAUGHT_ABOVE
+        caught = clean <= CLEAN_AT_MOST and buggy > CAUGHT_ABOVE
         print(f"| {m.name}: {m.bug} | {m.where} | {m.witness.describe()} | {clean:.1e} | "
               f"{buggy:.2e} | {'yes' if caught else 'NO'} |")
         if not caught:

@@ -99,6 +99,9 @@ class LoopMutant:
         return clean, buggy
 
 
+CLEAN_AT_MOST, CAUGHT_ABOVE = 1e-9, 1e-6  # a witness's TV: the clean code's, and what counts as the bug caught
+
+
 # ---- the target adapter -----------------------------------------------------------------------
 
 

@@ -3,11 +3,11 @@ are caught through the real loop, against transformers' own reference; the clean
 
 import pytest
 
-from framework.harness.loop_mutants import loop_mutants
+from framework.harness.loop_mutants import CAUGHT_ABOVE, CLEAN_AT_MOST, loop_mutants
 
 
 @pytest.mark.parametrize("mutant", loop_mutants(), ids=lambda m: m.name)
 def test_loop_mutant_is_caught_by_its_witness(mutant):
     clean, buggy = mutant.tvs()
-    assert clean <= 1e-9, f"the clean code must pass {mutant.name}'s witness (TV {clean:.2e})"
-    assert buggy > 1e-6, f"{mutant.name} survived its witness (TV {buggy:.2e})"
+    assert clean <= CLEAN_AT_MOST, f"the clean code must pass {mutant.name}'s witness (TV {clean:.2e})"
+    assert buggy > CAUGHT_ABOVE, f"{mutant.name} survived its witness (TV {buggy:.2e})"
