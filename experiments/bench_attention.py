@@ -18,9 +18,9 @@ import sys
 
 import torch
 
-from framework import files
-from framework.tree_mask import TreeMask
-from framework.tree_shape import ancestor_mask
+from framework.core import files
+from framework.core.tree_mask import TreeMask
+from framework.core.tree_shape import ancestor_mask
 
 
 def random_tree(nodes: int, generator: torch.Generator) -> torch.Tensor:
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("bench_attention needs a CUDA GPU; none is visible here.", file=sys.stderr)
         return 2
-    from framework.tree_attention_triton import tree_attention_triton
+    from framework.lm.tree_attention_triton import tree_attention_triton
 
     device, dtype = torch.device("cuda"), torch.bfloat16
     g = torch.Generator().manual_seed(0)

@@ -18,10 +18,10 @@ import time
 import torch
 
 from experiments.bench_loop import heldout_prompt
-from framework import files
-from framework import SamplingConfig
+from framework.core import files
+from framework.core.sampling import SamplingConfig
 from framework.engine import generate
-from framework.target import HFTarget
+from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import load_causal_lm
 from proposers.draft_model import DraftModelProposer
 

@@ -19,16 +19,16 @@ import time
 
 import torch
 
-from framework.cached_lm import CachedLM
-from framework.proposer import DecodeState
-from framework.randomness import TorchSource
-from framework.sampling import SamplingConfig
-from framework.target import HFTarget
-from framework.tree import CandidateTree
-from framework.tree_shape import TreeShape
+from framework.core.proposer import DecodeState
+from framework.core.randomness import TorchSource
+from framework.core.sampling import SamplingConfig
+from framework.core.tree import CandidateTree
+from framework.core.tree_shape import TreeShape
+from framework.lm.cached_lm import CachedLM
+from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import load_causal_lm
-from proposers.eagle import EagleProposer, HeadReader
-from proposers.eagle_head import load_head
+from proposers.eagle.head import load_head
+from proposers.eagle.proposer import EagleProposer, HeadReader
 
 
 def interleaved(cases: dict, repeats: int) -> dict[str, float]:

@@ -46,9 +46,9 @@ from omegaconf import DictConfig, OmegaConf
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
 from experiments.run import emitted, timed_generate, torch_threads, write_json
-from framework.sampling import SamplingConfig
-from framework.target import HFTarget
-from framework.text import encode_prompt, tokenizer_of
+from framework.core.sampling import SamplingConfig
+from framework.lm.target import HFTarget
+from framework.lm.text import encode_prompt, tokenizer_of
 from framework.zoo.prompts import CATEGORIES, stdlib_prompt_sets
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

@@ -32,15 +32,17 @@ import time
 
 import torch
 
-from framework import CandidateTree, SamplingConfig, files
+from framework.core import files
+from framework.core.sampling import SamplingConfig
+from framework.core.tree import CandidateTree
 from framework.engine import generate
-from framework.models import tiny_random_model
-from framework.target import HFTarget
-from framework.text import tokenizer_of
-from framework.tree_cost import forward_tree_cost, prefilled, time_forwards
+from framework.lm.models import tiny_random_model
+from framework.lm.target import HFTarget
+from framework.lm.text import tokenizer_of
 from framework.zoo.checkpoints import load_causal_lm
 from framework.zoo.corpus import build_corpus, stdlib_files
 from proposers.draft_model import DraftModelProposer
+from proposers.search.tree_cost import forward_tree_cost, prefilled, time_forwards
 
 TREE_SIZES = (0, 1, 8, 32, 64)
 

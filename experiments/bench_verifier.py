@@ -34,8 +34,10 @@ import time
 
 import torch
 
-from framework import CandidateTree, ReplaySource, files
-from framework.tree_shape import children_table, depths
+from framework.core import files
+from framework.core.randomness import ReplaySource
+from framework.core.tree import CandidateTree
+from framework.core.tree_shape import children_table, depths
 from verifiers import LOSSLESS, verify
 from verifiers.adapters import flat_trees, linked_trees, padded_chains, ragged_chains
 from verifiers.links import order_links

@@ -24,8 +24,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.run import job_record, timed_generate, write_json
-from framework.target import HFTarget
-from framework.text import encode_prompt, tokenizer_of
+from framework.lm.target import HFTarget
+from framework.lm.text import encode_prompt, tokenizer_of
 from framework.zoo.prompts import CATEGORIES, stdlib_prompt_sets
 
 

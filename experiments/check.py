@@ -1,4 +1,4 @@
-"""The harness for one method on real models (DESIGN section 7).
+"""The harness for one method on real models (docs/design.md section 7).
 
     python -m experiments.check                                      # the zoo pair (chain of 4, iid)
     python -m experiments.check proposer=zoo_draft_tree experiment.checks=[exact]
@@ -24,7 +24,8 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from framework import files
+from experiments.run import verifier_of
+from framework.core import files
 from framework.harness.exact import compare
 from framework.harness.real import (
     exact_loop_law,
@@ -33,8 +34,7 @@ from framework.harness.real import (
     teacher_forced_law,
 )
 from framework.harness.stats import sample_size_for_law
-from framework.text import encode_prompt, tokenizer_of
-from experiments.run import verifier_of
+from framework.lm.text import encode_prompt, tokenizer_of
 from verifiers import typical_verifier
 
 

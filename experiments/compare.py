@@ -3,7 +3,7 @@
     python -m experiments.compare                                  # every proposer config that runs on the zoo
     python -m experiments.compare experiment=compare_smoke         # 1 prompt per category, 16 tokens (minutes)
     python -m experiments.compare 'experiment.methods=[zoo_draft,prompt_lookup,hf_assisted]'
-    python -m experiments.compare_report <run folder>/compare.md   # rewrites the README's results section
+    python -m experiments.compare_report <run folder>/compare.md   # publishes docs/results.md and the README table
     python -m experiments.compare -m 'experiment.methods=[proposer]' proposer=zoo_draft proposer.gamma=2,4,6 \
         hydra/launcher=joblib && python -m experiments.compare experiment.merge=multirun/<date>/<time>
 
@@ -41,11 +41,11 @@ from experiments.bench_hf import CONF, HF_PLD_DEFAULTS, build_methods, full_leng
 from experiments.compare_report import aggregate, markdown, merge, write_outputs
 from experiments.first_token import first_tokens, plot, summarise
 from experiments.run import torch_threads, verifier_of
-from framework import files
+from framework.core import files
+from framework.core.sampling import SamplingConfig
 from framework.engine import generate
-from framework.sampling import SamplingConfig
-from framework.target import HFTarget
-from framework.text import encode_prompt, tokenizer_of
+from framework.lm.target import HFTarget
+from framework.lm.text import encode_prompt, tokenizer_of
 from framework.zoo.prompts import CATEGORIES, stdlib_prompt_sets
 
 HF_ROWS = {"hf_assisted": "hf_assisted", "hf_prompt_lookup": "hf_pld"}  # our row -> bench_hf's runner

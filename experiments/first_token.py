@@ -22,13 +22,13 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from framework import files
+from framework.core import files
+from framework.core.randomness import TorchSource
+from framework.core.sampling import process_logits
 from framework.engine import Decoder
 from framework.harness.stats import g_test
-from framework.randomness import TorchSource
-from framework.sampling import process_logits
-from framework.target import HFTarget
-from framework.text import encode_prompt, tokenizer_of
+from framework.lm.target import HFTarget
+from framework.lm.text import encode_prompt, tokenizer_of
 from verifiers import LOSSLESS, Verifier
 
 

@@ -25,10 +25,10 @@ from omegaconf import DictConfig, OmegaConf
 from experiments.bench_hf import option
 from experiments.rules_expected import ExpectedAcceptance
 from experiments.run import torch_threads
-from framework import files
+from framework.core import files
 from framework.engine import generate
-from framework.target import HFTarget
-from framework.text import encode_prompt, tokenizer_of
+from framework.lm.target import HFTarget
+from framework.lm.text import encode_prompt, tokenizer_of
 from framework.zoo.prompts import stdlib_prompt_sets
 
 

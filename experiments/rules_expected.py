@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from framework.core.tree import CandidateTree
 from framework.harness.enumerate import CoinsOnlySource, enumerate_law
-from framework.tree import CandidateTree
 from verifiers import verify
 
 

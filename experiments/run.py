@@ -1,4 +1,4 @@
-"""One method against plain decoding of the same target, in the same run (DESIGN section 9).
+"""One method against plain decoding of the same target, in the same run (docs/design.md section 9).
 
     python -m experiments.run                                        # zoo target + zoo draft, temperature 1
     python -m experiments.run proposer=zoo_draft_tree sampling=t07 'prompt="def parse(text):"'
@@ -26,10 +26,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from framework import files
+from framework.core import files
 from framework.engine import GenerationOutput, generate
-from framework.target import HFTarget
-from framework.text import decode, encode_prompt, tokenizer_of
+from framework.lm.target import HFTarget
+from framework.lm.text import decode, encode_prompt, tokenizer_of
 from verifiers import LOSSLESS
 
 

@@ -22,7 +22,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from framework import files
+from framework.core import files
 
 RESULT = "result.json"
 PLAN = "multirun.yaml"  # Hydra writes it in the sweep folder before the first job

@@ -1,4 +1,4 @@
-"""Trains the model zoo (DESIGN section 1): tokenizer, then each model, on the stdlib corpus.
+"""Trains the model zoo (docs/design.md section 1): tokenizer, then each model, on the stdlib corpus.
 
     python -m experiments.train experiment=zoo                          # tokenizer, target, drafts
     python -m experiments.train experiment=zoo experiment.only=[draft]  # one model (its teacher must exist)
@@ -28,9 +28,10 @@ import transformers
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from framework import files
+from framework.core import files
 from framework.zoo.calibrate import calibrate_checkpoint
 from framework.zoo.checkpoints import export_checkpoint, load_causal_lm
+from framework.zoo.corpus import build_corpus, stdlib_files
 from framework.zoo.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from framework.zoo.train import tokenize_splits, train
 
@@ -43,8 +44,6 @@ def tokenizer_and_streams(exp, root: Path):
     streams = files.load_torch(root / "tokens.pt", "the zoo's token streams") if has_tokenizer else None
     if streams is not None:
         return load_tokenizer(root / "tokenizer"), streams
-    from framework.zoo.corpus import build_corpus, stdlib_files  # `datasets` is needed here only
-
     corpus = build_corpus(stdlib_files(exp.corpus.root), heldout_fraction=exp.corpus.heldout_fraction)
     if not has_tokenizer:
         with files.replacing_folder(root / "tokenizer") as temporary:

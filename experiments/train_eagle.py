@@ -8,7 +8,7 @@
    continuations of prompts): per depth and rank, how often the head's candidate, drafting a chain
    fed the text, is the target's own next token; top-1 against the text.
 3. Trees, measured by decoding: the static tree (EAGLE-1) is searched from the per-depth, per-rank
-   acceptance on validation continuations (framework/tree_search.py) and each prefix size is
+   acceptance on validation continuations (proposers/search/tree_search.py) and each prefix size is
    decoded; the dynamic tree (EAGLE-2) is decoded at each top_k x depth x budget. Greedy, held-out prompts, one
    thread. Each setting scores tokens per forward / (forward_tree cost at its node count + the
    head's measured time per step); the best static tree and dynamic setting are kept as `auto`.
@@ -25,18 +25,18 @@ import torch
 from omegaconf import DictConfig
 
 from experiments.train import head_setup
-from framework import files
+from framework.core import files
+from framework.core.sampling import SamplingConfig
 from framework.engine import generate
-from framework.sampling import SamplingConfig
-from framework.target import HFTarget
-from framework.tree_cost import forward_tree_cost
-from framework.tree_search import grow_tree, interpolate
+from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import resolve_checkpoint
 from framework.zoo.continuations import cached_continuations
 from framework.zoo.train import fixed_windows
-from proposers.eagle import EagleProposer
-from proposers.eagle_head import TREE_FILE, EagleHead
-from proposers.eagle_training import accuracy, train_head
+from proposers.eagle.head import TREE_FILE, EagleHead
+from proposers.eagle.proposer import EagleProposer
+from proposers.eagle.training import accuracy, train_head
+from proposers.search.tree_cost import forward_tree_cost
+from proposers.search.tree_search import grow_tree, interpolate
 
 
 def decode_rate(target, make, prompts: torch.Tensor, new_tokens: int) -> dict:

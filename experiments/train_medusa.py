@@ -7,7 +7,7 @@
 2. Measures each on validation and held-out text of two kinds: corpus windows, and the target's
    own continuations of validation / held-out prompts. Per head and rank: how often the candidate
    is the target's own next token (the acceptance the tree search reads); top-1/top-5 against the text.
-3. Searches the tree (framework/tree_search.py) from the rates on the target's continuations of
+3. Searches the tree (proposers/search/tree_search.py) from the rates on the target's continuations of
    validation prompts and the measured forward_tree cost on this machine, and keeps the objective
    whose tree promises more tokens per unit cost.
 4. Writes the winner (bf16 safetensors, config, searched tree, every measurement) to
@@ -23,14 +23,14 @@ import torch
 from omegaconf import DictConfig
 
 from experiments.train import head_setup
-from framework import files
-from framework.tree_cost import forward_tree_cost
-from framework.zoo.continuations import cached_continuations
-from framework.tree_search import grow_tree
+from framework.core import files
 from framework.zoo.checkpoints import resolve_checkpoint
+from framework.zoo.continuations import cached_continuations
 from framework.zoo.train import fixed_windows
-from proposers.medusa_heads import TREE_FILE
-from proposers.medusa_training import accuracy, train_heads
+from proposers.medusa.heads import TREE_FILE
+from proposers.medusa.training import accuracy, train_heads
+from proposers.search.tree_cost import forward_tree_cost
+from proposers.search.tree_search import grow_tree
 
 
 def run(cfg: DictConfig) -> Path | None:

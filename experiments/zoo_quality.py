@@ -20,7 +20,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from framework import HFTarget, SamplingConfig, generate, files
+from framework.core import files
+from framework.core.sampling import SamplingConfig
+from framework.engine import generate
+from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import load_causal_lm
 from framework.zoo.corpus import build_corpus, stdlib_files
 from framework.zoo.prompts import build_prompt_sets

@@ -6,19 +6,19 @@ neither transformers nor the engine.
 
 from importlib import import_module
 
-from framework.randomness import RandomSource, ReplaySource, TorchSource
-from framework.sampling import SamplingConfig, process_logits, process_tree_logits
-from framework.ragged_tree import RaggedTrees
-from framework.tree import CandidateTree
-from framework.tree_shape import TreeShape
+from framework.core.ragged_tree import RaggedTrees
+from framework.core.randomness import RandomSource, ReplaySource, TorchSource
+from framework.core.sampling import SamplingConfig, process_logits, process_tree_logits
+from framework.core.tree import CandidateTree
+from framework.core.tree_shape import TreeShape
 
 _LAZY = {
-    "HFTarget": "framework.target",
+    "HFTarget": "framework.lm.target",
     "generate": "framework.engine",
     "GenerationOutput": "framework.engine",
     "Decoder": "framework.engine",
-    "DecodeState": "framework.proposer",
-    "Proposer": "framework.proposer",
+    "DecodeState": "framework.core.proposer",
+    "Proposer": "framework.core.proposer",
 }
 
 

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from framework.proposer import DecodeState, Proposer, SideRowProposer
-from framework.randomness import RandomSource, TorchSource
-from framework.sampling import SamplingConfig, mark_seen, process_logits, process_tree_logits, seen_tokens
-from framework.target import HFTarget
-from framework.tree import CandidateTree
+from framework.core.proposer import DecodeState, Proposer, SideRowProposer
+from framework.core.randomness import RandomSource, TorchSource
+from framework.core.sampling import SamplingConfig, mark_seen, process_logits, process_tree_logits, seen_tokens
+from framework.core.target import Target
+from framework.core.tree import CandidateTree
 from verifiers import LOSSLESS, Verification, Verifier, verify
 
 
@@ -91,7 +91,7 @@ class Decoder:
 
     def __init__(
         self,
-        target: HFTarget,
+        target: Target,
         proposer: Proposer | None,
         sampling: SamplingConfig,
         rng: RandomSource,
@@ -217,7 +217,7 @@ def committed_rows(per_row: torch.Tensor, path: torch.Tensor) -> torch.Tensor:
     return per_row.gather(1, index)
 
 
-def check_prompt(target: HFTarget, input_ids: torch.Tensor, max_new_tokens: int,
+def check_prompt(target: Target, input_ids: torch.Tensor, max_new_tokens: int,
                  attention_mask: torch.Tensor | None = None) -> None:
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
         raise ValueError("input_ids must be a LongTensor [B, L]")
@@ -242,7 +242,7 @@ def check_prompt(target: HFTarget, input_ids: torch.Tensor, max_new_tokens: int,
 
 
 def generate(
-    target: HFTarget,
+    target: Target,
     proposer: Proposer | None,
     input_ids: torch.Tensor,
     max_new_tokens: int,

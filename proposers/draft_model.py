@@ -1,4 +1,4 @@
-"""An independent draft model proposes a chain or a tree (DESIGN section 8).
+"""An independent draft model proposes a chain or a tree (docs/design.md section 8).
 
 Level by level: the draft reads the nodes of one depth in a single forward (each node sees the
 committed past and its own ancestors), processes its logits with the sampling law, and draws
@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import torch
 
-from framework import tree_attention
-from framework.cached_lm import CachedLM
-from framework.depth_schedule import DepthSchedule
-from framework.drafting import draw_children
-from framework.proposer import DecodeState
-from framework.sampling import SamplingConfig, process_logits, seen_along_tree
-from framework.tree import CandidateTree
-from framework.tree_shape import TreeShape, ancestor_mask, depths
+from framework.core.drafting import draw_children
+from framework.core.proposer import DecodeState
+from framework.core.sampling import SamplingConfig, process_logits, seen_along_tree
+from framework.core.tree import CandidateTree
+from framework.core.tree_shape import TreeShape, ancestor_mask, depths
+from framework.lm import tree_attention
+from framework.lm.cached_lm import CachedLM
+from proposers.common.depth_schedule import DepthSchedule
 from verifiers.tree_verifier import Verification
 
 

@@ -3,13 +3,13 @@
 Why the merged tree is lossless: each part proposes from the committed state and its own draws,
 before the verifier draws any coin of this step. The merge (tries, scores, the budget cut) looks
 only at those candidates. So the merged set of children at every node is fixed before, and
-independently of, the verifier's coins: exactly the condition of the point rule (DESIGN section
+independently of, the verifier's coins: exactly the condition of the point rule (docs/design.md section
 4), whatever kind each part declared. The merged tree is therefore `point`, and the one verifier
 keeps the target's law. (A part's own draft probabilities are dropped: the point rule needs none.)
 
 Scores: each root-to-leaf path of part j weighs weights[j]; a node scores the summed weight of
 the paths through it, so a path proposed by several parts counts more, and the `budget` best
-nodes stay (framework/path_tree.py). Each part commits with its own view of the step: the
+nodes stay (framework/core/path_tree.py). Each part commits with its own view of the step: the
 longest accepted prefix that is one of its nodes, and the true accepted count and tokens.
 Side rows (lookahead) of the parts ride along when they see only the tree's root.
 """
@@ -21,10 +21,10 @@ from typing import Mapping, Sequence
 
 import torch
 
-from framework.path_tree import node_paths, tree_from_paths
-from framework.proposer import DecodeState, SideRowProposer
-from framework.side_rows import SideRows
-from framework.tree import CandidateTree
+from framework.core.path_tree import node_paths, tree_from_paths
+from framework.core.proposer import DecodeState, SideRowProposer
+from framework.core.side_rows import SideRows
+from framework.core.tree import CandidateTree
 from verifiers.tree_verifier import Verification
 
 

@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from experiments import compare
-from experiments.compare_report import BEGIN, BY_CATEGORY, COLUMNS, END, merge, update_readme
+from experiments.compare_report import BEGIN, BY_CATEGORY, COLUMNS, END, merge, publish, update_readme
 from framework.harness.stats import detectable_tv
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -125,6 +125,17 @@ def test_readme_section_is_replaced_between_its_markers(tmp_path):
     readme.write_text("no markers\n")
     with pytest.raises(ValueError, match="needs exactly one"):
         update_readme(table, readme)
+
+
+def test_publishing_writes_every_cell_to_the_results_page(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text(f"{BEGIN}\n{END}\n")
+    table = tmp_path / "compare.md"
+    table.write_text(f"| summary |\n\n{BY_CATEGORY}\n\n| every | cell |\n")
+    publish(table, tmp_path)
+    page = (tmp_path / "docs" / "results.md").read_text()
+    assert page.startswith("# Results") and page.endswith(table.read_text())
+    assert "| every | cell |" not in (tmp_path / "README.md").read_text()
 
 
 @pytest.mark.slow

@@ -20,9 +20,9 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from experiments.run import run
-from framework import SamplingConfig
-from framework.target import HFTarget
-from framework.text import encode_prompt, tokenizer_of
+from framework.core.sampling import SamplingConfig
+from framework.lm.target import HFTarget
+from framework.lm.text import encode_prompt, tokenizer_of
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 GROUPS = sorted(d.name for d in CONF.iterdir() if d.is_dir())

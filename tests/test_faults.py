@@ -51,8 +51,8 @@ def run_child(body: str, die_at_save: int | None = None, timeout: int = 300) -> 
 
 MEDUSA = """
 import torch
-from framework.models import tiny_random_model
-from proposers.medusa_training import MedusaTrainConfig, train_heads
+from framework.lm.models import tiny_random_model
+from proposers.medusa.training import MedusaTrainConfig, train_heads
 target = tiny_random_model("llama", vocab_size=32, hidden_size=32, num_layers=1, max_positions=64, seed=0, init_std=0.3)
 stream = torch.arange(2000) % 7
 streams = {"train": stream, "valid": stream[:256], "heldout": stream[:256]}
@@ -92,9 +92,9 @@ def test_medusa_training_killed_mid_save_resumes_to_the_same_heads(tmp_path, die
 
 EAGLE = """
 import torch
-from framework.models import tiny_random_model
-from proposers.eagle_head import random_head
-from proposers.eagle_training import EagleTrainConfig, train_head
+from framework.lm.models import tiny_random_model
+from proposers.eagle.head import random_head
+from proposers.eagle.training import EagleTrainConfig, train_head
 target = tiny_random_model("llama", vocab_size=32, hidden_size=32, num_layers=2, max_positions=64, seed=0, init_std=0.3)
 head = random_head(hidden_size=32, vocab_size=32, target_num_layers=2, seed=1)
 stream = torch.arange(2000) % 7
@@ -177,7 +177,7 @@ compare.run(cfg)
 
 DIE_AT_RECORD = """
 import os, signal
-from framework import files
+from framework.core import files
 _records = [0]
 _append = files.append_line
 def _dying(path, line):

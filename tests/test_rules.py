@@ -5,8 +5,8 @@ import json
 import pytest
 from hydra import compose, initialize_config_dir
 
-from experiments.rules import measure, table
 from experiments.bench_hf import CONF
+from experiments.rules import measure, table
 
 
 def load(*overrides):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from framework.randomness import RandomSource, TorchSource
-from framework.ragged_tree import RaggedTrees
-from framework.tree import CandidateTree
+from framework.core.ragged_tree import RaggedTrees
+from framework.core.randomness import RandomSource, TorchSource
+from framework.core.tree import CandidateTree
 from verifiers.checks import check_verify_inputs
 from verifiers.rules import LOSSLESS_RULES, ChildRule, IidRule, NodeLaw, PointRule, WorRule
 from verifiers.tree_verifier import TreeVerifier, Verification, Verifier

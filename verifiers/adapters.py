@@ -36,9 +36,9 @@ from dataclasses import dataclass
 
 import torch
 
-from framework.randomness import RandomSource
-from framework.ragged_tree import RaggedTrees
-from framework.tree import CandidateTree, integers
+from framework.core.ragged_tree import RaggedTrees
+from framework.core.randomness import RandomSource
+from framework.core.tree import CandidateTree, integers
 from verifiers import LOSSLESS, Verification, Verifier, verify
 from verifiers.checks import check_device, check_verify_inputs
 from verifiers.links import order_links

@@ -15,9 +15,9 @@ from collections import defaultdict
 
 import torch
 
-from framework.randomness import RandomSource
-from framework.ragged_tree import RaggedTrees
-from framework.tree import CandidateTree
+from framework.core.ragged_tree import RaggedTrees
+from framework.core.randomness import RandomSource
+from framework.core.tree import CandidateTree
 from verifiers.tree_verifier import Verification
 
 

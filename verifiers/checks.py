@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from framework.randomness import law_dtype
-from framework.ragged_tree import RaggedTrees
-from framework.tree import CandidateTree
+from framework.core.ragged_tree import RaggedTrees
+from framework.core.randomness import law_dtype
+from framework.core.tree import CandidateTree
 
 
 def _tolerance(dtype: torch.dtype) -> float:

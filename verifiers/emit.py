@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import torch
 
-from framework.randomness import RandomSource
-from framework.tree import CandidateTree
-from framework.tree_shape import depths
+from framework.core.randomness import RandomSource
+from framework.core.tree import CandidateTree
+from framework.core.tree_shape import depths
 from verifiers.tree_verifier import Verification
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from framework.ragged_tree import depth_caps
-from framework.tree import integers
+from framework.core.ragged_tree import depth_caps
+from framework.core.tree import integers
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Child rules of the lossless verifier (DESIGN section 4), one per kind of children.
+"""Child rules of the lossless verifier (docs/design.md section 4), one per kind of children.
 
 At a node the walk holds a NodeLaw: p, the node's processed target law; r, what is left of it
 after the children rejected so far; q, the law the next child was drawn from. A rule says
@@ -12,8 +12,8 @@ from typing import Protocol
 
 import torch
 
-from framework.randomness import law_dtype
-from framework.tree import CandidateTree
+from framework.core.randomness import law_dtype
+from framework.core.tree import CandidateTree
 
 
 @dataclass

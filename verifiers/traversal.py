@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from framework.randomness import RandomSource
-from framework.ragged_tree import RaggedTrees
-from framework.tree import CandidateTree
+from framework.core.ragged_tree import RaggedTrees
+from framework.core.randomness import RandomSource
+from framework.core.tree import CandidateTree
 from verifiers.by_shape import verify_by_shape
 from verifiers.emit import NodePicker
 from verifiers.rules import normalize_or_keep, widened

@@ -24,9 +24,9 @@ from typing import Mapping, Protocol
 
 import torch
 
-from framework.randomness import RandomSource, law_dtype
-from framework.ragged_tree import RaggedTrees, WalkLayout
-from framework.tree import CandidateTree
+from framework.core.ragged_tree import RaggedTrees, WalkLayout
+from framework.core.randomness import RandomSource, law_dtype
+from framework.core.tree import CandidateTree
 from verifiers.rules import LOSSLESS_RULES, ChildRule, NodeLaw
 
 CPU_BLOCK_ELEMENTS = 1 << 19  # [rows, V] elements per block on CPU (2 MB in float32: measured best of 2^17..2^21)

@@ -16,9 +16,9 @@ import torch
 import triton
 import triton.language as tl
 
-from framework.randomness import RandomSource, law_dtype
-from framework.tree import CandidateTree
-from framework.tree_shape import children_table
+from framework.core.randomness import RandomSource, law_dtype
+from framework.core.tree import CandidateTree
+from framework.core.tree_shape import children_table
 from verifiers.tree_verifier import Verification
 
 BLOCK_V = 256
@@ -84,7 +84,7 @@ def check_triton_device(laws: torch.Tensor) -> None:
 
 
 def compute_dtype(*laws: torch.Tensor | None):
-    """(Triton, torch) arithmetic dtype for these laws (framework.randomness.law_dtype)."""
+    """(Triton, torch) arithmetic dtype for these laws (framework.core.randomness.law_dtype)."""
     return (tl.float64, torch.float64) if law_dtype(*laws) == torch.float64 else (tl.float32, torch.float32)
 
 

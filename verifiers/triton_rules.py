@@ -19,8 +19,8 @@ import triton
 import triton.language as tl
 
 from verifiers.rules import NodeLaw
-from verifiers.triton_chain import check_triton_device, compute_dtype
 from verifiers.tree_verifier import TreeVerifier
+from verifiers.triton_chain import check_triton_device, compute_dtype
 
 BLOCK_V = 256  # the vocabulary's tile (smaller vocabularies take the next power of two, at least 16)
 BLOCK_ROWS = 16  # rows per program: a [16, BLOCK_V] tile per step of the loop over V
@@ -97,7 +97,7 @@ def _rows_contiguous(x: torch.Tensor) -> torch.Tensor:
 
 
 class TritonRule:
-    """One kind's lossless rule (DESIGN section 4) with its arithmetic in Triton kernels."""
+    """One kind's lossless rule (docs/design.md section 4) with its arithmetic in Triton kernels."""
 
     lossless = True
 

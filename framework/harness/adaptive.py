@@ -16,9 +16,9 @@ from typing import Callable
 
 import torch
 
+from framework.core.tree import CandidateTree
 from framework.harness.enumerate import enumerate_law
 from framework.harness.oracle import ToyLaws, prefix_law
-from framework.tree import CandidateTree
 from verifiers import verify
 
 Expand = Callable[[tuple[int, ...], ToyLaws], int]  # (a node's path, the laws) -> children to draw under it

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from framework.core.sampling import SamplingConfig
+from framework.core.tree_shape import TreeShape
 from framework.harness.exact import ExactCase
 from framework.harness.toy import ToyLM
-from framework.sampling import SamplingConfig
-from framework.tree_shape import TreeShape
 
 SAMPLINGS = {
     "T1": SamplingConfig(),
@@ -98,7 +98,7 @@ def exact_cases(heavy: bool = False) -> list[ExactCase]:
 
 
 def seed_example_case(kind: str = "iid", p_equals_q: bool = False) -> ExactCase:
-    """DESIGN's seed example: p = (0.5, 0.3, 0.2), q = (0.2, 0.5, 0.3), one drafted token."""
+    """The seed example of docs/design.md section 4: p = (0.5, 0.3, 0.2), q = (0.2, 0.5, 0.3), one drafted token."""
     import torch
 
     p = ToyLM.unigram(torch.tensor([0.5, 0.3, 0.2]).log())

@@ -14,13 +14,13 @@ from typing import Callable
 
 import torch
 
-from framework.drafting import draw_children
+from framework.core.drafting import draw_children
+from framework.core.sampling import SamplingConfig, process_logits, seen_along_tree, seen_tokens
+from framework.core.tree import CandidateTree
+from framework.core.tree_shape import TreeShape
 from framework.harness.enumerate import EnumeratingSource, enumerate_law
 from framework.harness.reference import reference_law
 from framework.harness.toy import ToyLM
-from framework.sampling import SamplingConfig, process_logits, seen_along_tree, seen_tokens
-from framework.tree import CandidateTree
-from framework.tree_shape import TreeShape
 from verifiers import LOSSLESS, Verifier, verify
 
 Law = dict[tuple[int, ...], float]
@@ -121,7 +121,7 @@ def speculative_law(case: ExactCase, pipeline: Pipeline = Pipeline()) -> Law:
 
 def target_law(case: ExactCase) -> Law:
     """Exact law of the first D tokens of plain sampling from the target, by transformers' own logits
-    processors (framework/harness/reference.py), not by the framework.sampling the loop uses."""
+    processors (framework/harness/reference.py), not by the framework.core.sampling the loop uses."""
     law: Law = {}
 
     def grow(emitted: tuple[int, ...], weight: float) -> None:

@@ -17,14 +17,16 @@ from dataclasses import dataclass, field, fields, replace
 
 import torch
 
-from framework import sampling, tree_attention
+from framework.core import sampling
+from framework.core.sampling import SamplingConfig
+from framework.core.target import TargetOutput
 from framework.engine import Decoder
 from framework.harness.exact import compare
 from framework.harness.mutants import draw_deduplicated, draw_sorted_by_q, raw_softmax, target_without_temperature
 from framework.harness.real import exact_loop_law, teacher_forced_law
-from framework.models import tiny_random_model
-from framework.sampling import SamplingConfig
-from framework.target import HFTarget, TargetOutput
+from framework.lm import tree_attention
+from framework.lm.models import tiny_random_model
+from framework.lm.target import HFTarget
 from proposers import DraftModelProposer, LookaheadProposer
 from verifiers import LOSSLESS, TreeVerifier
 from verifiers.block import BlockVerifier
@@ -242,7 +244,7 @@ def loop_mutants() -> list[LoopMutant]:
         m("side-row-kv-kept", "the side rows' KV (lookahead's window) committed after the accepted path",
           LOOKAHEAD, target=SideRowsKeptAtCommit),
         m("attention-scale", "tree attention scores scaled by 1.3 / sqrt(d)", CHAIN_D5, plant=wrong_attention_scale),
-        m("top-p-before-temperature", "the nucleus taken before the temperature (framework.sampling)",
+        m("top-p-before-temperature", "the nucleus taken before the temperature (framework.core.sampling)",
           LoopCase(dict(gamma=2, kind="point"), sampling=T07_TOPP09),
           plant=lambda: planted(sampling, "process_logits", top_p_before_temperature)),
         m("draft-reports-raw-q", "the draft model hands the verifier its raw softmax, not the law it drew from",

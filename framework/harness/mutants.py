@@ -9,7 +9,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from framework.drafting import draw_children
+from framework.core.drafting import draw_children
+from framework.core.sampling import process_logits
 from framework.harness.exact import Pipeline
 from framework.harness.rule_mutants import (
     BlockKeepWithoutRest,
@@ -22,12 +23,11 @@ from framework.harness.rule_mutants import (
     TraversalUnweightedChildren,
     TraversalWorWithoutQUpdate,
 )
-from framework.sampling import process_logits
 from verifiers import LOSSLESS_RULES, NodeLaw, TreeVerifier
 from verifiers.block import BlockVerifier
 from verifiers.multidraft import multidraft_verifier
-from verifiers.traversal import TraversalVerifier
 from verifiers.rules import IidRule, PointRule, WorRule, normalize_or_keep
+from verifiers.traversal import TraversalVerifier
 
 
 @dataclass(frozen=True)

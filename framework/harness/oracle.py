@@ -17,16 +17,16 @@ from __future__ import annotations
 import itertools
 import zlib
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import scipy.optimize
 import scipy.sparse
 import torch
 
+from framework.core.tree import CandidateTree
+from framework.core.tree_shape import depths
 from framework.harness.enumerate import enumerate_law
-from framework.tree import CandidateTree
-from framework.tree_shape import depths
 from verifiers import verify
 
 

@@ -1,4 +1,4 @@
-"""The harness on real Hugging Face models, through the real loop (DESIGN section 7).
+"""The harness on real Hugging Face models, through the real loop (docs/design.md section 7).
 
 - exact_loop_law: the enumerating source drives the whole Decoder (HFTarget, the proposer,
   the verifier) over a batch of worlds: the exact law of the first D tokens of a tiny model.
@@ -18,13 +18,13 @@ from typing import Callable
 import torch
 from transformers import DynamicCache
 
+from framework.core.randomness import TorchSource
+from framework.core.sampling import SamplingConfig
 from framework.engine import Decoder, generate
 from framework.harness.enumerate import enumerate_law
 from framework.harness.reference import own_attention_copy, reference_law
 from framework.harness.stats import GTest, g_test
-from framework.randomness import TorchSource
-from framework.sampling import SamplingConfig
-from framework.target import HFTarget
+from framework.lm.target import HFTarget
 from verifiers import LOSSLESS, Verifier
 
 OTHER = ("other",)
@@ -119,7 +119,7 @@ def teacher_forced_law(
     Independent of the code under test (framework/harness/reference.py): plain HF forwards of each prefix
     on a copy of the model that runs transformers' own (SDPA) attention (the prompt's cache computed once by HF
     and copied per chunk of `chunk` prefixes), the law from transformers' own logits processors; no tree
-    attention, no framework.sampling, no verifier.
+    attention, no framework.core.sampling, no verifier.
     """
     model = own_attention_copy(model)
     law: dict[tuple, float] = {OTHER: 0.0}

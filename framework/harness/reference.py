@@ -1,6 +1,6 @@
 """The target's law as plain transformers computes it: the harness's reference, independent of the code under test.
 
-The loop under test turns logits into laws with framework.sampling and runs the model through our tree
+The loop under test turns logits into laws with framework.core.sampling and runs the model through our tree
 attention. A reference computed with those would share their bugs (a top-p applied before the temperature,
 a wrong attention scale), so the reference takes neither: the logits come from a copy of the model on
 transformers' own SDPA attention (its eager one computes the softmax in float32, 1e-8 off a float64 law),
@@ -22,7 +22,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from framework.sampling import SamplingConfig
+from framework.core.sampling import SamplingConfig
 
 
 def hf_processors(cfg: SamplingConfig) -> LogitsProcessorList:

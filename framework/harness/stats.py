@@ -23,7 +23,6 @@ from typing import Hashable, Iterable, Mapping
 
 from scipy import stats
 
-
 ALPHA, POWER = 1e-3, 0.9  # the level the checks test at, and the power they are sized for
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from framework import files
+from framework.core import files
 from framework.zoo.train import fixed_windows
 
 TEMPERATURES = tuple(round(1.0 + 0.05 * i, 2) for i in range(-2, 15))  # 0.90 .. 1.70

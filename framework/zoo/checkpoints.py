@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from framework import files
+from framework.core import files
 from framework.zoo.tokenizer import load_tokenizer
 
 EMBEDDED = Path(__file__).resolve().parents[2] / "experiments" / "zoo"  # folders: target, draft

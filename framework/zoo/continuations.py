@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from framework import files
+from framework.core import files
 from framework.zoo.train import random_windows
 
 

@@ -11,7 +11,7 @@
   "heldout" is scored too, for the record only.
 - Resumable: every `save_every` steps (and when `time_limit_s` runs out) a checkpoint folder
   step_XXXXXXX/ is written under <out_dir>/checkpoints (config + safetensors + tokenizer, plus
-  trainer_state.pt), built under a temporary name and renamed whole (framework/files.py): a kill
+  trainer_state.pt), built under a temporary name and renamed whole (framework/core/files.py): a kill
   mid-save leaves the checkpoints before it as they were. A later call with the same out_dir continues
   from the newest one that loads (one that does not is named and moved aside). Batches are drawn by a
   generator seeded with (seed, step), so a resumed run sees the same batches. best/ and final/ are
@@ -33,7 +33,7 @@ import torch
 import transformers
 from tqdm.auto import tqdm
 
-from framework import files
+from framework.core import files
 
 
 @dataclass

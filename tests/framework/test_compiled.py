@@ -5,9 +5,10 @@ import warnings
 import pytest
 import torch
 
-from framework import HFTarget, SamplingConfig
+from framework.core.sampling import SamplingConfig
 from framework.engine import generate
-from framework.models import tiny_random_model
+from framework.lm.models import tiny_random_model
+from framework.lm.target import HFTarget
 from proposers import DraftModelProposer
 
 PROMPT = torch.tensor([[1, 2, 3, 4]])

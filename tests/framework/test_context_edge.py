@@ -8,9 +8,9 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from framework import SamplingConfig
+from framework.core.sampling import SamplingConfig
 from framework.engine import generate
-from framework.target import HFTarget
+from framework.lm.target import HFTarget
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 TINY = sorted(p.stem for p in (CONF / "proposer").glob("tiny_*.yaml")) + ["lookahead", "prompt_lookup"]

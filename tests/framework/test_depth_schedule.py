@@ -1,11 +1,12 @@
 import pytest
 import torch
 
-from framework.depth_schedule import DepthSchedule
-from framework.models import tiny_random_model
-from framework import HFTarget, SamplingConfig
+from framework.core.sampling import SamplingConfig
 from framework.engine import generate
+from framework.lm.models import tiny_random_model
+from framework.lm.target import HFTarget
 from proposers import DraftModelProposer
+from proposers.common.depth_schedule import DepthSchedule
 
 
 def test_deeper_after_full_acceptance_shallower_otherwise_within_bounds():

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from framework.drafting import draw_children
-from framework.randomness import ReplaySource
+from framework.core.drafting import draw_children
+from framework.core.randomness import ReplaySource
 
 
 @pytest.mark.parametrize("kind", ["iid", "wor"])

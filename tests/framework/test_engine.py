@@ -5,9 +5,12 @@ import copy
 import pytest
 import torch
 
-from framework import Decoder, HFTarget, SamplingConfig, TorchSource, generate
+from framework.core.randomness import TorchSource
+from framework.core.sampling import SamplingConfig
+from framework.engine import Decoder, generate
 from framework.harness.real import greedy_identity
-from framework.models import tiny_random_model
+from framework.lm.models import tiny_random_model
+from framework.lm.target import HFTarget
 from proposers import DraftModelProposer
 
 ARCHS = ["llama", "qwen2", "mistral", "gpt2"]
@@ -123,7 +126,7 @@ def test_bad_input_is_named():
 
 
 def test_prompt_ids_must_be_integers():
-    from framework.text import encode_prompt
+    from framework.lm.text import encode_prompt
 
     for prompt in ([1.7, 2], [True, 2], ["3"]):
         with pytest.raises(ValueError, match="must be integers"):
@@ -169,8 +172,8 @@ def test_hidden_state_follows_the_accepted_path():
 def test_proposer_sees_the_hidden_states_of_every_committed_position():
     """Prefill hands over every prompt position; each step the root and the accepted nodes, in
     order, as a plain forward over the committed sequence computes them."""
+    from framework.core.randomness import TorchSource
     from framework.engine import Decoder
-    from framework.randomness import TorchSource
 
     target = tiny_random_model("llama", seed=3, dtype="float64", init_std=0.3)
     proposer = DraftModelProposer(near_copy(target), gamma=3)

@@ -1,4 +1,4 @@
-"""framework.files: every file written whole, folders swapped whole, torn records dropped, one writer per folder."""
+"""framework.core.files: every file written whole, folders swapped whole, torn records dropped, one writer per folder."""
 
 import json
 import os
@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from framework import files
+from framework.core import files
 
 
 def test_a_failed_write_leaves_the_old_content_and_no_temporary(tmp_path):
@@ -68,7 +68,7 @@ def test_a_record_cut_off_by_a_kill_is_dropped_and_the_next_starts_a_line(tmp_pa
 
 
 def test_one_writer_per_folder(tmp_path):
-    holder = ("import sys, time\nfrom framework import files\n"
+    holder = ("import sys, time\nfrom framework.core import files\n"
               "with files.exclusive(sys.argv[1], 'test'):\n    print('held', flush=True)\n    time.sleep(60)\n")
     child = subprocess.Popen([sys.executable, "-c", holder, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:

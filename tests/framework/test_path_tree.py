@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from framework.path_tree import node_paths, tree_from_paths
+from framework.core.path_tree import node_paths, tree_from_paths
 
 
 def test_shared_prefixes_are_one_node_and_siblings_rank_by_score():

@@ -1,8 +1,7 @@
 import pytest
 import torch
 
-from framework import SamplingConfig, process_logits
-from framework.sampling import process_tree_logits, seen_along_tree, seen_tokens
+from framework.core.sampling import SamplingConfig, process_logits, process_tree_logits, seen_along_tree, seen_tokens
 
 
 def test_greedy_is_first_argmax_on_ties():

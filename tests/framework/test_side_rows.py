@@ -3,10 +3,11 @@
 import pytest
 import torch
 
-from framework import CandidateTree, HFTarget
-from framework.models import tiny_random_model
-from framework.side_rows import SideRows, forward_mask
-from proposers.lookahead import window_pattern
+from framework.core.side_rows import SideRows, forward_mask
+from framework.core.tree import CandidateTree
+from framework.lm.models import tiny_random_model
+from framework.lm.target import HFTarget
+from proposers.ngram.lookahead import window_pattern
 from verifiers import Verification
 
 MODEL = tiny_random_model("llama", vocab_size=32, seed=5, dtype="float64", init_std=0.3)

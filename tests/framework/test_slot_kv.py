@@ -4,9 +4,9 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from framework.models import tiny_random_model
-from framework.slot_cache import SlotCache
-from framework.slot_kv import MIN_CAPACITY, SlotKVCache, SlotLayer
+from framework.lm.models import tiny_random_model
+from framework.lm.slot_cache import SlotCache
+from framework.lm.slot_kv import MIN_CAPACITY, SlotKVCache, SlotLayer
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])

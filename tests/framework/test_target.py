@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from framework import CandidateTree, HFTarget
-from framework.models import tiny_random_model
+from framework.core.tree import CandidateTree
+from framework.lm.models import tiny_random_model
+from framework.lm.target import HFTarget
 from verifiers import Verification
 
 ARCHS = ["llama", "qwen2", "mistral", "gpt2"]

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from framework.models import tiny_random_model
-from framework.text import decode, encode_prompt, tokenizer_of
+from framework.lm.models import tiny_random_model
+from framework.lm.text import decode, encode_prompt, tokenizer_of
 from framework.zoo.checkpoints import load_causal_lm
 
 

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from framework import CandidateTree, TreeShape
+from framework.core.tree import CandidateTree
+from framework.core.tree_shape import TreeShape
 
 
 def test_chain_views():

@@ -5,12 +5,13 @@ import itertools
 import pytest
 import torch
 
-from framework import CandidateTree, HFTarget
-from framework.models import tiny_random_model
-from framework.tree_attention import tree_attention_reference
-from framework.tree_attention_triton import tree_attention_triton
-from framework.tree_mask import TreeMask
-from framework.tree_shape import ancestor_mask
+from framework.core.tree import CandidateTree
+from framework.core.tree_mask import TreeMask
+from framework.core.tree_shape import ancestor_mask
+from framework.lm.models import tiny_random_model
+from framework.lm.target import HFTarget
+from framework.lm.tree_attention import tree_attention_reference
+from framework.lm.tree_attention_triton import tree_attention_triton
 from verifiers import Verification
 
 
@@ -55,7 +56,7 @@ def test_kernel_equals_reference_fp32(prefix, nodes, group, head_dim):
 @pytest.mark.parametrize("prefix, nodes, group, head_dim", COVER[:4])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_sdpa_backend_equals_reference(prefix, nodes, group, head_dim, dtype):
-    from framework.tree_attention import sdpa_backend
+    from framework.lm.tree_attention import sdpa_backend
 
     (q, k, v), mask, scale = case(prefix, nodes, group, head_dim, dtype)
     ref = tree_attention_reference(q, k, v, mask.dense(), scale)

@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from framework.tree_search import grow_tree, interpolate
-from framework.tree_shape import TreeShape
+from framework.core.tree_shape import TreeShape
+from proposers.search.tree_search import grow_tree, interpolate
 
 
 def value(choices, accept):

@@ -5,12 +5,12 @@ import math
 import pytest
 import torch
 
+from framework.core.sampling import process_logits
+from framework.core.tree_shape import TreeShape
 from framework.harness.cases import MEDUSA_CHOICES
 from framework.harness.enumerate import enumerate_law
 from framework.harness.exact import ExactCase, Pipeline, propose, step_tokens
 from framework.harness.toy import ToyLM
-from framework.sampling import process_logits
-from framework.tree_shape import TreeShape
 
 
 def expected_tokens_per_step(case: ExactCase) -> float:

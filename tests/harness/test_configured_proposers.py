@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from framework import SamplingConfig
+from framework.core.sampling import SamplingConfig
 from framework.harness.loop_mutants import LoopCase, ReportsRawQ
 from framework.harness.mutants import WorWithoutQUpdate
 from verifiers import LOSSLESS_RULES, TreeVerifier

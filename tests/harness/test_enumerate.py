@@ -53,7 +53,7 @@ def test_every_world_runs_once():
 def test_the_zero_atom_is_the_default_sources():
     """The enumerator's chance of u == 0.0 must be TorchSource's: its uniforms are float64 multiples of 2^-53
     (the atom was float32's 2^-24)."""
-    from framework.randomness import TorchSource
+    from framework.core.randomness import TorchSource
 
     u = TorchSource(seed=0).uniform((100_000,))
     assert u.dtype == torch.float64 and torch.equal(u * 2**53, (u * 2**53).round())

@@ -3,11 +3,12 @@
 import pytest
 import torch
 
-from framework import HFTarget, SamplingConfig
+from framework.core.sampling import SamplingConfig
 from framework.harness.exact import compare
 from framework.harness.real import exact_loop_law, statistical_check, teacher_forced_law
 from framework.harness.stats import sample_size_for_law
-from framework.models import tiny_random_model
+from framework.lm.models import tiny_random_model
+from framework.lm.target import HFTarget
 from proposers import DraftModelProposer
 from verifiers import typical_verifier
 

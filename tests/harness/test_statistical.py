@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from framework import CandidateTree
+from framework.core.tree import CandidateTree
 from framework.harness.stats import cells, detectable_tv, g_test, power, sample_size_for_law, sample_size_for_tv
 from verifiers import typical_verifier, verify
 

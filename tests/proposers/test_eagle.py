@@ -6,17 +6,19 @@ import math
 import pytest
 import torch
 
-from framework import Decoder, HFTarget, SamplingConfig, generate
+from framework.core.proposer import DecodeState
+from framework.core.randomness import TorchSource
+from framework.core.sampling import SamplingConfig
+from framework.engine import Decoder, generate
 from framework.harness.exact import compare
 from framework.harness.real import exact_loop_law, greedy_identity, teacher_forced_law
-from framework.models import tiny_random_model
-from framework.proposer import DecodeState
-from framework.randomness import TorchSource
+from framework.lm.models import tiny_random_model
+from framework.lm.target import HFTarget
 from proposers import EagleProposer
-from proposers.eagle import HeadReader
-from proposers.eagle_head import EagleHead, random_head
-from proposers.eagle_training import unroll
-from proposers.eagle_tree import dynamic_tree
+from proposers.eagle.head import EagleHead, random_head
+from proposers.eagle.proposer import HeadReader
+from proposers.eagle.training import unroll
+from proposers.eagle.tree import dynamic_tree
 
 ARCHS = ["llama", "qwen2", "mistral", "gpt2"]
 CHOICES = [(0,), (1,), (0, 0), (1, 0), (0, 1), (0, 0, 0)]

@@ -2,9 +2,9 @@
 
 import torch
 
-from framework.models import tiny_random_model
-from proposers.eagle_head import EagleHead
-from proposers.eagle_training import EagleTrainConfig, accuracy, train_head, unroll_mask
+from framework.lm.models import tiny_random_model
+from proposers.eagle.head import EagleHead
+from proposers.eagle.training import EagleTrainConfig, accuracy, train_head, unroll_mask
 
 
 def test_unrolled_step_sees_the_context_and_its_own_chain():

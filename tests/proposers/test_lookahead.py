@@ -3,10 +3,12 @@
 import pytest
 import torch
 
-from framework import HFTarget, SamplingConfig, generate
+from framework.core.sampling import SamplingConfig
+from framework.engine import generate
 from framework.harness.exact import compare
 from framework.harness.real import exact_loop_law, greedy_identity, teacher_forced_law
-from framework.models import tiny_random_model
+from framework.lm.models import tiny_random_model
+from framework.lm.target import HFTarget
 from proposers import LookaheadProposer
 
 TOY = dict(vocab_size=3, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, dtype="float64", init_std=0.3)

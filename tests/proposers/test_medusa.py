@@ -3,12 +3,14 @@
 import pytest
 import torch
 
-from framework import HFTarget, SamplingConfig, generate
+from framework.core.sampling import SamplingConfig
+from framework.engine import generate
 from framework.harness.exact import compare
 from framework.harness.real import exact_loop_law, greedy_identity, teacher_forced_law
-from framework.models import tiny_random_model
+from framework.lm.models import tiny_random_model
+from framework.lm.target import HFTarget
 from proposers import MedusaHeads, MedusaProposer
-from proposers.medusa_heads import MedusaConfig
+from proposers.medusa.heads import MedusaConfig
 from verifiers import typical_verifier
 
 ARCHS = ["llama", "qwen2", "mistral", "gpt2"]

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from framework.models import tiny_random_model
-from proposers.medusa_training import MedusaTrainConfig, accuracy, head_losses, train_heads
+from framework.lm.models import tiny_random_model
+from proposers.medusa.training import MedusaTrainConfig, accuracy, head_losses, train_heads
 
 V, T, K = 11, 12, 3
 

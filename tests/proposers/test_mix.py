@@ -5,13 +5,16 @@ import copy
 import pytest
 import torch
 
-from framework import Decoder, HFTarget, SamplingConfig, TorchSource, generate
+from framework.core.path_tree import node_paths
+from framework.core.randomness import TorchSource
+from framework.core.sampling import SamplingConfig
+from framework.engine import Decoder, generate
 from framework.harness.exact import compare
 from framework.harness.real import exact_loop_law, greedy_identity, teacher_forced_law
-from framework.models import tiny_random_model
-from framework.path_tree import node_paths
+from framework.lm.models import tiny_random_model
+from framework.lm.target import HFTarget
 from proposers import DraftModelProposer, EagleProposer, LookaheadProposer, MixProposer, PromptLookupProposer
-from proposers.eagle_head import random_head
+from proposers.eagle.head import random_head
 
 TOY = dict(vocab_size=3, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, dtype="float64", init_std=0.3)
 TARGET, DRAFT = tiny_random_model("llama", seed=0, **TOY), tiny_random_model("llama", seed=1, **TOY)

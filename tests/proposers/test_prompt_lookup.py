@@ -3,15 +3,17 @@
 import pytest
 import torch
 
-from framework import SamplingConfig, generate, HFTarget
+from framework.core.path_tree import node_paths
+from framework.core.proposer import DecodeState
+from framework.core.randomness import TorchSource
+from framework.core.sampling import SamplingConfig
+from framework.engine import generate
 from framework.harness.exact import compare
 from framework.harness.real import exact_loop_law, greedy_identity, teacher_forced_law
-from framework.models import tiny_random_model
-from framework.path_tree import node_paths
-from framework.proposer import DecodeState
-from framework.randomness import TorchSource
+from framework.lm.models import tiny_random_model
+from framework.lm.target import HFTarget
 from proposers import PromptLookupProposer
-from proposers.ngram import continuations
+from proposers.ngram.match import continuations
 
 TOY = dict(vocab_size=3, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, dtype="float64", init_std=0.3)
 TARGET = tiny_random_model("llama", seed=0, **TOY)

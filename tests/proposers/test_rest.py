@@ -9,18 +9,20 @@ import pytest
 import torch
 import transformers
 
-from framework import HFTarget, SamplingConfig, generate
+from framework.core.path_tree import node_paths
+from framework.core.proposer import DecodeState
+from framework.core.randomness import TorchSource
+from framework.core.sampling import SamplingConfig
+from framework.engine import generate
 from framework.harness.exact import compare
 from framework.harness.real import exact_loop_law, greedy_identity, teacher_forced_law
-from framework.models import tiny_random_model
-from framework.path_tree import node_paths
-from framework.proposer import DecodeState
-from framework.randomness import TorchSource
+from framework.lm.models import tiny_random_model
+from framework.lm.target import HFTarget
 from framework.zoo.tokenizer import train_tokenizer
 from proposers import RestProposer
-from proposers import rest_datastore
-from proposers.rest_datastore import SEPARATOR, Datastore, DatastoreSource, build_datastore
-from proposers.suffix_array import match_range, suffix_array
+from proposers.rest import datastore as rest_datastore
+from proposers.rest.datastore import SEPARATOR, Datastore, DatastoreSource, build_datastore
+from proposers.rest.suffix_array import match_range, suffix_array
 
 TEXTS = ["def add(a, b):\n    return a + b\n", "def sub(a, b):\n    return a - b\n", "x = add(1, 2)\ny = sub(3, 4)\n"]
 
@@ -311,8 +313,8 @@ def test_greedy_identity_other_architectures(arch):
 @pytest.mark.slow
 def test_zoo_datastore_greedy_identity():
     """The zoo corpus datastore (built into the user's cache on first use) on the zoo target."""
+    from framework.lm.text import encode_prompt, tokenizer_of
     from framework.zoo.checkpoints import load_causal_lm
-    from framework.text import encode_prompt, tokenizer_of
 
     target = load_causal_lm("target")
     source = DatastoreSource("zoo")

@@ -6,8 +6,8 @@ import sys
 import pytest
 import torch
 
+from framework.core.sampling import SamplingConfig, process_logits
 from framework.harness.stats import g_test
-from framework.sampling import SamplingConfig, process_logits
 from verifiers.adapters import flat_trees, ragged_chains
 
 V = 6

@@ -6,7 +6,8 @@ import warnings
 import pytest
 import torch
 
-from framework import CandidateTree, TorchSource
+from framework.core.randomness import TorchSource
+from framework.core.tree import CandidateTree
 from framework.harness.cases import exact_cases
 from framework.harness.enumerate import enumerate_law
 from framework.harness.exact import Pipeline, check_case

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import verifiers.by_shape as by_shape
-from framework import CandidateTree, TorchSource
+from framework.core.randomness import TorchSource
+from framework.core.tree import CandidateTree
 from framework.harness.enumerate import enumerate_law
 from verifiers import verify
 from verifiers.adapters import flat_trees, padded_chains, ragged_chains

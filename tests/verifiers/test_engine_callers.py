@@ -4,7 +4,7 @@ slots skipped, slots in any order, a cap on accepted drafts (SGLang's layout: ve
 import pytest
 import torch
 
-from framework import ReplaySource
+from framework.core.randomness import ReplaySource
 from verifiers.adapters import flat_trees, linked_trees
 from verifiers.links import order_links
 

@@ -4,7 +4,8 @@ more accepted than the token rule among siblings of one node (against the oracle
 import pytest
 import torch
 
-from framework import CandidateTree, ReplaySource
+from framework.core.randomness import ReplaySource
+from framework.core.tree import CandidateTree
 from framework.harness.cases import exact_cases
 from framework.harness.exact import Pipeline, check_case
 from framework.harness.oracle import ToyLaws, best_acceptance, rule_acceptance
@@ -28,8 +29,8 @@ def test_the_default_cases_can_fail_for_its_rule():
     """Each default case has a node with two or more i.i.d. children and p != q, and every planted multidraft bug
     has its witness among them (tests/harness/test_mutants.py shows each caught there; a default run of p == q or
     chain cases passed whatever the rule did)."""
+    from framework.core.tree_shape import children_table
     from framework.harness.mutants import mutants
-    from framework.tree_shape import children_table
 
     quick = [c for c in exact_cases() if c.name in QUICK]
     assert len(quick) == len(QUICK)

@@ -8,8 +8,8 @@ growing after a few hundred tokens of a uniform law.
 import pytest
 import torch
 
-from framework import CandidateTree
-from framework.randomness import inverse_cdf
+from framework.core.randomness import inverse_cdf
+from framework.core.tree import CandidateTree
 from verifiers import verify
 from verifiers.adapters import flat_trees, ragged_chains
 from verifiers.block import BlockVerifier

@@ -8,9 +8,10 @@ tokens under the same injected uniforms: raggedness inherits the harness's proof
 import pytest
 import torch
 
-from framework import CandidateTree, ReplaySource
-from framework.ragged_tree import RaggedTrees
-from framework.tree_shape import children_table, depths
+from framework.core.ragged_tree import RaggedTrees
+from framework.core.randomness import ReplaySource
+from framework.core.tree import CandidateTree
+from framework.core.tree_shape import children_table, depths
 from verifiers import verify
 from verifiers.adapters import padded_chains
 

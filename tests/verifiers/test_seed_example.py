@@ -1,12 +1,12 @@
-"""DESIGN's seed example through the real verifier, under the enumerating source."""
+"""The seed example of docs/design.md section 4 through the real verifier, under the enumerating source."""
 
 import math
 
 import torch
 
-from framework import CandidateTree
+from framework.core.tree import CandidateTree
 from framework.harness.enumerate import enumerate_law
-from verifiers import verify, typical_verifier, LOSSLESS
+from verifiers import LOSSLESS, typical_verifier, verify
 
 P = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
 Q = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)

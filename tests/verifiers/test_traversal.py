@@ -4,7 +4,8 @@ never fewer accepted than the token rule (against the oracle's bound)."""
 import pytest
 import torch
 
-from framework import CandidateTree, ReplaySource
+from framework.core.randomness import ReplaySource
+from framework.core.tree import CandidateTree
 from framework.harness.cases import exact_cases
 from framework.harness.exact import Pipeline, check_case
 from framework.harness.oracle import ToyLaws, best_acceptance, rule_acceptance

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from framework import CandidateTree, ReplaySource
+from framework.core.randomness import ReplaySource
+from framework.core.tree import CandidateTree
 from framework.harness.cases import exact_cases
 from framework.harness.exact import Pipeline, check_case
 from verifiers import LOSSLESS, verify

@@ -4,10 +4,11 @@ on it (interpreter on CPU: every program runs in Python, so the default run take
 import pytest
 import torch
 
-from framework import CandidateTree, ReplaySource
+from framework.core.ragged_tree import RaggedTrees
+from framework.core.randomness import ReplaySource
+from framework.core.tree import CandidateTree
 from framework.harness.cases import exact_cases
 from framework.harness.exact import Pipeline, check_case
-from framework.ragged_tree import RaggedTrees
 from verifiers import LOSSLESS, verify
 from verifiers.triton_rules import triton_tree_verifier
 

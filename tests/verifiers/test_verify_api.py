@@ -1,8 +1,9 @@
 import pytest
 import torch
 
-from framework import CandidateTree, ReplaySource, TorchSource
-from framework.tree_shape import TreeShape
+from framework.core.randomness import ReplaySource, TorchSource
+from framework.core.tree import CandidateTree
+from framework.core.tree_shape import TreeShape
 from verifiers import verify
 
 

@@ -8,10 +8,10 @@ way, so the same seed must give the same text.
 import pytest
 import torch
 
-from framework import CandidateTree, ReplaySource, TorchSource
-from framework.tree_shape import TreeShape, children_table, depths
-from verifiers import LOSSLESS, LOSSLESS_RULES, NodeLaw, typical_verifier, verify
-from verifiers import tree_verifier
+from framework.core.randomness import ReplaySource, TorchSource
+from framework.core.tree import CandidateTree
+from framework.core.tree_shape import TreeShape, children_table, depths
+from verifiers import LOSSLESS, LOSSLESS_RULES, NodeLaw, tree_verifier, typical_verifier, verify
 from verifiers.tree_verifier import Verification
 
 

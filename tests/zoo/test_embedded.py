@@ -5,7 +5,9 @@ from pathlib import Path
 import torch
 import transformers
 
-from framework import HFTarget, SamplingConfig, generate
+from framework.core.sampling import SamplingConfig
+from framework.engine import generate
+from framework.lm.target import HFTarget
 from proposers import DraftModelProposer
 
 ZOO = Path(__file__).resolve().parents[2] / "experiments" / "zoo"

@@ -1,10 +1,9 @@
 from __future__ import annotations
 
-import torch
-import transformers
-
 from pathlib import Path
 
+import torch
+import transformers
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 

@@ -1,0 +1,70 @@
+"""The proposer role and the decoding state it sees (docs/design.md sections 2 and 8)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from framework.core.randomness import RandomSource
+from framework.core.sampling import SamplingConfig
+from framework.core.side_rows import SideRows
+from framework.core.tree import CandidateTree
+
+
+@dataclass
+class DecodeState:
+    """What a proposer may look at: the committed state, never the verifier's coins to come."""
+
+    root: torch.Tensor  # [B] last emitted token (the tree's root; not yet in any KV cache)
+    seen: torch.Tensor  # [B, V] bool: tokens in each row's sequence, root included
+    sampling: SamplingConfig  # the target's sampling law
+    rng: RandomSource  # for the proposer's own draws
+    target_hidden: torch.Tensor | None = None  # [B, L, H] target hidden states of the root row, if asked for
+    # The hidden states of every position the target committed at its last forward: the prompt
+    # after the prefill, then the previous root and the accepted nodes; left-aligned per row,
+    # committed_count[b] valid rows (the last of them is target_hidden). For feature-level heads (EAGLE).
+    committed_hidden: torch.Tensor | None = None  # [B, A, L, H]
+    committed_count: torch.Tensor | None = None  # [B]
+
+
+class Proposer(Protocol):
+    hidden_layers: tuple[int, ...]  # target hidden layers it reads (HF hidden_states indices; -1 = last, post-norm)
+    # True when B > 1 rows share a tree shape chosen from every row's draft values (a confidence
+    # cut, a dynamic tree): each row's law stays exact, but a row's tree depends on the others.
+    couples_rows: bool
+
+    def prefill(self, input_ids: torch.Tensor, target) -> None:
+        """See the prompt [B, L]; check compatibility with the target (vocabulary, device, dtype)."""
+        ...
+
+    def propose(self, state: DecodeState) -> CandidateTree:
+        """Candidates after state.root, with the kind that says how children were chosen."""
+        ...
+
+    def commit(self, result) -> None:
+        """Keep the accepted path (a verifiers.Verification: .path [B, depth], .num_accepted [B])."""
+        ...
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep the batch rows `rows` [B'] of its state, in that order: repeats replicate a one-row state
+        after prefill (copies of one prompt); fewer rows drop requests that finished."""
+        ...
+
+
+@runtime_checkable
+class SideRowProposer(Protocol):
+    """A proposer that rides extra rows in the target's verify forward (lookahead's Jacobi window).
+
+    The engine asks for the rows right after propose, runs them in the same forward as the tree,
+    and hands their logits back before commit. Their KV is never committed; the verifier never
+    sees them (docs/design.md section 8).
+    """
+
+    def side_rows(self, tree: CandidateTree) -> SideRows | None:
+        ...
+
+    def observe_side(self, logits: torch.Tensor) -> None:
+        """logits [B, S, V] of the side rows, in their order."""
+        ...

@@ -1,0 +1,136 @@
+"""The one place where logits become the exact law plain sampling draws from.
+
+Order (as in Hugging Face generate): repetition penalty on the raw logits, then temperature,
+top-k, top-p, min-p. Temperature 0 is greedy: a one-hot on the first argmax.
+The verifier and every proposer take their probabilities from here, so p and q are always
+the processed laws, never raw logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from framework.core import tree_shape
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 1.0  # 0 = greedy
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1 = off
+    min_p: float = 0.0  # 0 = off
+    repetition_penalty: float = 1.0  # 1 = off; applied to every token already in the sequence
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if int(self.top_k) != self.top_k or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_p < 1:
+            raise ValueError(f"min_p must be in [0, 1), got {self.min_p}")
+        if not self.repetition_penalty > 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def uses_history(self) -> bool:
+        return self.repetition_penalty != 1.0
+
+
+def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """Seen tokens become less likely: positive logits divided, negative ones multiplied."""
+    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, penalised, logits)
+
+
+def _keep_top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Mask of the smallest set of most likely tokens whose mass reaches top_p."""
+    sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
+    mass_before = torch.nn.functional.pad(sorted_probs.cumsum(-1)[..., :-1], (1, 0))
+    keep_sorted = mass_before < top_p
+    keep_sorted[..., 0] = True
+    return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+
+
+def process_logits(
+    logits: torch.Tensor, cfg: SamplingConfig, seen: torch.Tensor | None = None
+) -> torch.Tensor:
+    """logits [..., V] -> the exact sampling law [..., V] (same dtype, float32 at least).
+
+    seen [..., V] bool: tokens already in each row's own sequence (for the repetition penalty).
+    """
+    top = logits.amax(-1)  # one pass for both checks: a max is NaN if any entry is, -inf if all are
+    if bool((torch.isnan(top) | (top == float("-inf"))).any()):
+        if torch.isnan(top).any():
+            raise ValueError("logits contain NaN")
+        raise ValueError("every logit in a row is -inf: no token can be sampled")
+    if not logits.dtype.is_floating_point or logits.element_size() < 4:
+        logits = logits.float()
+    if cfg.uses_history:  # the penalty scales finite logits only: the checks above still hold
+        if seen is None:
+            raise ValueError("repetition_penalty needs the tokens seen along each row's path")
+        logits = apply_repetition_penalty(logits, seen, cfg.repetition_penalty)
+    if cfg.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
+    if cfg.temperature != 1.0:
+        # Shifted by each row's max first: (x - max) / T <= 0, so a tiny T cannot overflow to inf - inf = NaN
+        # (it did below 1e-38); a T that underflows to 0 leaves the maxima at 0, the rest at -inf: the limit law.
+        shifted = logits - logits.amax(-1, keepdim=True)
+        logits = torch.where(shifted == 0, 0.0, shifted / cfg.temperature)
+    if 0 < cfg.top_k < logits.shape[-1]:
+        kth = logits.topk(cfg.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if cfg.top_p < 1 or cfg.min_p > 0:
+        keep = torch.ones_like(probs, dtype=torch.bool)
+        if cfg.top_p < 1:
+            keep &= _keep_top_p(probs, cfg.top_p)
+        if cfg.min_p > 0:
+            keep &= probs >= cfg.min_p * probs.amax(-1, keepdim=True)
+        probs = probs * keep
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def seen_tokens(context: torch.Tensor, vocab: int) -> torch.Tensor:
+    """context [B, L] -> which ids each row holds [B, V] bool."""
+    seen = torch.zeros(context.shape[0], vocab, dtype=torch.bool, device=context.device)
+    return seen.scatter_(1, context, True)
+
+
+def mark_seen(seen: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """seen [B, V] plus tokens [B, K] (-1 = padding, ignored)."""
+    vocab = seen.shape[-1]
+    ids = torch.where(tokens >= 0, tokens, vocab)
+    extended = torch.zeros(seen.shape[0], vocab + 1, dtype=torch.bool, device=seen.device).scatter_(1, ids, True)
+    return seen | extended[:, :vocab]
+
+
+def seen_along_tree(seen_context: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
+    """Which tokens each tree row's own sequence holds: the context's plus its path's.
+
+    seen_context [B, V], tokens [B, N] -> seen [B, N+1, V] bool (row 0 = root = context alone).
+    """
+    vocab = seen_context.shape[-1]
+    onehot = torch.nn.functional.one_hot(tokens, vocab).to(torch.float32)  # [B, N, V]
+    anc = tree_shape.ancestor_mask(parents)[:, 1:].to(device=tokens.device, dtype=torch.float32)  # [N+1, N]
+    seen_nodes = torch.einsum("rn,bnv->brv", anc, onehot) > 0
+    return seen_nodes | seen_context[:, None, :]
+
+
+def process_tree_logits(
+    logits: torch.Tensor, cfg: SamplingConfig, seen_context: torch.Tensor | None, tokens: torch.Tensor, parents: torch.Tensor
+) -> torch.Tensor:
+    """logits [B, N+1, V] at the root and every node -> laws [B, N+1, V], each along its own path.
+
+    seen_context [B, V]: tokens already in each row's sequence (needed for the repetition penalty).
+    """
+    seen = seen_along_tree(seen_context, tokens, parents) if cfg.uses_history else None
+    return process_logits(logits, cfg, seen)

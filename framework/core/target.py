@@ -1,0 +1,56 @@
+"""The target role: what the loop asks of the model it speculates for (docs/design.md section 5).
+
+`framework.lm.target.HFTarget` is the one implementation (any Hugging Face causal LM); an engine or
+a test may bring its own. The loop (framework.engine) knows a target only through this Protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from framework.core.side_rows import SideRows
+from framework.core.tree import CandidateTree
+
+
+@dataclass
+class TargetOutput:
+    logits: torch.Tensor  # [B, M, V]: M = 1 after prefill, N+1 after forward_tree (row 0 = root)
+    hidden: torch.Tensor | None  # [B, M, L, H] for the requested layers (after prefill: every prompt row), else None
+    side_logits: torch.Tensor | None = None  # [B, S, V] of a proposer's side rows, if it added any
+
+
+class Target(Protocol):
+    vocab_size: int
+    device: torch.device
+    max_positions: int | None  # the model's context, None if unbounded
+
+    def room(self) -> int | None:
+        """Positions left in the context of the fullest row (None: unbounded)."""
+        ...
+
+    def provide_hidden(self, layers: tuple[int, ...]) -> None:
+        """Return these hidden-state layers with the logits from now on (what the proposer declared)."""
+        ...
+
+    def prefill(self, input_ids: torch.Tensor) -> TargetOutput:
+        """Run the prompt [B, L] into the cache; logits of its last position."""
+        ...
+
+    def set_root(self, root: torch.Tensor) -> None:
+        """The last emitted token [B]: the next tree's root, not yet in the cache."""
+        ...
+
+    def forward_tree(self, tree: CandidateTree, side: SideRows | None = None) -> TargetOutput:
+        """Logits [B, N+1, V] at the root and every node, each node seeing the past and its ancestors."""
+        ...
+
+    def commit(self, result) -> None:
+        """Keep the KV of the root and the accepted path (a verifiers.Verification) only."""
+        ...
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep the batch rows `rows` [B'] of the cache, in that order."""
+        ...

@@ -1,0 +1,151 @@
+"""CandidateTree: what every proposer emits and the verifier consumes (docs/design.md section 3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from framework.core import tree_shape
+from framework.core.tree_shape import TreeShape
+
+KINDS = ("point", "iid", "wor")
+
+
+def integers(name: str, values, device=None) -> torch.Tensor:
+    """values (a tensor or a list) as a long tensor (on `device`, if given); floats and booleans are
+    refused, never truncated."""
+    if not isinstance(values, torch.Tensor):
+        values = torch.as_tensor(values, device=device)
+        if values.numel() == 0:
+            values = values.long()
+    if values.dtype.is_floating_point or values.dtype.is_complex or values.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integers, got {values.dtype}")
+    return values.to(device=values.device if device is None else device, dtype=torch.long)
+
+
+@dataclass
+class CandidateTree:
+    """Candidates for one verify step, batched; the root is the last emitted token.
+
+    tokens:      [B, N] candidate token per node (shape shared by the batch).
+    parents:     [N] parent node index, -1 = child of the root; topologically ordered.
+    draft_probs: [B, N+1, V] or None. Row 0 is the law the root's children were drawn from,
+                 row i+1 the law node i's children were drawn from. Required for iid/wor.
+    kind:        how children were chosen: "point" (by a rule blind to the verifier's coins),
+                 "iid" (independent draws from q, duplicates kept, in draw order) or
+                 "wor" (draws without replacement from q, in draw order).
+    """
+
+    tokens: torch.Tensor
+    parents: torch.Tensor
+    draft_probs: torch.Tensor | None = None
+    kind: str = "point"
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        if self.tokens.dim() != 2:
+            raise ValueError(f"tokens must be [B, N], got shape {tuple(self.tokens.shape)}")
+        if self.tokens.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"tokens must be integer ids, got {self.tokens.dtype}")
+        self.parents = integers("parents", self.parents).cpu()
+        tree_shape.check_parents(self.parents)
+        if self.parents.numel() != self.tokens.shape[1]:
+            raise ValueError(
+                f"tokens have {self.tokens.shape[1]} nodes but parents has {self.parents.numel()}"
+            )
+        if self.kind != "point" and self.draft_probs is None:
+            raise ValueError(f"kind {self.kind!r} needs draft_probs (the law children were drawn from)")
+        if self.draft_probs is not None:
+            b, n = self.tokens.shape
+            if self.draft_probs.dim() != 3 or self.draft_probs.shape[:2] != (b, n + 1):
+                raise ValueError(
+                    f"draft_probs must be [B, N+1, V] = [{b}, {n + 1}, V], "
+                    f"got {tuple(self.draft_probs.shape)}"
+                )
+
+    # ---- builders -------------------------------------------------------------------------
+
+    @staticmethod
+    def chain(
+        tokens: torch.Tensor, draft_probs: torch.Tensor | None = None, kind: str = "point"
+    ) -> CandidateTree:
+        """A chain of K tokens: tokens [B, K], draft_probs [B, K+1, V]."""
+        parents = torch.arange(-1, tokens.shape[-1] - 1)
+        return CandidateTree(tokens, parents, draft_probs, kind)
+
+    @staticmethod
+    def from_parents(
+        tokens: torch.Tensor,
+        parents: torch.Tensor | Sequence[int],
+        draft_probs: torch.Tensor | None = None,
+        kind: str = "point",
+    ) -> CandidateTree:
+        return CandidateTree(tokens, parents, draft_probs, kind)
+
+    @staticmethod
+    def from_paths(
+        choices: Sequence[Sequence[int]], topk_tokens: torch.Tensor, draft_probs: torch.Tensor | None = None
+    ) -> CandidateTree:
+        """Medusa-style: node with path (r_1..r_d) takes topk_tokens[:, d-1, r_d].
+
+        topk_tokens [B, D, K]: the top-K candidates for each depth (for Medusa, head d-1's).
+        Children are chosen by rank, so the kind is "point".
+        """
+        shape = TreeShape.from_choices(choices)
+        depth = tree_shape.depths(shape.parents) - 1  # [N]
+        if int(depth.max()) >= topk_tokens.shape[1] or int(shape.ranks.max()) >= topk_tokens.shape[2]:
+            raise ValueError(
+                f"choices need depth {int(depth.max()) + 1} and rank {int(shape.ranks.max())}, "
+                f"but topk_tokens is {tuple(topk_tokens.shape)}"
+            )
+        tokens = topk_tokens[:, depth, shape.ranks.to(topk_tokens.device)]  # [B, N]
+        return CandidateTree(tokens, shape.parents, draft_probs, "point")
+
+    # ---- derived views --------------------------------------------------------------------
+
+    @property
+    def batch_size(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def num_nodes(self) -> int:
+        return self.tokens.shape[1]
+
+    @property
+    def is_chain(self) -> bool:
+        """Each node the only child of the one before it (the root's first): what CandidateTree.chain builds."""
+        return bool(torch.equal(self.parents, torch.arange(-1, self.num_nodes - 1)))
+
+    def within_depth(self, max_depth: int) -> tuple["CandidateTree", torch.Tensor | None]:
+        """The tree without its nodes deeper than max_depth, and kept [N'] (the kept nodes' indices here);
+        (self, None) when no node is deeper. Whole levels go: a shape fixed before any coin, so the tree
+        that remains is verified exactly (the room left in the context, or in the token budget)."""
+        if max_depth >= self.num_nodes:  # no node is that deep: no need to look
+            return self, None
+        depth = self.depth()
+        if int(depth.max()) <= max_depth:
+            return self, None
+        kept = (depth <= max_depth).nonzero().flatten()  # [N'] a prefix of every path: parents stay earlier
+        new_index = torch.full((self.num_nodes,), -1, dtype=torch.long)
+        new_index[kept] = torch.arange(kept.numel())
+        parents = self.parents[kept]
+        parents = torch.where(parents >= 0, new_index[parents.clamp_min(0)], -1)
+        device = self.tokens.device
+        q = None if self.draft_probs is None else self.draft_probs[:, torch.cat([torch.zeros(1, dtype=torch.long), kept + 1]).to(
+            self.draft_probs.device)]
+        return CandidateTree(self.tokens[:, kept.to(device)], parents, q, self.kind), kept
+
+    def depth(self) -> torch.Tensor:
+        """[N] depth of each node (root's children: 1)."""
+        return tree_shape.depths(self.parents)
+
+    def ancestor_mask(self) -> torch.Tensor:
+        """[N+1, N+1] bool, row 0 = root: who each row may attend to inside the tree."""
+        return tree_shape.ancestor_mask(self.parents)
+
+    def paths(self) -> list[list[int]]:
+        """Root-to-leaf node index lists."""
+        return tree_shape.root_to_leaf_paths(self.parents)

@@ -1,0 +1,112 @@
+"""A Hugging Face causal LM with a KV cache that keeps or drops rows per batch row (SlotCache).
+
+Every forward passes a TreeMask (committed slots by the row's `valid` mask, pending and new
+slots by a tree mask) and explicit position ids, so rows may commit different numbers of
+tokens (holes stay masked) and tree nodes see only their own path. The mask goes compactly to
+the registered tree attention, or dense (4D) to any other attention implementation.
+Driven only through public transformers APIs: `cache=`, 4D masks, `cache.layers[i].keys/values`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from framework.lm.compiled import EagerFallback
+from framework.lm.slot_cache import SlotCache
+
+
+@dataclass
+class LMOutput:
+    logits: torch.Tensor  # [B, M', V] for the rows asked for
+    hidden: torch.Tensor | None  # [B, M' (M if all_hidden), L, H] hidden states of the chosen layers, if any
+
+
+def sliding_window(config) -> int | None:
+    """The window a 4D mask would have to enforce; we refuse sequences that reach it instead."""
+    window = getattr(config, "sliding_window", None)
+    if getattr(config, "use_sliding_window", True) is False or not isinstance(window, int):
+        return None
+    return window
+
+
+def context_length(config) -> int | None:
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+class CachedLM(SlotCache):
+    def __init__(self, model, hidden_layers: tuple[int, ...] = (), tree_backend: str | None = None,
+                 compile: bool = False):
+        """tree_backend: None passes a dense 4D mask (any attention implementation); a backend
+        name ("auto", "triton", "sdpa", "reference") passes the compact TreeMask to the registered
+        tree attention, which the model must be running. compile: run the forward through
+        torch.compile (falling back to eager on failure, see framework.lm.compiled)."""
+        super().__init__()
+        if not hasattr(model, "config") or not callable(model):
+            raise ValueError("expected a Hugging Face causal LM (AutoModelForCausalLM)")
+        self.model = model
+        self.call = EagerFallback(model, compile)
+        self.tree_backend = tree_backend
+        self.hidden_layers = tuple(hidden_layers)
+        self.max_positions = context_length(model.config)
+        self.window = sliding_window(model.config)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    def reset(self, batch_size: int) -> None:
+        super().reset(batch_size, self.device)
+
+    @torch.no_grad()
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [B, M]
+        depth: torch.Tensor,  # [M] position offset from the row's committed length
+        pending_mask: torch.Tensor,  # [M, P+M] bool: which pending and new slots each input sees
+        logits_rows: torch.Tensor | None = None,  # [M'] rows whose logits are needed (None: all)
+        all_hidden: bool = False,  # hidden states of every row, not only the logits rows
+    ) -> LMOutput:
+        B, M = input_ids.shape
+        device = self.device
+        positions = self.positions(depth)  # [B, M]
+        last = int(positions.max())  # the one host sync a forward needs (a bad position must not reach the model)
+        if self.max_positions is not None and last >= self.max_positions:
+            raise ValueError(f"position {last} exceeds the model's context of {self.max_positions} tokens")
+        if self.window is not None and last >= self.window:
+            raise ValueError(
+                f"position {last} reaches the model's sliding window of {self.window}: "
+                "windowed attention is not supported by the tree mask"
+            )
+        tree_mask = self.tree_mask(pending_mask)
+        if self.tree_backend is None:
+            masks = {"attention_mask": tree_mask.dense()}  # [B, 1, M, S+M] for any attention
+        else:
+            masks = {"speculum_mask": tree_mask, "speculum_backend": self.tree_backend}
+        out = self.call(
+            self.cache,
+            input_ids=input_ids.to(device),
+            **masks,
+            position_ids=positions,
+            use_cache=True,
+            output_hidden_states=bool(self.hidden_layers),
+            logits_to_keep=logits_rows.to(device) if logits_rows is not None else 0,
+        )
+        hidden = None
+        if self.hidden_layers:
+            rows = slice(None) if logits_rows is None or all_hidden else logits_rows.to(device)
+            hidden = torch.stack([out.hidden_states[i][:, rows] for i in self.hidden_layers], dim=2)
+        return LMOutput(out.logits, hidden)

@@ -1,0 +1,96 @@
+"""KV slots that each batch row keeps or drops: the bookkeeping under every cached model.
+
+The cache holds committed slots, then the pending slots of the forwards since the last `keep`.
+A row's committed slots are marked in `valid`, so rows may commit different numbers of tokens
+(holes stay masked); a forward's positions are the row's committed length plus the input's depth.
+Shared by CachedLM (a whole Hugging Face model) and the EAGLE head (one decoder layer).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from framework.core.tree_mask import TreeMask
+from framework.lm.slot_kv import SlotKVCache
+
+
+class SlotCache:
+    def __init__(self):
+        self.cache: SlotKVCache | None = None
+        self.valid = torch.zeros(0, 0, dtype=torch.bool)  # [B, S0] committed slots in use
+        self.length = torch.zeros(0, dtype=torch.long)  # [B] committed tokens = next position
+        self.committed_slots = 0  # S0; slots after it are pending
+
+    @property
+    def batch_size(self) -> int:
+        return self.length.shape[0]
+
+    def reset(self, batch_size: int, device: torch.device) -> None:
+        self.cache = SlotKVCache()
+        self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)
+        self.length = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.committed_slots = 0
+
+    def positions(self, depth: torch.Tensor) -> torch.Tensor:
+        """depth [M] offsets from each row's committed length -> position ids [B, M]."""
+        return self.length[:, None] + depth.to(self.length.device)[None, :]
+
+    def tree_mask(self, pending_mask: torch.Tensor) -> TreeMask:
+        """pending_mask [M, P+M] bool: which pending and new slots each input sees."""
+        return TreeMask(self.valid, pending_mask.to(self.valid.device))
+
+    def keep(self, slots: torch.Tensor, counts: torch.Tensor) -> None:
+        """Commit, per row, the first counts[b] of the pending slots listed in slots[b]; drop the rest.
+
+        slots [B, K] index the pending slots (0 = first slot after the committed ones).
+        """
+        S0, device = self.committed_slots, self.valid.device
+        most = int(counts.max()) if counts.numel() else 0
+        if most > slots.shape[1]:
+            raise ValueError(f"asked to keep {most} slots but only {slots.shape[1]} were listed")
+        # Listed slots past every row's count would only be holes that later forwards attend over.
+        slots = slots[:, :most]
+        B, K = slots.shape
+        index = (S0 + slots.clamp_min(0)).to(device)  # [B, K]
+        pending = self.cache.layers[0].used - S0 if self.cache.layers else 0
+        in_place = K <= pending and bool((slots == torch.arange(K, device=slots.device)).all())  # laid out as kept
+        for layer in self.cache.layers:
+            if not in_place:  # gathered first, so writing over the pending slots cannot clobber a source
+                keys, values = (t.gather(2, index[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3]))
+                                for t in (layer.keys, layer.values))
+                layer.write(S0, keys, values)
+            layer.truncate(S0 + K)
+        kept = torch.arange(K, device=device)[None, :] < counts.to(device)[:, None]  # [B, K]
+        self.valid = torch.cat([self.valid, kept], dim=1)
+        self.length = self.length + counts.to(device)
+        self.committed_slots = S0 + K
+
+    def commit_leading(self, count: int) -> None:
+        """Commit the first `count` pending slots in every row; later pending slots stay pending.
+        No data moves: they already sit right after the committed ones."""
+        pending = self.cache.layers[0].used - self.committed_slots if self.cache.layers else 0
+        if not 0 <= count <= pending:
+            raise ValueError(f"asked to commit {count} leading slots but {pending} are pending")
+        kept = torch.ones(self.batch_size, count, dtype=torch.bool, device=self.valid.device)
+        self.valid = torch.cat([self.valid, kept], dim=1)
+        self.length = self.length + count
+        self.committed_slots += count
+
+    def drop_pending(self) -> None:
+        """Forget every slot written since the last keep."""
+        self.keep(torch.zeros(self.batch_size, 0, dtype=torch.long), torch.zeros(self.batch_size, dtype=torch.long))
+
+    def keep_path(self, path: torch.Tensor, num_accepted: torch.Tensor) -> None:
+        """After a tree forward laid out as [root, node 0, node 1, ...]: keep the root and the
+        accepted nodes (path [B, depth], node indices, -1 padded)."""
+        root_slot = torch.zeros(path.shape[0], 1, dtype=torch.long, device=path.device)
+        self.keep(torch.cat([root_slot, path + 1], dim=1), num_accepted + 1)
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep the batch rows `rows` [B'], in that order (repeats allowed: one prefill shared by copies;
+        fewer rows: requests that finished leave the batch)."""
+        rows = rows.to(self.length.device)
+        if self.cache is not None:
+            for layer in self.cache.layers:
+                layer.batch_select_indices(rows.to(layer.device) if layer.is_initialized else rows)
+        self.valid, self.length = self.valid[rows], self.length[rows]

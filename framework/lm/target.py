@@ -1,0 +1,94 @@
+"""HFTarget: any Hugging Face causal LM as the target of speculative decoding (docs/design.md section 5)."""
+
+from __future__ import annotations
+
+import torch
+
+from framework.core.side_rows import SideRows, forward_mask
+from framework.core.target import TargetOutput
+from framework.core.tree import CandidateTree
+from framework.lm import tree_attention
+from framework.lm.cached_lm import CachedLM
+from verifiers.tree_verifier import Verification
+
+
+class HFTarget:
+    """The Target role (framework.core.target) for any Hugging Face causal LM: prefill -> forward_tree -> commit, on the model's own KV cache.
+
+    backend: the tree attention: "auto" (the Triton kernel on CUDA, PyTorch SDPA
+    elsewhere), "triton", "sdpa" or "reference" (forced); the model is switched to the registered
+    `speculum_tree` attention. None keeps the model's own attention implementation, fed dense
+    4D masks.
+    hidden_layers: hidden-state layers to return with the logits (for heads: Medusa, EAGLE).
+    compile: run the forward through torch.compile, eager on failure (off: on CPU it loses).
+    """
+
+    def __init__(self, model, backend: str | None = "auto", hidden_layers: tuple[int, ...] = (), compile: bool = False):
+        tree_attention.use_tree_attention(model, backend)
+        self.lm = CachedLM(model, hidden_layers, backend, compile)
+        self.root = torch.zeros(0, dtype=torch.long)  # [B] last emitted token, not yet in the cache
+
+    @property
+    def vocab_size(self) -> int:
+        return self.lm.vocab_size
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm.dtype
+
+    @property
+    def max_positions(self) -> int | None:
+        return self.lm.max_positions
+
+    def room(self) -> int | None:
+        """How deep a tree may still reach: its deepest node must sit inside the context in every row
+        (None: the model states no limit). The one host sync it costs reads [B] lengths."""
+        if self.max_positions is None:
+            return None
+        return self.max_positions - 1 - int(self.lm.length.max())
+
+    def provide_hidden(self, layers: tuple[int, ...]) -> None:
+        """Return these hidden-state layers with every forward from now on (a proposer's declared needs)."""
+        self.lm.hidden_layers = tuple(layers)
+
+    def prefill(self, input_ids: torch.Tensor) -> TargetOutput:
+        """Run the prompt [B, L]; returns the logits for the first new token [B, 1, V] and the
+        requested hidden states of every prompt position [B, L, layers, H]."""
+        B, L = input_ids.shape
+        self.lm.reset(B)
+        causal = torch.ones(L, L, dtype=torch.bool).tril()
+        out = self.lm.forward(input_ids, torch.arange(L), causal, logits_rows=torch.tensor([L - 1]), all_hidden=True)
+        self.lm.keep(torch.arange(L).expand(B, L), torch.full((B,), L))
+        return TargetOutput(out.logits, out.hidden)
+
+    def set_root(self, root: torch.Tensor) -> None:
+        """root [B]: the last emitted token, fed at the next forward_tree."""
+        self.root = root
+
+    def forward_tree(self, tree: CandidateTree, side: SideRows | None = None) -> TargetOutput:
+        """Root plus N nodes (plus a proposer's side rows after them) in one forward; position =
+        committed length + depth. The side rows' KV sits in pending slots that commit drops."""
+        parts = [self.root[:, None], tree.tokens.to(self.root.device)]
+        depth = [torch.zeros(1, dtype=torch.long), tree.depth()]
+        if side is not None:
+            parts.append(side.tokens.to(self.root.device))
+            depth.append(side.depth.cpu())
+        out = self.lm.forward(torch.cat(parts, dim=1), torch.cat(depth), forward_mask(tree.ancestor_mask(), side))
+        T = tree.num_nodes + 1
+        hidden = None if out.hidden is None else out.hidden[:, :T]
+        side_logits = out.logits[:, T:] if side is not None else None
+        return TargetOutput(out.logits[:, :T], hidden, side_logits)
+
+    def commit(self, result: Verification) -> None:
+        """Keep the root and the accepted nodes' KV (result.path [B, depth], node indices) per row."""
+        self.lm.keep_path(result.path, result.num_accepted)
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep the batch rows `rows` [B'] (repeats: copies of one prefill; fewer: finished rows leave)."""
+        self.lm.select(rows)
+        if self.root.numel():
+            self.root = self.root[rows.to(self.root.device)]

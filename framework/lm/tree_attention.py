@@ -1,0 +1,104 @@
+"""Tree attention as one registered Hugging Face attention function.
+
+Every query row (the root and the tree nodes, or prompt tokens at prefill) sees the valid
+cached past, its ancestors and itself. HFTarget passes that pattern compactly, as a TreeMask in
+the forward's keyword arguments (`speculum_mask`), which the model hands through to the
+function registered here; no dense mask is built on the kernel path. The backend (`speculum_backend`:
+"auto", "triton", "sdpa" or "reference") picks the Triton kernel, PyTorch's fused
+scaled_dot_product_attention over the dense boolean mask, or the plain PyTorch reference written
+out here (einsum, mask, softmax: the one the others are tested against); "auto" is Triton on
+CUDA, SDPA elsewhere (2-3x the einsum reference on CPU). Called without a TreeMask (a plain forward), the
+function is ordinary causal attention over the given 4D mask, or a causal one.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import AttentionInterface, AttentionMaskInterface
+
+from framework.core.tree_mask import TreeMask
+
+ATTENTION_NAME = "speculum_tree"
+
+
+def tree_attention_reference(
+    query: torch.Tensor,  # [B, Hq, M, D]
+    key: torch.Tensor,  # [B, Hkv, S, D]
+    value: torch.Tensor,  # [B, Hkv, S, D]
+    mask: torch.Tensor,  # [B, 1, M, S] bool (True = may attend) or additive float
+    scaling: float,
+) -> torch.Tensor:
+    """Masked attention with grouped KV heads, never repeating K/V.  -> [B, Hq, M, D]"""
+    B, Hq, M, D = query.shape
+    Hkv = key.shape[1]
+    group = Hq // Hkv
+    work = torch.promote_types(query.dtype, torch.float32)  # low precision accumulates in fp32
+    q = query.reshape(B, Hkv, group, M, D).to(work)
+    scores = torch.einsum("bhgmd,bhsd->bhgms", q, key.to(work)) * scaling
+    m = mask[:, :, None]  # [B, 1, 1, M, S]
+    if m.dtype == torch.bool:
+        scores = scores.masked_fill(~m, float("-inf"))
+    else:
+        scores = scores + m.to(scores.dtype)
+    weights = torch.softmax(scores, dim=-1)
+    out = torch.einsum("bhgms,bhsd->bhgmd", weights, value.to(work))
+    return out.reshape(B, Hq, M, D).to(query.dtype)
+
+
+def reference_backend(query, key, value, mask: TreeMask, scaling: float) -> torch.Tensor:
+    return tree_attention_reference(query, key, value, mask.dense(), scaling)
+
+
+def sdpa_backend(query, key, value, mask: TreeMask, scaling: float) -> torch.Tensor:
+    """Every query row sees at least itself, so no row of the mask is empty (SDPA would give NaN)."""
+    return torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask.additive(query.dtype), scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+
+
+def triton_backend(query, key, value, mask: TreeMask, scaling: float) -> torch.Tensor:
+    from framework.lm.tree_attention_triton import tree_attention_triton  # triton loads only when used
+
+    return tree_attention_triton(query, key, value, mask, scaling)
+
+
+BACKENDS = {"reference": reference_backend, "sdpa": sdpa_backend, "triton": triton_backend}
+
+
+def resolve_backend(name: str, device: torch.device) -> str:
+    if name == "auto":
+        return "triton" if device.type == "cuda" else "sdpa"
+    if name not in BACKENDS:
+        raise ValueError(f"unknown tree-attention backend {name!r} (have auto, {', '.join(BACKENDS)})")
+    return name
+
+
+def use_tree_attention(model, backend: str | None) -> None:
+    """Run `model` on the registered tree attention (backend None: leave the model as it is)."""
+    if backend is not None:
+        resolve_backend(backend, torch.device("cpu"))  # a bad name fails here, not mid-forward
+        model.set_attn_implementation(ATTENTION_NAME)
+
+
+def hf_tree_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                      speculum_mask: TreeMask | None = None, speculum_backend: str = "auto", **kwargs):
+    """The AttentionInterface signature: returns ([B, M, Hq, D], no weights)."""
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    M, S = query.shape[-2], key.shape[-2]
+    if speculum_mask is not None:
+        out = BACKENDS[resolve_backend(speculum_backend, query.device)](query, key, value, speculum_mask, scale)
+    else:
+        if attention_mask is None:  # a plain causal call (no tree): the last M of S positions
+            mask = torch.ones(M, S, dtype=torch.bool, device=query.device).tril(S - M)[None, None]
+        else:
+            mask = attention_mask[..., :S]
+        out = tree_attention_reference(query, key, value, mask, scale)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def no_dense_mask(*args, **kwargs):
+    """Mask builder for our implementation: none; the TreeMask travels in the kwargs."""
+    return None
+
+
+AttentionInterface.register(ATTENTION_NAME, hf_tree_attention)
+AttentionMaskInterface.register(ATTENTION_NAME, no_dense_mask)

@@ -1,0 +1,1 @@
+"""Pieces more than one proposer family uses: token histories, head files, the depth schedule."""

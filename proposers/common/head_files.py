@@ -1,0 +1,43 @@
+"""Trained heads on disk: safetensors weights beside a JSON config that records the target's sizes.
+
+Shared by every head family (Medusa, EAGLE), so one folder layout and one error for a missing
+head serve them all. A relative folder missing here is looked up in the embedded zoo.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from framework.core import files
+from framework.zoo.checkpoints import find_folder
+
+
+def head_folder(path: str | Path, config_file: str) -> Path:
+    """The folder holding a head: the path, or for a relative one missing here, the embedded zoo's."""
+
+    return find_folder(path, config_file) or Path(path).expanduser()
+
+
+def save_head(module: torch.nn.Module, folder: str | Path, fields: dict, config_file: str, weights_file: str,
+              dtype: torch.dtype = torch.bfloat16) -> Path:
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    with files.replacing(folder / weights_file) as temporary:  # each file whole; the config, read first, last
+        save_file({k: v.detach().to(dtype).contiguous() for k, v in module.state_dict().items()}, temporary)
+    files.write_json(folder / config_file, fields)
+    return folder
+
+
+def read_head(path: str | Path, config_file: str, weights_file: str, what: str, command: str) -> tuple[Path, dict, dict]:
+    """(folder, config fields, state dict); a missing head names the path and the training command."""
+    from safetensors.torch import load_file
+
+    folder = head_folder(path, config_file)
+    if not (folder / config_file).exists() or not (folder / weights_file).exists():
+        raise FileNotFoundError(f"no {what} at {folder} (expected {config_file} and {weights_file}); "
+                                f"train it with `{command}`")
+    return folder, json.loads((folder / config_file).read_text()), load_file(folder / weights_file)

@@ -1,0 +1,135 @@
+"""EAGLE: a feature-level draft head drafts a static (EAGLE-1) or dynamic (EAGLE-2) tree.
+
+The head (proposers/eagle/head.py) keeps its own KV cache, holding only positions whose feature
+came from the target. Each step:
+1. catch up: the positions the target committed at its last forward (the prompt after the
+   prefill; then the previous root and the accepted nodes), each with its token and the target's
+   hidden states there (handed over by the engine), in one head forward; these are kept;
+2. draft: the root's output gives the depth-1 law; tree nodes are read level by level, each with
+   its token and its parent's output feature (proposers/eagle/tree.py), as pending slots;
+3. commit drops every drafted slot: the accepted ones come back at the next catch-up with the
+   target's true features.
+Per step the head runs `depth` forwards (the catch-up reads the root; the deepest level is never
+read). Tokens go through the target's own embedding and lm_head. Children are chosen by the
+draft's values only, so the tree is `point`: lossless through the shared verifier.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from framework.core.proposer import DecodeState
+from framework.core.tree import CandidateTree
+from framework.core.tree_shape import TreeShape
+from framework.lm import tree_attention
+from framework.lm.slot_cache import SlotCache
+from proposers.eagle.head import EagleHead
+from proposers.eagle.tree import dynamic_tree, static_tree
+from verifiers.tree_verifier import Verification
+
+
+class EagleProposer:
+    def __init__(
+        self,
+        head: EagleHead,
+        choices: Sequence[Sequence[int]] | str | None = None,
+        top_k: int | str = 8,
+        depth: int | str = 5,
+        budget: int | str = 32,
+        backend: str = "auto",
+    ):
+        """choices: a static tree of rank paths (EAGLE-1); None grows a dynamic tree (EAGLE-2) of
+        top_k children per beam node, `depth` deep, `budget` nodes at most. Any of them may be
+        "auto": the setting the training run measured best for this head (eagle_tree.json beside it)."""
+        settings = {"choices": choices, "top_k": top_k, "depth": depth, "budget": budget}
+        for key in [k for k, v in settings.items() if v == "auto"]:
+            if key not in head.searched:
+                raise ValueError(f"{key}=auto needs the {key} measured for this head (eagle_tree.json beside it); "
+                                 "train it with `python -m experiments.train experiment=zoo_eagle`, or give one")
+            settings[key] = head.searched[key]
+        choices, top_k, depth, budget = settings.values()
+        if choices is not None and not len(choices):
+            raise ValueError("EAGLE's static tree needs at least one node: choices is empty")
+        if top_k < 1 or depth < 1 or int(budget) < 1:
+            raise ValueError(f"need top_k, depth and budget >= 1, got {top_k}, {depth}, {budget}")
+        self.shape = TreeShape.from_choices(choices) if choices is not None else None
+        self.top_k, self.depth, self.budget = top_k, depth, int(budget)
+        tree_attention.resolve_backend(backend, torch.device("cpu"))  # a bad name fails here, not mid-forward
+        self.head, self.backend = head.eval(), backend
+        self.hidden_layers = head.config.target_layers  # what it reads from the target
+        self.couples_rows = self.shape is None  # a dynamic tree's shape is shared by the rows
+        self.cache = SlotCache()
+        self.pending = torch.zeros(0, 0, dtype=torch.long)  # [B, P] tokens of the positions to catch up, before the root
+
+    def prefill(self, input_ids: torch.Tensor, target) -> None:
+        model = target.lm.model
+        self.head.check_target(model)
+        self.head.to(device=target.device, dtype=target.dtype)
+        self.embed, self.lm_head = model.get_input_embeddings(), model.get_output_embeddings()
+        self.cache.reset(input_ids.shape[0], target.device)
+        self.pending = input_ids[:, 1:].to(target.device)  # x[t+1] for prompt positions t < L-1; then the root
+
+    @torch.no_grad()
+    def propose(self, state: DecodeState) -> CandidateTree:
+        if state.committed_hidden is None:
+            raise ValueError("EAGLE needs the target's hidden states of the committed positions: the target did not return them")
+        root_feature = self.catch_up(state)  # [B, H]
+        reader = HeadReader(self, root_feature)
+        root_logits = self.lm_head(root_feature)  # [B, V]
+        if self.shape is not None:
+            tokens, parents = static_tree(reader.read, root_logits, self.shape)
+        else:
+            tokens, parents = dynamic_tree(reader.read, root_logits, self.top_k, self.depth, self.budget)
+        return CandidateTree(tokens, parents, None, "point")
+
+    def catch_up(self, state: DecodeState) -> torch.Tensor:
+        """Feed the newly committed positions (ragged per row, right-padded); keep them; return the
+        head's output at each row's last one, the root's position [B, H]."""
+        hidden, count = state.committed_hidden, state.committed_count.to(self.cache.length.device)  # [B, A, L, H], [B]
+        B, A = hidden.shape[:2]
+        tokens = torch.cat([self.pending[:, : A - 1], torch.zeros_like(self.pending[:, :1])], dim=1)  # [B, A]
+        tokens = tokens.scatter(1, (count - 1)[:, None], state.root[:, None].to(tokens.device))
+        depth = torch.arange(A)
+        out = self.head(self.embed(tokens), self.head.fused(hidden.to(self.lm_head.weight.dtype)),
+                        self.cache.positions(depth), self.cache.cache, **self.attention(torch.ones(A, A, dtype=torch.bool).tril()))
+        self.cache.keep(depth.to(count.device).expand(B, A), count)
+        return out[torch.arange(B, device=out.device), count - 1]
+
+    def attention(self, pending_mask: torch.Tensor) -> dict:
+        return {"speculum_mask": self.cache.tree_mask(pending_mask), "speculum_backend": self.backend}
+
+    def commit(self, result: Verification) -> None:
+        self.cache.drop_pending()  # drafted slots had predicted features; the accepted come back with true ones
+        self.pending = result.tokens[:, : result.path.shape[1]].clamp_min(0).to(self.pending.device)  # accepted, then don't-care
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.cache.select(rows)
+        self.pending = self.pending[rows.to(self.pending.device)]
+
+
+class HeadReader:
+    """Reads tree nodes through the head as pending slots: each node's input is its token and its
+    parent's output feature; it sees the committed positions, its read ancestors and itself."""
+
+    def __init__(self, proposer: EagleProposer, root_feature: torch.Tensor):
+        self.p = proposer
+        self.features = {-1: root_feature}  # per read node: its output feature [B, H]
+        self.sees = {-1: torch.zeros(0, dtype=torch.bool)}  # per read node: the pending slots it sees
+        self.slots = 0
+
+    def read(self, nodes: list[int], parents: list[int], tokens: torch.Tensor, depth: list[int]) -> torch.Tensor:
+        M, P = len(nodes), self.slots
+        mask = torch.zeros(M, P + M, dtype=torch.bool)
+        for m, parent in enumerate(parents):
+            seen = self.sees[parent]
+            mask[m, : seen.numel()] = seen
+            mask[m, P + m] = True
+        feature = torch.stack([self.features[p] for p in parents], dim=1)  # [B, M, H]
+        positions = self.p.cache.positions(torch.tensor(depth) - 1)  # the root sits at committed length - 1
+        out = self.p.head(self.p.embed(tokens), feature, positions, self.p.cache.cache, **self.p.attention(mask))
+        for m, node in enumerate(nodes):
+            self.features[node], self.sees[node] = out[:, m], mask[m]
+        self.slots += M
+        return self.p.lm_head(out)  # [B, M, V]

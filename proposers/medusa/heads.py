@@ -1,0 +1,118 @@
+"""Medusa-1 heads: K extra next-next-token predictors on the target's last hidden state.
+
+Head k (0-based) reads the post-norm hidden state h_t that produced token t+1 and predicts token
+t+k+2: the node at depth k+1 of the tree whose root is token t+1. Each head is a residual SiLU
+block (zero-initialised, so it starts as the identity) and a linear map to the vocabulary,
+initialised from the target's lm_head. Saved as safetensors plus a config that records the
+target's sizes, so heads refuse a target they were not trained for.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from framework.lm.models import sizes_stated
+from proposers.common.head_files import head_folder, read_head, save_head
+
+CONFIG_FILE, WEIGHTS_FILE, TREE_FILE = "medusa_config.json", "medusa_heads.safetensors", "medusa_tree.json"
+
+
+@dataclass(frozen=True)
+class MedusaConfig:
+    hidden_size: int
+    vocab_size: int
+    num_heads: int = 4
+    num_blocks: int = 1  # residual blocks per head
+
+    def __post_init__(self) -> None:
+        if self.num_heads < 1 or self.num_blocks < 0:
+            raise ValueError(f"need num_heads >= 1 and num_blocks >= 0, got {self.num_heads}, {self.num_blocks}")
+
+
+class ResidualBlock(nn.Module):
+    def __init__(self, size: int):
+        super().__init__()
+        self.linear = nn.Linear(size, size)
+        nn.init.zeros_(self.linear.weight)  # the identity at the start: the head begins as lm_head
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + nn.functional.silu(self.linear(x))
+
+
+class MedusaHeads(nn.Module):
+    def __init__(self, config: MedusaConfig):
+        super().__init__()
+        self.config = config
+        H, V = config.hidden_size, config.vocab_size
+        self.blocks = nn.ModuleList(
+            nn.Sequential(*(ResidualBlock(H) for _ in range(config.num_blocks))) for _ in range(config.num_heads)
+        )
+        self.lm_heads = nn.ModuleList(nn.Linear(H, V, bias=False) for _ in range(config.num_heads))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [..., H] -> logits [..., K, V]."""
+        return torch.stack([head(block(hidden)) for block, head in zip(self.blocks, self.lm_heads)], dim=-2)
+
+    @classmethod
+    def for_target(cls, model, num_heads: int = 4, num_blocks: int = 1) -> MedusaHeads:
+        """Fresh heads sized for `model`, each output layer a copy of its lm_head."""
+        lm_head = model.get_output_embeddings().weight  # [V, H]
+        heads = cls(MedusaConfig(lm_head.shape[1], lm_head.shape[0], num_heads, num_blocks))
+        for head in heads.lm_heads:
+            head.weight.data.copy_(lm_head.detach().float())
+        return heads
+
+    def check_target(self, hidden_size: int, vocab_size: int) -> None:
+        c = self.config
+        if (c.hidden_size, c.vocab_size) != (hidden_size, vocab_size):
+            raise ValueError(
+                f"Medusa heads were trained for a target with hidden size {c.hidden_size} and vocabulary "
+                f"{c.vocab_size}, but this target has hidden size {hidden_size} and vocabulary {vocab_size}"
+            )
+
+    def save(self, folder: str | Path, dtype: torch.dtype = torch.bfloat16, extra: dict | None = None) -> Path:
+        return save_head(self, folder, {**asdict(self.config), **(extra or {})}, CONFIG_FILE, WEIGHTS_FILE, dtype)
+
+    @classmethod
+    def load(cls, folder: str | Path, dtype: torch.dtype = torch.float32) -> MedusaHeads:
+        _, fields, state = read_head(folder, CONFIG_FILE, WEIGHTS_FILE, "Medusa heads",
+                                     "python -m experiments.train experiment=zoo_medusa")
+        heads = cls(MedusaConfig(**{k: fields[k] for k in MedusaConfig.__dataclass_fields__ if k in fields}))
+        heads.load_state_dict(state)
+        return heads.to(dtype).eval()
+
+
+def heads_folder(path: str | Path) -> Path:
+    return head_folder(path, CONFIG_FILE)
+
+
+def load_heads(path: str | Path, dtype: str = "float32") -> MedusaHeads:
+    """For Hydra: heads from a folder (or the embedded zoo's), in the target's dtype."""
+    return MedusaHeads.load(path, getattr(torch, dtype))
+
+
+def load_choices(path: str | Path) -> list[tuple[int, ...]]:
+    """The tree searched for these heads (saved beside them by the training run)."""
+    file = heads_folder(path) / TREE_FILE
+    if not file.exists():
+        raise FileNotFoundError(f"no searched tree at {file}; train the heads with "
+                                "`python -m experiments.train experiment=zoo_medusa`, or give choices")
+    return [tuple(c) for c in json.loads(file.read_text())["choices"]]
+
+
+def random_heads(hidden_size: int, vocab_size: int, num_heads: int = 4, num_blocks: int = 1, seed: int = 0,
+                 scale: float = 1.0, dtype: str = "float32") -> MedusaHeads:
+    """Random-weight heads (every weight ~ N(0, scale^2 / fan_in)), for the tiny random targets of tests and configs."""
+    sizes_stated(hidden_size=hidden_size, vocab_size=vocab_size)
+    generator = torch.Generator().manual_seed(seed)
+    heads = MedusaHeads(MedusaConfig(hidden_size, vocab_size, num_heads, num_blocks))
+    for p in heads.parameters():
+        fan_in = p.shape[-1] if p.dim() > 1 else hidden_size
+        p.data.copy_(torch.randn(p.shape, generator=generator) * scale / fan_in**0.5)
+    return heads.to(getattr(torch, dtype)).eval()

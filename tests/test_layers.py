@@ -1,0 +1,102 @@
+"""The layers are packages and the imports say so: a module imports only its own layer and those below.
+
+core < verifiers < lm, zoo < engine, proposers < harness < experiments. The engine and the proposers
+never import each other, and the engine imports no model runtime: it knows targets and proposers by
+their Protocols in framework.core. Imports sit at module level, so
+a module's dependencies are its first lines; the one exception is an optional back end (Triton).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# (layer, package prefixes it owns, layers it may import besides its own)
+LAYERS = {
+    "core": (("framework.core",), set()),
+    "verifiers": (("verifiers",), {"core"}),
+    "lm": (("framework.lm",), {"core", "verifiers"}),
+    "zoo": (("framework.zoo",), {"core", "verifiers", "lm"}),
+    "engine": (("framework.engine",), {"core", "verifiers"}),  # knows its target by the Protocol, not HFTarget
+    "proposers": (("proposers",), {"core", "verifiers", "lm", "zoo"}),
+    "harness": (("framework.harness",), {"core", "verifiers", "lm", "zoo", "engine", "proposers"}),
+    "experiments": (("experiments",), {"core", "verifiers", "lm", "zoo", "engine", "proposers", "harness"}),
+}
+OPTIONAL_BACKENDS = ("framework.lm.tree_attention_triton", "verifiers.triton_chain", "verifiers.triton_rules")
+
+
+def layer_of(module: str) -> str | None:
+    for layer, (prefixes, _) in LAYERS.items():
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return layer
+    return None
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_imports(tree: ast.Module):
+    """(imported module, is at module level) for every import of a project package."""
+    top = {id(node) for node in tree.body}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] in ("framework", "verifiers", "proposers", "experiments"):
+                yield node, name, id(node) in top
+
+
+def violations(root: Path = ROOT) -> list[str]:
+    found = []
+    for package in ("framework", "verifiers", "proposers", "experiments"):
+        for path in sorted((root / package).rglob("*.py")):
+            module = module_name(path, root)
+            layer = layer_of(module)
+            if module == "framework":  # the one-release re-exports of the old flat names
+                continue
+            where = f"{path.relative_to(root)}"
+            if layer is None:
+                found.append(f"{where}: belongs to no layer (framework/ holds only core, lm, engine, zoo, harness)")
+                continue
+            for node, name, at_top in project_imports(ast.parse(path.read_text())):
+                if name == "framework":
+                    found.append(f"{where}:{node.lineno}: imports the bare 'framework' package; name the layer's module")
+                    continue
+                target = layer_of(name)
+                if target is None:
+                    found.append(f"{where}:{node.lineno}: imports {name}, which belongs to no layer")
+                elif target != layer and target not in LAYERS[layer][1]:
+                    found.append(f"{where}:{node.lineno}: {layer} imports {name} ({target}), a layer above or beside it")
+                if not at_top and name not in OPTIONAL_BACKENDS:
+                    found.append(f"{where}:{node.lineno}: imports {name} inside a function; only optional back ends may")
+    return found
+
+
+def test_every_import_respects_the_layers():
+    assert violations() == []
+
+
+def test_the_check_catches_an_upward_and_a_hidden_import(tmp_path):
+    for package, text in {
+        "framework/core/bad.py": "from framework.engine import generate\n",
+        "verifiers/bad.py": "def f():\n    from verifiers.rules import PointRule\n",
+        "proposers/bad.py": "import framework.engine\n",
+        "framework/stray.py": "",
+        "experiments/ok.py": "from framework.harness.exact import exact_law\n",
+    }.items():
+        (tmp_path / package).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / package).write_text(text)
+    found = violations(tmp_path)
+    assert len(found) == 4, found
+    assert any("core imports framework.engine" in line for line in found)
+    assert any("inside a function" in line for line in found)
+    assert any("proposers imports framework.engine" in line for line in found)
+    assert any("stray.py: belongs to no layer" in line for line in found)
