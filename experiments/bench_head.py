@@ -58,9 +58,8 @@ def main() -> None:
     target = HFTarget(model)
     target.provide_hidden((-1,))
     target.prefill(prompt)
-    target.set_root(prompt[:, -1])
     tree = {n: CandidateTree.from_parents(prompt[:, :n], TreeShape.full(2, 6).parents[:n]) for n in (1, 32)}
-    cases = {f"target forward_tree, {n} node(s)": (lambda n=n: target.forward_tree(tree[n]), target.lm.drop_pending)
+    cases = {f"target forward_tree, {n} node(s)": (lambda n=n: target.forward_tree(prompt[:, -1], tree[n]), target.lm.drop_pending)
              for n in tree}
     lm = CachedLM(draft, tree_backend="auto")
     lm.reset(1)

@@ -136,8 +136,8 @@ def bench_tree_forward(args, target_model) -> dict:
 def bench_forward_ratio(args, target_model, draft_model) -> dict:
     """ms per one-token forward (a plain decoding step) of target and draft."""
     empty = CandidateTree.chain(torch.zeros(1, 0, dtype=torch.long))
-    ms = time_forwards({"target": (prefilled(target_model, args.tree_prompt, args.seed), empty),
-                        "draft": (prefilled(draft_model, args.tree_prompt, args.seed), empty)}, args.tree_repeats)
+    ms = time_forwards({"target": (*prefilled(target_model, args.tree_prompt, args.seed), empty),
+                        "draft": (*prefilled(draft_model, args.tree_prompt, args.seed), empty)}, args.tree_repeats)
     return {**ms, "ratio": ms["draft"] / ms["target"]}
 
 

@@ -137,7 +137,6 @@ class Decoder:
         if root is None:
             root = self.rng.categorical(process_logits(logits, self.sampling, seen))
         root = root.to(logits.device).expand(logits.shape[0])
-        self.target.set_root(root)
         self.rows = torch.arange(root.shape[0])
         count = torch.full((root.shape[0],), input_ids.shape[1], device=root.device)
         self.state = DecodeState(root, mark_seen(seen, root[:, None]), self.sampling, self.rng,
@@ -155,7 +154,7 @@ class Decoder:
         tree, kept = tree.within_depth(self.depth_limit(max_depth))
         side = self.proposer.side_rows(tree) if isinstance(self.proposer, SideRowProposer) else None
         t1 = _clock(device)
-        out = self.target.forward_tree(tree, side)
+        out = self.target.forward_tree(state.root, tree, side)
         t2 = _clock(device)
         p = self.target_laws(out.logits, state, tree)
         result = verify(tree, p, rng=self.rng, eos_token_id=self.eos_token_id, verifier=self.verifier, validate=False)
@@ -169,7 +168,6 @@ class Decoder:
         emitted = result.tokens
         root = emitted.gather(1, result.num_accepted[:, None]).squeeze(1)  # recovered/bonus, or -1 after EOS
         root = torch.where(root >= 0, root, self.eos_token_id if self.eos_token_id is not None else 0)
-        self.target.set_root(root)
         seen = mark_seen(state.seen, emitted)
         hidden, last, count = None, None, None
         if out.hidden is not None:
@@ -184,7 +182,7 @@ class Decoder:
     def target_laws(self, logits: torch.Tensor, state: DecodeState, tree: CandidateTree) -> torch.Tensor:
         """logits [B, N+1, V] -> the laws the verifier judges by: plain sampling's, each along its node's own
         path (a hook: the harness plants a bug here, and nowhere else, to show it is caught)."""
-        return process_tree_logits(logits, self.sampling, state.seen, tree.tokens, tree.parents)
+        return process_tree_logits(logits, self.sampling, state.seen, tree.tokens, tree.shape)
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep the batch rows `rows` [B'] (those still decoding), in that order: the target's KV, the

@@ -30,7 +30,7 @@ from framework.core.drafting import draw_children
 from framework.core.proposer import DecodeState
 from framework.core.sampling import SamplingConfig, process_logits, seen_along_tree
 from framework.core.tree import CandidateTree
-from framework.core.tree_shape import TreeShape, ancestor_mask, depths
+from framework.core.tree_shape import TreeShape
 from framework.lm import tree_attention
 from framework.lm.cached_lm import CachedLM
 from proposers.common.depth_schedule import DepthSchedule
@@ -72,14 +72,14 @@ class DraftModelProposer:
         self.couples_rows = stop_below > 0 or self.schedule is not None
         tree_attention.use_tree_attention(draft_model, backend)
         self.lm = CachedLM(draft_model, tree_backend=backend)
-        node_depth = depths(self.shape.parents)
+        node_depth = self.shape.depth
         self.levels = [torch.nonzero(node_depth == d).flatten() for d in range(1, int(node_depth.max()) + 1)]
         if not bool((node_depth[1:] >= node_depth[:-1]).all()):
             raise ValueError("the tree's nodes must come in level order (a cut keeps a prefix of them)")
         self.unread = self.levels[-1]  # nodes of the last proposed tree that have no draft KV yet
         self.drafted_depth = len(self.levels)  # levels in the last proposed tree
         self.deferred: torch.Tensor | None = None  # [B, K] accepted tokens the next root forward reads first
-        self.mask = ancestor_mask(self.shape.parents)  # [N+1, N+1]; slot of node i is i + 1 (level order)
+        self.mask = self.shape.ancestors  # [N+1, N+1]; slot of node i is i + 1 (level order)
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
         if self.lm.vocab_size != target.vocab_size:
@@ -110,7 +110,7 @@ class DraftModelProposer:
             else:
                 out = self.lm.forward(tokens[:, rows - 1], torch.full((rows.numel(),), level), self.mask[rows][:, : fed + rows.numel()])
             fed += rows.numel()
-            seen = seen_along_tree(state.seen, tokens, self.shape.parents)[:, rows] if cfg.uses_history else None
+            seen = seen_along_tree(state.seen, tokens, self.shape)[:, rows] if cfg.uses_history else None
             law = self.draft_law(out.logits, cfg, seen)  # [B, M, V] what each read row's children are drawn from
             q[:, rows] = self.reported_law(law, out.logits).to(q.dtype)
             for m, row in enumerate(rows.tolist()):  # draw each node's children from its own law
@@ -124,7 +124,7 @@ class DraftModelProposer:
         kept = int(self.unread.max()) + 1
         q[:, self.unread + 1] = 1.0 / q.shape[-1]  # leaves draw no children: a placeholder law, never read
         draft_probs = q[:, : kept + 1] if self.kind != "point" else None
-        return CandidateTree(tokens[:, :kept], self.shape.parents[:kept], draft_probs, self.kind)
+        return CandidateTree(tokens[:, :kept], self.shape.prefix(kept), draft_probs, self.kind)
 
     # Hooks, one decision each, so that the harness can plant a bug in exactly one place.
     def draft_law(self, logits: torch.Tensor, cfg: SamplingConfig, seen) -> torch.Tensor:

@@ -8,7 +8,6 @@ import torch
 
 from framework.core.randomness import RandomSource
 from framework.core.tree import CandidateTree
-from framework.core.tree_shape import depths
 from verifiers.tree_verifier import Verification
 
 
@@ -16,18 +15,11 @@ def emit_path(tree: CandidateTree, stop_row: torch.Tensor, final: torch.Tensor, 
               eos_token_id: int | None) -> Verification:
     """The path root -> each row's stop node (stop_row [B]: 0 = the root, i + 1 = node i), then one token
     drawn from its final law [B, V]; an accepted EOS ends the row, nothing drawn after it."""
-    tokens, parents = tree.tokens.to(final.device), tree.parents.tolist()
+    tokens = tree.tokens.to(final.device)
     B, N = tokens.shape
     device = tokens.device
-    max_depth = int(depths(tree.parents).max()) if N else 0
-    ancestors = [[]]  # per row (0 = root): its path's node indices
-    for i, parent in enumerate(parents):
-        ancestors.append(ancestors[parent + 1] + [i])
-    path_table = torch.full((N + 1, max(max_depth, 1)), -1, dtype=torch.long, device=device)
-    for row, path in enumerate(ancestors):
-        if path:
-            path_table[row, : len(path)] = torch.tensor(path, device=device)
-    path = path_table[stop_row]  # [B, depth]
+    max_depth = tree.shape.max_depth
+    path = tree.shape.path_table.to(device)[stop_row]  # [B, depth]: each row's path from the root
     accepted = (path >= 0).sum(1)
     path_tokens = torch.where(path >= 0, tokens.gather(1, path.clamp_min(0)), -1)  # [B, depth]
     emits = torch.ones(B, dtype=torch.bool, device=device)

@@ -148,7 +148,7 @@ class TreeVerifier:
         V, device = target_probs.shape[-1], target_probs.device
         if tree.batch_size == 0:  # an engine's empty batch: nothing to decide
             none = torch.zeros(0, dtype=torch.long, device=device)
-            nodes, depth = (tree.num_nodes, int(tree.depth().max())) if isinstance(tree, CandidateTree) and tree.num_nodes else (0, 0)
+            nodes, depth = (tree.num_nodes, tree.shape.max_depth) if isinstance(tree, CandidateTree) else (0, 0)
             return Verification(none.reshape(0, nodes + 1), none, none.reshape(0, depth))
         if isinstance(tree, CandidateTree) and tree.tokens.shape[1] == 0:
             # plain decoding: the bonus token alone, without the walk's bookkeeping

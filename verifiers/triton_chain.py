@@ -18,7 +18,6 @@ import triton.language as tl
 
 from framework.core.randomness import RandomSource, law_dtype
 from framework.core.tree import CandidateTree
-from framework.core.tree_shape import children_table
 from verifiers.tree_verifier import Verification
 
 BLOCK_V = 256
@@ -113,7 +112,7 @@ class TritonChainVerifier:
                             MODE=mode, COMPUTE=compute_tl)
 
         # Coins: the same draws as the PyTorch verifier, [B, levels, children] and then one categorical.
-        uniforms = rng.uniform((B, K + 1, children_table(tree.parents).shape[1]), device)
+        uniforms = rng.uniform((B, K + 1, tree.shape.children.shape[1]), device)
         alive = torch.ones(B, dtype=torch.bool, device=device)
         num_accepted = torch.zeros(B, dtype=torch.long, device=device)
         emits = torch.ones(B, dtype=torch.bool, device=device)

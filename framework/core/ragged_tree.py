@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import torch
 
-from framework.core import tree_shape
 from framework.core.tree import KINDS, CandidateTree, integers
 
 
@@ -62,12 +61,12 @@ class WalkLayout:
         so the laws are the table as they lie; the shape's table is built once for every row."""
         B, N = tree.tokens.shape
         device = tree.tokens.device
-        local = tree_shape.children_table(tree.parents).to(device)  # [N+1, C] node index of each row's children
+        local = tree.shape.children.to(device)  # [N+1, C] node index of each row's children
         offsets = torch.arange(B, device=device)[:, None, None] * (N + 1)  # [B, 1, 1]
         children = torch.where(local >= 0, local + 1 + offsets, -1).reshape(B * (N + 1), -1)  # [B*(N+1), C]
         tokens = torch.nn.functional.pad(tree.tokens.long(), (1, 0)).reshape(-1)  # [B*(N+1)]
         return WalkLayout(tokens, torch.nn.functional.pad(children, (0, 1), value=-1), offsets.reshape(B), None, None,
-                          int(tree_shape.depths(tree.parents).max()) if N else 0, N + 1)
+                          tree.shape.max_depth, N + 1)
 
 
 @dataclass

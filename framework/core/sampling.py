@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from framework.core import tree_shape
+from framework.core.tree_shape import TreeShape
 
 
 @dataclass(frozen=True)
@@ -113,20 +113,23 @@ def mark_seen(seen: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return seen | extended[:, :vocab]
 
 
-def seen_along_tree(seen_context: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor) -> torch.Tensor:
-    """Which tokens each tree row's own sequence holds: the context's plus its path's.
+def seen_along_tree(seen_context: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor | TreeShape) -> torch.Tensor:
+    """Which tokens each tree row's own sequence holds: the context's plus its path's (parents: the
+    tree's parent array, or its TreeShape, whose ancestor mask is then read, not rebuilt).
 
     seen_context [B, V], tokens [B, N] -> seen [B, N+1, V] bool (row 0 = root = context alone).
     """
     vocab = seen_context.shape[-1]
     onehot = torch.nn.functional.one_hot(tokens, vocab).to(torch.float32)  # [B, N, V]
-    anc = tree_shape.ancestor_mask(parents)[:, 1:].to(device=tokens.device, dtype=torch.float32)  # [N+1, N]
+    shape = parents if isinstance(parents, TreeShape) else TreeShape(parents)
+    anc = shape.ancestors[:, 1:].to(device=tokens.device, dtype=torch.float32)  # [N+1, N]
     seen_nodes = torch.einsum("rn,bnv->brv", anc, onehot) > 0
     return seen_nodes | seen_context[:, None, :]
 
 
 def process_tree_logits(
-    logits: torch.Tensor, cfg: SamplingConfig, seen_context: torch.Tensor | None, tokens: torch.Tensor, parents: torch.Tensor
+    logits: torch.Tensor, cfg: SamplingConfig, seen_context: torch.Tensor | None, tokens: torch.Tensor,
+    parents: torch.Tensor | TreeShape
 ) -> torch.Tensor:
     """logits [B, N+1, V] at the root and every node -> laws [B, N+1, V], each along its own path.
 

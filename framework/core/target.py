@@ -39,12 +39,9 @@ class Target(Protocol):
         """Run the prompt [B, L] into the cache; logits of its last position."""
         ...
 
-    def set_root(self, root: torch.Tensor) -> None:
-        """The last emitted token [B]: the next tree's root, not yet in the cache."""
-        ...
-
-    def forward_tree(self, tree: CandidateTree, side: SideRows | None = None) -> TargetOutput:
-        """Logits [B, N+1, V] at the root and every node, each node seeing the past and its ancestors."""
+    def forward_tree(self, root: torch.Tensor, tree: CandidateTree, side: SideRows | None = None) -> TargetOutput:
+        """Logits [B, N+1, V] at the root [B] (the last emitted token, not yet in the cache) and every
+        node, each node seeing the committed past, its ancestors and itself."""
         ...
 
     def commit(self, result) -> None:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
 
-from framework.core import tree_shape
 from framework.core.tree_shape import TreeShape
 
 KINDS = ("point", "iid", "wor")
@@ -30,7 +29,9 @@ class CandidateTree:
     """Candidates for one verify step, batched; the root is the last emitted token.
 
     tokens:      [B, N] candidate token per node (shape shared by the batch).
-    parents:     [N] parent node index, -1 = child of the root; topologically ordered.
+    parents:     [N] parent node index, -1 = child of the root; topologically ordered. May be given
+                 as a TreeShape: the tree then shares its views (depths, mask, children, paths),
+                 computed once for a shape a proposer drafts every step.
     draft_probs: [B, N+1, V] or None. Row 0 is the law the root's children were drawn from,
                  row i+1 the law node i's children were drawn from. Required for iid/wor.
     kind:        how children were chosen: "point" (by a rule blind to the verifier's coins),
@@ -42,6 +43,7 @@ class CandidateTree:
     parents: torch.Tensor
     draft_probs: torch.Tensor | None = None
     kind: str = "point"
+    shape: TreeShape = field(init=False, repr=False)  # the topology and its views
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -50,8 +52,9 @@ class CandidateTree:
             raise ValueError(f"tokens must be [B, N], got shape {tuple(self.tokens.shape)}")
         if self.tokens.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"tokens must be integer ids, got {self.tokens.dtype}")
-        self.parents = integers("parents", self.parents).cpu()
-        tree_shape.check_parents(self.parents)
+        given = self.parents
+        self.shape = given if isinstance(given, TreeShape) else TreeShape(integers("parents", given).cpu())
+        self.parents = self.shape.parents
         if self.parents.numel() != self.tokens.shape[1]:
             raise ValueError(
                 f"tokens have {self.tokens.shape[1]} nodes but parents has {self.parents.numel()}"
@@ -94,15 +97,19 @@ class CandidateTree:
         topk_tokens [B, D, K]: the top-K candidates for each depth (for Medusa, head d-1's).
         Children are chosen by rank, so the kind is "point".
         """
-        shape = TreeShape.from_choices(choices)
-        depth = tree_shape.depths(shape.parents) - 1  # [N]
+        return CandidateTree.by_rank(TreeShape.from_choices(choices), topk_tokens, draft_probs)
+
+    @staticmethod
+    def by_rank(shape: TreeShape, topk_tokens: torch.Tensor, draft_probs: torch.Tensor | None = None) -> CandidateTree:
+        """Node i at depth d with rank r takes topk_tokens[:, d - 1, r]: a static shape filled by rank."""
+        depth = shape.depth - 1  # [N]
         if int(depth.max()) >= topk_tokens.shape[1] or int(shape.ranks.max()) >= topk_tokens.shape[2]:
             raise ValueError(
-                f"choices need depth {int(depth.max()) + 1} and rank {int(shape.ranks.max())}, "
+                f"the shape needs depth {int(depth.max()) + 1} and rank {int(shape.ranks.max())}, "
                 f"but topk_tokens is {tuple(topk_tokens.shape)}"
             )
         tokens = topk_tokens[:, depth, shape.ranks.to(topk_tokens.device)]  # [B, N]
-        return CandidateTree(tokens, shape.parents, draft_probs, "point")
+        return CandidateTree(tokens, shape, draft_probs, "point")
 
     # ---- derived views --------------------------------------------------------------------
 
@@ -117,7 +124,7 @@ class CandidateTree:
     @property
     def is_chain(self) -> bool:
         """Each node the only child of the one before it (the root's first): what CandidateTree.chain builds."""
-        return bool(torch.equal(self.parents, torch.arange(-1, self.num_nodes - 1)))
+        return self.shape.is_chain
 
     def within_depth(self, max_depth: int) -> tuple["CandidateTree", torch.Tensor | None]:
         """The tree without its nodes deeper than max_depth, and kept [N'] (the kept nodes' indices here);
@@ -125,9 +132,9 @@ class CandidateTree:
         that remains is verified exactly (the room left in the context, or in the token budget)."""
         if max_depth >= self.num_nodes:  # no node is that deep: no need to look
             return self, None
-        depth = self.depth()
-        if int(depth.max()) <= max_depth:
+        if self.shape.max_depth <= max_depth:
             return self, None
+        depth = self.depth()
         kept = (depth <= max_depth).nonzero().flatten()  # [N'] a prefix of every path: parents stay earlier
         new_index = torch.full((self.num_nodes,), -1, dtype=torch.long)
         new_index[kept] = torch.arange(kept.numel())
@@ -139,13 +146,13 @@ class CandidateTree:
         return CandidateTree(self.tokens[:, kept.to(device)], parents, q, self.kind), kept
 
     def depth(self) -> torch.Tensor:
-        """[N] depth of each node (root's children: 1)."""
-        return tree_shape.depths(self.parents)
+        """[N] depth of each node (root's children: 1). Shared: do not write into it."""
+        return self.shape.depth
 
     def ancestor_mask(self) -> torch.Tensor:
-        """[N+1, N+1] bool, row 0 = root: who each row may attend to inside the tree."""
-        return tree_shape.ancestor_mask(self.parents)
+        """[N+1, N+1] bool, row 0 = root: who each row may attend to inside the tree. Shared."""
+        return self.shape.ancestors
 
     def paths(self) -> list[list[int]]:
         """Root-to-leaf node index lists."""
-        return tree_shape.root_to_leaf_paths(self.parents)
+        return self.shape.paths

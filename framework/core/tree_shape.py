@@ -1,13 +1,18 @@
-"""Static tree topology: who is whose parent, and which draft rank each node takes.
+"""Tree topology: who is whose parent, which draft rank each node takes, and the facts derived from it.
 
 Node indices run 0..N-1; parent -1 means "child of the root". Rows of per-node tensors
 (target_probs, draft_probs, the tree-attention queries) are shifted by one: row 0 is the
 root, row i+1 is node i.
+
+A TreeShape is immutable and computes each derived view (depths, levels, children, the ancestor
+mask, paths) once, on first use: a proposer that drafts a static shape builds it once and every
+step's tree, the target's forward, the sampling law and the verifier read the same views.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Sequence
 
 import torch
@@ -31,28 +36,41 @@ def check_parents(parents: torch.Tensor) -> None:
 
 def depths(parents: torch.Tensor) -> torch.Tensor:
     """Depth of each node, root's children at depth 1.  # [N]"""
-    out = torch.zeros(parents.numel(), dtype=torch.long)
+    out: list[int] = []
+    for p in parents.tolist():
+        out.append(1 if p < 0 else out[p] + 1)
+    return torch.tensor(out, dtype=torch.long)
+
+
+def row_paths(parents: torch.Tensor) -> list[list[int]]:
+    """Per row (0 = root, i + 1 = node i): the node indices on its path from the root, itself last."""
+    paths: list[list[int]] = [[]]
     for i, p in enumerate(parents.tolist()):
-        out[i] = 1 if p < 0 else out[p] + 1
-    return out
+        paths.append(paths[p + 1] + [i])
+    return paths
 
 
 def ancestor_mask(parents: torch.Tensor) -> torch.Tensor:
     """mask[i, j]: row j is row i or one of its ancestors, rows 0 = root.  # [N+1, N+1] bool"""
-    n = parents.numel()
-    mask = torch.zeros(n + 1, n + 1, dtype=torch.bool)
-    mask[0, 0] = True
-    for i, p in enumerate(parents.tolist()):
-        mask[i + 1] = mask[p + 1]
-        mask[i + 1, i + 1] = True
+    paths = row_paths(parents)
+    rows = [row for row, path in enumerate(paths) for _ in range(len(path) + 1)]
+    cols = [col for path in paths for col in (0, *(i + 1 for i in path))]
+    mask = torch.zeros(len(paths), len(paths), dtype=torch.bool)
+    mask[rows, cols] = True
     return mask
+
+
+def children_lists(parents: torch.Tensor) -> list[list[int]]:
+    """Per row (0 = root, i + 1 = node i): its children's node indices, in sibling order."""
+    kids: list[list[int]] = [[] for _ in range(parents.numel() + 1)]
+    for i, p in enumerate(parents.tolist()):
+        kids[p + 1].append(i)
+    return kids
 
 
 def children_table(parents: torch.Tensor) -> torch.Tensor:
     """table[row, k]: node index of the k-th child of row (0 = root), -1 padded.  # [N+1, C]"""
-    kids: list[list[int]] = [[] for _ in range(parents.numel() + 1)]
-    for i, p in enumerate(parents.tolist()):
-        kids[p + 1].append(i)
+    kids = children_lists(parents)
     width = max(1, max(len(k) for k in kids))
     table = torch.full((len(kids), width), -1, dtype=torch.long)
     for row, k in enumerate(kids):
@@ -76,25 +94,86 @@ def root_to_leaf_paths(parents: torch.Tensor) -> list[list[int]]:
     return paths
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TreeShape:
     """A tree's topology plus, per node, which rank among its parent's draft candidates it takes.
 
     Proposers fill a shape with tokens: rank r of a node means "the r-th child drawn" (iid/wor)
-    or "the r-th most likely token" (point, e.g. Medusa choices).
+    or "the r-th most likely token" (point, e.g. Medusa choices). Ranks default to 0 (a shape
+    known only by its parents). The derived views are computed once and shared: never write
+    into them.
     """
 
-    parents: torch.Tensor  # [N] long
-    ranks: torch.Tensor  # [N] long
+    parents: torch.Tensor  # [N] long, on the CPU
+    ranks: torch.Tensor | None = field(default=None)  # [N] long
 
     def __post_init__(self) -> None:
         check_parents(self.parents)
+        object.__setattr__(self, "parents", self.parents.long().cpu())
+        if self.ranks is None:
+            object.__setattr__(self, "ranks", torch.zeros_like(self.parents))
         if self.ranks.shape != self.parents.shape:
             raise ValueError("ranks must have the same shape as parents")
 
     @property
     def num_nodes(self) -> int:
         return self.parents.numel()
+
+    @cached_property
+    def depth(self) -> torch.Tensor:
+        """[N] depth of each node (the root's children: 1)."""
+        return depths(self.parents)
+
+    @cached_property
+    def max_depth(self) -> int:
+        """The deepest node's depth; 0 for no nodes."""
+        return int(self.depth.max()) if self.num_nodes else 0
+
+    @cached_property
+    def levels(self) -> list[torch.Tensor]:
+        """levels[d - 1]: the node indices at depth d, in index order."""
+        return [(self.depth == d).nonzero().flatten() for d in range(1, self.max_depth + 1)]
+
+    @cached_property
+    def ancestors(self) -> torch.Tensor:
+        """[N+1, N+1] bool, row 0 = root: row i sees row j iff j is i or one of its ancestors."""
+        return ancestor_mask(self.parents)
+
+    @cached_property
+    def child_lists(self) -> list[list[int]]:
+        """Per row (0 = root): its children's node indices, in sibling order."""
+        return children_lists(self.parents)
+
+    @cached_property
+    def children(self) -> torch.Tensor:
+        """[N+1, C] node index of the k-th child of each row (0 = root), -1 padded."""
+        return children_table(self.parents)
+
+    @cached_property
+    def path_table(self) -> torch.Tensor:
+        """[N+1, max(depth, 1)] the node indices from the root to each row (0 = root), -1 padded."""
+        table = torch.full((self.num_nodes + 1, max(self.max_depth, 1)), -1, dtype=torch.long)
+        for row, path in enumerate(row_paths(self.parents)):
+            table[row, : len(path)] = torch.tensor(path, dtype=torch.long)
+        return table
+
+    @cached_property
+    def paths(self) -> list[list[int]]:
+        """Root-to-leaf node index lists, leaves in index order."""
+        return root_to_leaf_paths(self.parents)
+
+    @cached_property
+    def is_chain(self) -> bool:
+        return bool(torch.equal(self.parents, torch.arange(-1, self.num_nodes - 1)))
+
+    def prefix(self, num_nodes: int) -> TreeShape:
+        """The shape of its first num_nodes nodes (whole levels of a level-ordered shape), built once."""
+        if num_nodes == self.num_nodes:
+            return self
+        cache = self.__dict__.setdefault("_prefixes", {})
+        if num_nodes not in cache:
+            cache[num_nodes] = TreeShape(self.parents[:num_nodes], self.ranks[:num_nodes])
+        return cache[num_nodes]
 
     @staticmethod
     def chain(length: int) -> TreeShape:

@@ -26,7 +26,6 @@ class HFTarget:
     def __init__(self, model, backend: str | None = "auto", hidden_layers: tuple[int, ...] = (), compile: bool = False):
         tree_attention.use_tree_attention(model, backend)
         self.lm = CachedLM(model, hidden_layers, backend, compile)
-        self.root = torch.zeros(0, dtype=torch.long)  # [B] last emitted token, not yet in the cache
 
     @property
     def vocab_size(self) -> int:
@@ -65,17 +64,14 @@ class HFTarget:
         self.lm.keep(torch.arange(L).expand(B, L), torch.full((B,), L))
         return TargetOutput(out.logits, out.hidden)
 
-    def set_root(self, root: torch.Tensor) -> None:
-        """root [B]: the last emitted token, fed at the next forward_tree."""
-        self.root = root
-
-    def forward_tree(self, tree: CandidateTree, side: SideRows | None = None) -> TargetOutput:
-        """Root plus N nodes (plus a proposer's side rows after them) in one forward; position =
-        committed length + depth. The side rows' KV sits in pending slots that commit drops."""
-        parts = [self.root[:, None], tree.tokens.to(self.root.device)]
+    def forward_tree(self, root: torch.Tensor, tree: CandidateTree, side: SideRows | None = None) -> TargetOutput:
+        """The root [B] (the last emitted token, not yet in the cache) plus N nodes (plus a proposer's
+        side rows after them) in one forward; position = committed length + depth. The side rows' KV
+        sits in pending slots that commit drops."""
+        parts = [root[:, None], tree.tokens.to(root.device)]
         depth = [torch.zeros(1, dtype=torch.long), tree.depth()]
         if side is not None:
-            parts.append(side.tokens.to(self.root.device))
+            parts.append(side.tokens.to(root.device))
             depth.append(side.depth.cpu())
         out = self.lm.forward(torch.cat(parts, dim=1), torch.cat(depth), forward_mask(tree.ancestor_mask(), side))
         T = tree.num_nodes + 1
@@ -90,5 +86,3 @@ class HFTarget:
     def select(self, rows: torch.Tensor) -> None:
         """Keep the batch rows `rows` [B'] (repeats: copies of one prefill; fewer: finished rows leave)."""
         self.lm.select(rows)
-        if self.root.numel():
-            self.root = self.root[rows.to(self.root.device)]

@@ -21,14 +21,14 @@ from typing import Callable
 
 import torch
 
-from framework.core.tree_shape import TreeShape, depths
+from framework.core.tree_shape import TreeShape
 
 Reader = Callable[[list[int], list[int], torch.Tensor, list[int]], torch.Tensor]
 
 
-def static_tree(read: Reader, root_logits: torch.Tensor, shape: TreeShape) -> tuple[torch.Tensor, torch.Tensor]:
-    """root_logits [B, V] -> (tokens [B, N], parents [N]) of the given tree of ranks."""
-    parents, ranks, depth = shape.parents.tolist(), shape.ranks.tolist(), depths(shape.parents).tolist()
+def static_tree(read: Reader, root_logits: torch.Tensor, shape: TreeShape) -> tuple[torch.Tensor, TreeShape]:
+    """root_logits [B, V] -> (tokens [B, N], the shape) of the given tree of ranks."""
+    parents, ranks, depth = shape.parents.tolist(), shape.ranks.tolist(), shape.depth.tolist()
     width = max(ranks) + 1
     tokens: list[torch.Tensor] = [None] * len(parents)  # type: ignore[list-item]
     top = {-1: root_logits.topk(width, dim=-1).indices}  # per read node: its ranked children [B, width]
@@ -41,7 +41,7 @@ def static_tree(read: Reader, root_logits: torch.Tensor, shape: TreeShape) -> tu
                           [level] * len(readers))
             ranked = logits.topk(width, dim=-1).indices  # [B, M, width]
             top.update({node: ranked[:, m] for m, node in enumerate(readers)})
-    return torch.stack(tokens, dim=1), shape.parents
+    return torch.stack(tokens, dim=1), shape
 
 
 def dynamic_tree(read: Reader, root_logits: torch.Tensor, top_k: int, depth: int,

@@ -24,7 +24,7 @@ from framework.core.drafting import draw_children, top_tokens
 from framework.core.proposer import DecodeState
 from framework.core.sampling import SamplingConfig, process_logits
 from framework.core.tree import CandidateTree
-from framework.core.tree_shape import TreeShape, depths
+from framework.core.tree_shape import TreeShape
 from proposers.medusa.heads import MedusaHeads
 from verifiers.tree_verifier import Verification
 
@@ -48,13 +48,11 @@ class MedusaProposer:
         if not choices:
             raise ValueError("Medusa needs a tree of at least one node: choices is empty")
         self.shape = TreeShape.from_choices(choices)
-        self.depth = depths(self.shape.parents)  # [N], 1-based
+        self.depth = self.shape.depth  # [N], 1-based
         if int(self.depth.max()) > heads.config.num_heads:
             raise ValueError(f"the tree is {int(self.depth.max())} deep but there are only {heads.config.num_heads} heads")
         self.heads, self.kind, self.sampling = heads.eval(), kind, sampling
         self.ranks = int(self.shape.ranks.max()) + 1
-        self.children = [[i for i, p in enumerate(self.shape.parents.tolist()) if p == row - 1]
-                         for row in range(self.shape.num_nodes + 1)]  # per tree row, its child nodes
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
         hidden_size = target.lm.model.config.hidden_size
@@ -70,24 +68,16 @@ class MedusaProposer:
         logits = self.heads(state.target_hidden[:, -1])  # [B, K, V]
         if self.kind == "point":
             ranked = top_tokens(logits.flatten(0, 1), self.ranks).view(*logits.shape[:2], self.ranks)  # [B, K, R]
-            return CandidateTree.from_paths(self.paths(), ranked)
+            return CandidateTree.by_rank(self.shape, ranked)
         cfg = replace(self.sampling or state.sampling, repetition_penalty=1.0)
         laws = process_logits(logits, cfg)  # [B, K, V]: head d's law, for every node at depth d
         row_depth = torch.cat([torch.zeros(1, dtype=torch.long), self.depth]).clamp_max(laws.shape[1] - 1)
         q = laws[:, row_depth]  # [B, N+1, V]: row i draws the children at depth(i) + 1
         tokens = torch.zeros(logits.shape[0], self.shape.num_nodes, dtype=torch.long, device=logits.device)
-        for row, kids in enumerate(self.children):
+        for row, kids in enumerate(self.shape.child_lists):
             if kids:
                 tokens[:, kids] = draw_children(q[:, row], len(kids), self.kind, state.rng)
-        return CandidateTree(tokens, self.shape.parents, q, self.kind)
-
-    def paths(self) -> list[tuple[int, ...]]:
-        """The tree's rank paths, in node order."""
-        parents, ranks = self.shape.parents.tolist(), self.shape.ranks.tolist()
-        out: list[tuple[int, ...]] = []
-        for i, p in enumerate(parents):
-            out.append((out[p] if p >= 0 else ()) + (ranks[i],))
-        return out
+        return CandidateTree(tokens, self.shape, q, self.kind)
 
     def commit(self, result: Verification) -> None:
         pass  # stateless: the next hidden state comes from the target

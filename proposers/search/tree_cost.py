@@ -17,13 +17,13 @@ from framework.lm.target import HFTarget
 
 
 def time_forwards(cases: dict, repeats: int) -> dict:
-    """cases: name -> (HFTarget after a prefill, tree). ms per forward_tree (median of `repeats`
+    """cases: name -> (HFTarget after a prefill, its root [B], tree). ms per forward_tree (median of `repeats`
     after two warm-up rounds), interleaved call by call."""
     times = {name: [] for name in cases}
     for rep in range(repeats + 2):
-        for name, (target, tree) in cases.items():
+        for name, (target, root, tree) in cases.items():
             start = time.perf_counter()
-            target.forward_tree(tree)
+            target.forward_tree(root, tree)
             elapsed = time.perf_counter() - start
             target.lm.drop_pending()
             if rep >= 2:
@@ -31,23 +31,22 @@ def time_forwards(cases: dict, repeats: int) -> dict:
     return {name: 1e3 * statistics.median(t) for name, t in times.items()}
 
 
-def prefilled(model, prompt_len: int, seed: int = 0) -> HFTarget:
-    """An HFTarget after a random prompt_len-token prefill (the same prompt for every model)."""
+def prefilled(model, prompt_len: int, seed: int = 0) -> tuple[HFTarget, torch.Tensor]:
+    """An HFTarget after a random prompt_len-token prefill (the same prompt for every model), and a root [1]."""
     gen = torch.Generator().manual_seed(seed)
     prompt = torch.randint(model.config.vocab_size, (1, prompt_len), generator=gen)
     target = HFTarget(model)
     target.prefill(prompt)
-    target.set_root(prompt[:, -1])
-    return target
+    return target, prompt[:, -1]
 
 
 def forward_tree_cost(model, sizes=(0, 1, 8, 16, 32, 64), prompt_len: int = 256, repeats: int = 20,
                       seed: int = 0) -> dict[int, float]:
     """ms per forward_tree with N nodes (prefixes of a breadth-first binary tree), after one prefill."""
     gen = torch.Generator().manual_seed(seed + 1)
-    target, vocab = prefilled(model, prompt_len, seed), model.config.vocab_size
+    (target, root), vocab = prefilled(model, prompt_len, seed), model.config.vocab_size
     binary = TreeShape.full(2, 7).parents  # 254 nodes in breadth-first order: any prefix is a tree
     if max(sizes) > binary.numel():
         raise ValueError(f"tree sizes up to {binary.numel()} nodes, asked for {max(sizes)}")
     trees = {n: CandidateTree.from_parents(torch.randint(vocab, (1, n), generator=gen), binary[:n]) for n in sizes}
-    return time_forwards({n: (target, tree) for n, tree in trees.items()}, repeats)
+    return time_forwards({n: (target, root, tree) for n, tree in trees.items()}, repeats)

@@ -23,10 +23,12 @@ def window(levels=2, width=3, tree_nodes=3, seed=0):
     return SideRows(tokens, depth, sees_tree, sees_side)
 
 
+ROOT = torch.tensor([2, 7])  # the last emitted token of each row
+
+
 def started(backend="reference"):
     target = HFTarget(MODEL, backend=backend)
     target.prefill(PROMPT)
-    target.set_root(torch.tensor([2, 7]))
     return target
 
 
@@ -36,9 +38,9 @@ def plain_logits(sequence: list[int]) -> torch.Tensor:
 
 
 def test_tree_logits_do_not_see_side_rows():
-    alone = started().forward_tree(TREE)
+    alone = started().forward_tree(ROOT, TREE)
     side = window()
-    both = started().forward_tree(TREE, side)
+    both = started().forward_tree(ROOT, TREE, side)
     torch.testing.assert_close(both.logits, alone.logits, rtol=1e-10, atol=1e-10)
     assert both.side_logits.shape == (2, side.num_rows, 32) and alone.side_logits is None
 
@@ -48,9 +50,9 @@ def test_each_window_row_is_one_consecutive_sequence():
     are a plain forward of the prompt, the root and those tokens in position order."""
     levels, width = 3, 3
     side = window(levels, width)
-    out = started().forward_tree(TREE, side).side_logits
+    out = started().forward_tree(ROOT, TREE, side).side_logits
     depth = side.depth.tolist()
-    for b, root in enumerate([2, 7]):
+    for b, root in enumerate(ROOT.tolist()):
         for row in range(side.num_rows):
             seen = [j for j in range(side.num_rows) if side.sees_side[row, j]]
             assert sorted(depth[j] for j in seen) == list(range(1, depth[row] + 1))  # consecutive positions
@@ -62,14 +64,14 @@ def test_commit_keeps_no_side_row():
     """After a step with side rows, the cache holds exactly what a step without them would."""
     result = Verification(torch.tensor([[7, 8, 5], [1, 4, -1]]), torch.tensor([2, 1]), torch.tensor([[0, 1], [2, -1]]))
     with_side, without = started(), started()
-    with_side.forward_tree(TREE, window())
-    without.forward_tree(TREE)
+    with_side.forward_tree(ROOT, TREE, window())
+    without.forward_tree(ROOT, TREE)
     for t in (with_side, without):
         t.commit(result)
-        t.set_root(torch.tensor([5, 4]))
     assert with_side.lm.length.tolist() == without.lm.length.tolist() == [8, 7]
     next_tree = CandidateTree.chain(torch.tensor([[1], [2]]))
-    torch.testing.assert_close(with_side.forward_tree(next_tree).logits, without.forward_tree(next_tree).logits,
+    next_root = torch.tensor([5, 4])  # the token each row emitted at the step
+    torch.testing.assert_close(with_side.forward_tree(next_root, next_tree).logits, without.forward_tree(next_root, next_tree).logits,
                                rtol=1e-10, atol=1e-10)
 
 
@@ -79,8 +81,7 @@ def test_triton_backend_serves_the_side_pattern():
     for backend in ("reference", "triton"):
         target = HFTarget(model, backend=backend)
         target.prefill(PROMPT)
-        target.set_root(torch.tensor([2, 7]))
-        outs.append(target.forward_tree(TREE, window()))
+        outs.append(target.forward_tree(ROOT, TREE, window()))
     torch.testing.assert_close(outs[1].side_logits, outs[0].side_logits, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(outs[1].logits, outs[0].logits, rtol=1e-4, atol=1e-4)
 

@@ -34,7 +34,6 @@ def test_tree_logits_equal_sequential_and_commit_equals_fresh(arch):
     target, ref = HFTarget(tiny_random_model(arch, seed=seed, dtype="float64", init_std=0.3)), reference(arch, seed)
     prompt = [5, 9, 2, 33, 17]
     target.prefill(torch.tensor([prompt]))
-    target.set_root(torch.tensor([7]))
     #        root(7)
     #       /      \
     #     0:11     1:12
@@ -44,15 +43,14 @@ def test_tree_logits_equal_sequential_and_commit_equals_fresh(arch):
     #  5:16
     parents = [-1, -1, 0, 0, 1, 2]
     tree = CandidateTree.from_parents(torch.tensor([[11, 12, 13, 14, 15, 16]]), parents)
-    out = target.forward_tree(tree)
+    out = target.forward_tree(torch.tensor([7]), tree)
     paths = {0: [7], 1: [7, 11], 2: [7, 12], 3: [7, 11, 13], 4: [7, 11, 14], 5: [7, 12, 15], 6: [7, 11, 13, 16]}
     for row, path in paths.items():
         assert (out.logits[0, row] - sequential_logits(ref, prompt + path)).abs().max() <= 1e-10, (arch, row)
 
     # Accept 11 -> 13 (path [0, 2]); the next root is 20. Then a second tree on top of the commit.
     target.commit(accepted([[0, 2, -1]], [2]))
-    target.set_root(torch.tensor([20]))
-    out = target.forward_tree(CandidateTree.chain(torch.tensor([[21, 22]])))
+    out = target.forward_tree(torch.tensor([20]), CandidateTree.chain(torch.tensor([[21, 22]])))
     committed = prompt + [7, 11, 13]
     for row, extra in enumerate([[20], [20, 21], [20, 21, 22]]):
         assert (out.logits[0, row] - sequential_logits(ref, committed + extra)).abs().max() <= 1e-10, (arch, row)
@@ -65,11 +63,9 @@ def test_ragged_batch_commit():
     target = HFTarget(model)
     prompt = torch.tensor([[4, 8, 15], [16, 23, 42]])
     target.prefill(prompt)
-    target.set_root(torch.tensor([1, 2]))
-    target.forward_tree(CandidateTree.chain(torch.tensor([[30, 31, 32], [40, 41, 42]])))
+    target.forward_tree(torch.tensor([1, 2]), CandidateTree.chain(torch.tensor([[30, 31, 32], [40, 41, 42]])))
     target.commit(accepted([[0, 1, 2], [-1, -1, -1]], [3, 0]))
-    target.set_root(torch.tensor([50, 51]))
-    out = target.forward_tree(CandidateTree.chain(torch.tensor([[60], [61]])))
+    out = target.forward_tree(torch.tensor([50, 51]), CandidateTree.chain(torch.tensor([[60], [61]])))
     expected = [[4, 8, 15, 1, 30, 31, 32, 50, 60], [16, 23, 42, 2, 51, 61]]
     for b, seq in enumerate(expected):
         assert (out.logits[b, 1] - sequential_logits(ref, seq)).abs().max() <= 1e-10
@@ -81,6 +77,5 @@ def test_hidden_states_on_request():
     target = HFTarget(model, hidden_layers=(-1, 1))
     out = target.prefill(torch.tensor([[1, 2, 3]]))
     assert out.hidden.shape == (1, 3, 2, model.config.hidden_size)  # every prompt position (EAGLE catches up on them)
-    target.set_root(torch.tensor([4]))
-    out = target.forward_tree(CandidateTree.chain(torch.tensor([[5, 6]])))
+    out = target.forward_tree(torch.tensor([4]), CandidateTree.chain(torch.tensor([[5, 6]])))
     assert out.hidden.shape == (1, 3, 2, model.config.hidden_size)

@@ -81,3 +81,30 @@ def test_within_depth_keeps_whole_levels_and_says_which_nodes():
 def test_float_parents_are_refused():
     with pytest.raises(ValueError, match="parents must hold integers"):
         CandidateTree.from_parents(torch.tensor([[1, 2]]), [-1.0, 0.5])
+
+
+def test_a_shape_computes_its_views_once_and_its_trees_share_them():
+    shape = TreeShape.from_choices([(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)])
+    assert shape.depth.tolist() == [1, 1, 2, 2, 2, 3] and shape.max_depth == 3
+    assert [level.tolist() for level in shape.levels] == [[0, 1], [2, 3, 4], [5]]
+    assert shape.child_lists == [[0, 1], [2, 3], [4], [5], [], [], []]
+    assert shape.children.tolist()[:3] == [[0, 1], [2, 3], [4, -1]]
+    assert shape.path_table.tolist()[6] == [0, 2, 5] and shape.path_table.tolist()[0] == [-1, -1, -1]
+    mask = shape.ancestors
+    assert mask[6].nonzero().flatten().tolist() == [0, 1, 3, 6]  # root, nodes 0, 2, 5 (rows shifted by one)
+    assert shape.paths == [[0, 3], [1, 4], [0, 2, 5]] and not shape.is_chain
+    first = CandidateTree(torch.zeros(2, 6, dtype=torch.long), shape)
+    second = CandidateTree(torch.ones(2, 6, dtype=torch.long), shape)
+    assert first.shape is second.shape is shape
+    assert first.ancestor_mask() is second.ancestor_mask() is mask  # not rebuilt per tree
+    assert torch.equal(CandidateTree(first.tokens, shape.parents.clone()).ancestor_mask(), mask)  # from parents: the same facts
+    first_two = shape.prefix(2)
+    assert shape.prefix(2) is first_two and first_two.parents.tolist() == [-1, -1]  # built once
+    assert TreeShape.chain(3).is_chain and TreeShape.chain(0).max_depth == 0
+
+
+def test_a_bad_shape_is_refused_once_at_construction():
+    with pytest.raises(ValueError, match="not topological"):
+        TreeShape(torch.tensor([-1, 2, 0]))
+    with pytest.raises(ValueError, match="same shape as parents"):
+        TreeShape(torch.tensor([-1, 0]), torch.tensor([0]))

@@ -110,12 +110,10 @@ def test_hf_target_on_the_triton_path():
     for backend in ("reference", "triton"):
         target = HFTarget(model, backend=backend)
         target.prefill(torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8, 1, 8]]))
-        target.set_root(torch.tensor([5, 6]))
         tree = CandidateTree.from_parents(torch.tensor([[10, 11, 12, 13, 14], [15, 16, 17, 18, 19]]), [-1, -1, 0, 0, 2])
-        logits[backend] = target.forward_tree(tree).logits
+        logits[backend] = target.forward_tree(torch.tensor([5, 6]), tree).logits
         target.commit(accepted([[0, 2, 4], [1, -1, -1]], [3, 1]))
-        target.set_root(torch.tensor([7, 3]))
-        logits[backend + "/after commit"] = target.forward_tree(CandidateTree.chain(torch.tensor([[8, 9], [4, 4]]))).logits
+        logits[backend + "/after commit"] = target.forward_tree(torch.tensor([7, 3]), CandidateTree.chain(torch.tensor([[8, 9], [4, 4]]))).logits
     assert (logits["triton"] - logits["reference"]).abs().max() <= 1e-4
     assert (logits["triton/after commit"] - logits["reference/after commit"]).abs().max() <= 1e-4
 
