@@ -86,16 +86,18 @@ def _hydra_conf() -> Iterator[None]:
             yield
 
 
-def option(group: str, name: str, target: DictConfig, where: str) -> DictConfig:
-    """conf/<group>/<name>.yaml composed beside the run's own target (its ${target.*} read that one);
-    `where` names the setting that asked for it, for the error."""
+def option(group: str, name: str, run: DictConfig, where: str) -> DictConfig:
+    """conf/<group>/<name>.yaml composed beside the run's own target and models (its ${target.*} and
+    ${models.*} read those); `where` names the setting that asked for it, for the error."""
     try:
         with _hydra_conf():
             composed = compose(config_name="config", overrides=[f"{group}={name}"])
     except MissingConfigException as error:
         known = sorted(p.stem for p in (CONF / group).glob("*.yaml"))
         raise ValueError(f"{where}: no {group} config {name!r} (conf/{group} has {known})") from error
-    composed.target = OmegaConf.create(OmegaConf.to_container(target, resolve=True))
+    composed.target = OmegaConf.create(OmegaConf.to_container(run.target, resolve=True))
+    if "models" in run:
+        composed.models = OmegaConf.create(OmegaConf.to_container(run.models, resolve=True))
     return composed[group]
 
 
@@ -129,8 +131,8 @@ def plan(cfg: DictConfig) -> tuple[list[str], dict[str, DictConfig], dict]:
     wrong = [m for m in methods if not (m in HF_METHODS or m.startswith("ours_"))]
     if wrong:
         raise ValueError(f"unknown methods {wrong} in experiment.methods (have {list(HF_METHODS)}, ours_plain, ours_<proposer config>)")
-    proposers = {m: option("proposer", m.removeprefix("ours_"), cfg.target, f"experiment.methods: {m}") for m in methods if m.startswith("ours_") and m != "ours_plain"}
-    matched = option("proposer", cfg.experiment.pld_matched, cfg.target, "experiment.pld_matched")
+    proposers = {m: option("proposer", m.removeprefix("ours_"), cfg, f"experiment.methods: {m}") for m in methods if m.startswith("ours_") and m != "ours_plain"}
+    matched = option("proposer", cfg.experiment.pld_matched, cfg, "experiment.pld_matched")
     variants = {"hf_pld": dict(HF_PLD_DEFAULTS),
                 "hf_pld_matched": {"num_tokens": int(matched.num_tokens), "max_ngram": int(matched.max_ngram)}}
     if variants["hf_pld_matched"] == variants["hf_pld"] and "hf_pld_matched" in methods:
@@ -153,7 +155,7 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
                 "hf_pld": variants, "transformers": transformers.__version__, "torch": torch.__version__}
     assistant = None
     if "hf_assisted" in methods:
-        node = option("proposer", cfg.experiment.assistant, cfg.target, "experiment.assistant")
+        node = option("proposer", cfg.experiment.assistant, cfg, "experiment.assistant")
         if "draft_model" not in node:
             raise ValueError(f"experiment.assistant={cfg.experiment.assistant!r} has no draft_model to lend transformers")
         assistant = instantiate(node.draft_model)  # its own instance: our proposer's copy runs speculum_tree
@@ -200,7 +202,7 @@ def workload(cfg: DictConfig, tokenizer) -> list[tuple[str, torch.Tensor]]:
     if unknown:
         raise ValueError(f"unknown categories {sorted(unknown)} (have {list(CATEGORIES)})")
     if tokenizer is None:
-        raise ValueError("the prompt sets are text: the target needs a tokenizer (e.g. target=zoo_target), or give experiment.prompts")
+        raise ValueError("the prompt sets are text: the target needs a tokenizer (e.g. models=zoo), or give experiment.prompts")
     sets = stdlib_prompt_sets()
     return [(i, encode_prompt(text, tokenizer)) for c in exp.categories
             for text, i in zip(sets[c]["prompt"][: exp.per_category], sets[c]["id"][: exp.per_category])]
@@ -225,7 +227,7 @@ def full_length_only(cfg: DictConfig) -> None:
 def _run(cfg: DictConfig) -> dict:
     exp = cfg.experiment
     full_length_only(cfg)
-    samplings = {name: instantiate(option("sampling", name, cfg.target, "experiment.samplings")) for name in exp.samplings}
+    samplings = {name: instantiate(option("sampling", name, cfg, "experiment.samplings")) for name in exp.samplings}
     for law in samplings.values():
         hf_sampling(law)  # refuses an unmappable law before anything runs
     methods, proposers, variants = plan(cfg)

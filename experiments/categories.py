@@ -1,7 +1,7 @@
 """One method per prompt category (Spec-Bench style), against plain decoding of the same target.
 
     python -m experiments.categories                                  # zoo draft, temperature 1
-    python -m experiments.categories -m proposer=zoo_draft,zoo_draft_tree sampling=greedy
+    python -m experiments.categories -m proposer=draft,draft_tree sampling=greedy
     python -m experiments.categories experiment.per_category=40 experiment.max_new_tokens=128
 
 Prompts come from framework.zoo.prompts (code continuation, function body, repetition-heavy
@@ -42,7 +42,7 @@ def run(cfg: DictConfig) -> list[dict]:
     model = instantiate(cfg.target)
     tokenizer = tokenizer_of(model)
     if tokenizer is None:
-        raise ValueError("the prompt sets are text: the target needs a tokenizer beside its checkpoint (e.g. target=zoo_target)")
+        raise ValueError("the prompt sets are text: the target needs a tokenizer beside its checkpoint (e.g. models=zoo)")
     target, make_proposer, sampling = HFTarget(model), instantiate(cfg.proposer), instantiate(cfg.sampling)
     sets = stdlib_prompt_sets()
     tokens = exp.max_new_tokens

@@ -1,9 +1,9 @@
 """The harness for one method on real models (docs/design.md section 7).
 
     python -m experiments.check                                      # the zoo pair (chain of 4, iid)
-    python -m experiments.check proposer=zoo_draft_tree experiment.checks=[exact]
-    python -m experiments.check -m proposer=none,zoo_draft,zoo_draft_tree experiment.statistical.tv=0.02
-    python -m experiments.check target=tiny_llama proposer=tiny_draft prompt=[1,2,3,4,5]
+    python -m experiments.check proposer=draft_tree experiment.checks=[exact]
+    python -m experiments.check -m proposer=none,draft,draft_tree experiment.statistical.tv=0.02
+    python -m experiments.check models=tiny proposer=draft
 
 - greedy: token-for-token equal to plain greedy decoding (fp32 and fp64, several prompts).
 - statistical: G-test of the joint law of the first D tokens against the target's law by teacher
@@ -39,6 +39,9 @@ from verifiers import typical_verifier
 
 
 def _with(cfg: DictConfig, **overrides) -> DictConfig:
+    """A copy of cfg with overrides. Each check builds from its own copy: instantiating a node that
+    interpolates another (`draft_model: ${models.draft}`) resolves that one in place, which would pin
+    ${target.dtype} for the checks after it."""
     copy = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
     for key, value in overrides.items():
         OmegaConf.update(copy, key, value)
@@ -62,7 +65,8 @@ def check_greedy(cfg: DictConfig) -> list[dict]:
 
 def check_statistical(cfg: DictConfig) -> list[dict]:
     s = cfg.experiment.statistical
-    target, make = instantiate(cfg.target), instantiate(cfg.proposer)
+    own = _with(cfg)
+    target, make = instantiate(own.target), instantiate(own.proposer)
     prompt = encode_prompt(cfg.prompt, tokenizer_of(target))  # [1, L]
     rows = []
 
@@ -104,7 +108,7 @@ def check_statistical(cfg: DictConfig) -> list[dict]:
 
 def check_exact(cfg: DictConfig) -> list[dict]:
     e = cfg.experiment.exact
-    target, make = instantiate(e.target), instantiate(cfg.proposer)
+    target, make = instantiate(e.target), instantiate(_with(cfg).proposer)
     parts = {name: instantiate(node) for name, node in e.parts.items()
              if cfg.proposer is not None and cfg.proposer.get(name) is not None}  # a null setting stays (a dynamic tree's choices)
     factory = (lambda: make(**parts)) if make is not None else None

@@ -2,9 +2,9 @@
 
     python -m experiments.compare                                  # every proposer config that runs on the zoo
     python -m experiments.compare experiment=compare_smoke         # 1 prompt per category, 16 tokens (minutes)
-    python -m experiments.compare 'experiment.methods=[zoo_draft,prompt_lookup,hf_assisted]'
+    python -m experiments.compare 'experiment.methods=[draft,prompt_lookup,hf_assisted]'
     python -m experiments.compare_report <run folder>/compare.md   # publishes docs/results.md and the README table
-    python -m experiments.compare -m 'experiment.methods=[proposer]' proposer=zoo_draft proposer.gamma=2,4,6 \
+    python -m experiments.compare -m 'experiment.methods=[proposer]' proposer=draft proposer.gamma=2,4,6 \
         hydra/launcher=joblib && python -m experiments.compare experiment.merge=multirun/<date>/<time>
 
 Methods: the proposer configs of conf/proposer (all of them that run on the target when
@@ -90,8 +90,8 @@ def plan(cfg: DictConfig) -> Plan:
     wrong = [s for s in exp.samplings if s not in sampling_configs()]
     if wrong:
         raise ValueError(f"unknown samplings {wrong} in experiment.samplings (have {sampling_configs()})")
-    samplings = {s: instantiate(option("sampling", s, cfg.target, "experiment.samplings")) for s in exp.samplings}
-    proposers = {m: option("proposer", m, cfg.target, "experiment.methods") for m in methods if m in known}
+    samplings = {s: instantiate(option("sampling", s, cfg, "experiment.samplings")) for s in exp.samplings}
+    proposers = {m: option("proposer", m, cfg, "experiment.methods") for m in methods if m in known}
     if OWN in methods:  # the composed group, command-line overrides included: what a sweep varies
         proposers[OWN] = cfg.proposer
     return Plan(methods, proposers, samplings, categories, {})
@@ -208,7 +208,7 @@ def workload(cfg: DictConfig, plan: Plan, tokenizer) -> dict[str, list[torch.Ten
         return {CUSTOM: [encode_prompt(list(p), tokenizer) for p in exp.prompts]}
     if tokenizer is None:
         raise ValueError("the prompt sets are text: the target needs a tokenizer beside its checkpoint "
-                         "(e.g. target=zoo_target), or give experiment.prompts as token ids")
+                         "(e.g. models=zoo), or give experiment.prompts as token ids")
     sets = stdlib_prompt_sets()
     return {c: [encode_prompt(t, tokenizer) for t in sets[c]["prompt"][: exp.per_category]] for c in plan.categories}
 

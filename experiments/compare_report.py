@@ -208,7 +208,7 @@ def publish(table: Path, root: Path = REPOSITORY) -> None:
 def merge(folder: Path) -> dict:
     """Every compare.json under a sweep folder as one result, written to the folder (csv/json/md,
     plots). A method that several jobs ran gets the job's overrides in its name, e.g.
-    "zoo_draft (proposer.gamma=2)", so the cells stay apart."""
+    "draft (proposer.gamma=2)", so the cells stay apart."""
 
     if not folder.is_dir():
         raise ValueError(f"not a folder: {folder}")

@@ -1,7 +1,7 @@
 """The check EAGLE's authors ran by eye, with numbers: the first speculated token, sampled many
 times at the run's sampling, against the target's own law.
 
-    python -m experiments.first_token proposer=zoo_eagle2 experiment.samples=100000
+    python -m experiments.first_token proposer=eagle2 experiment.samples=100000
 
 The prompt's last token is taken as the root (Decoder.prefill(root=)), so the first verification
 step emits the continuation of the whole prompt: its law must be the target's p(. | prompt)

@@ -1,7 +1,7 @@
 """Tokens per target forward of each verification rule against the first (verifier=token), in one run.
 
     python -m experiments.rules                                   # zoo draft chain, a draft tree, EAGLE-2; T = 1, 0.7
-    python -m experiments.rules 'experiment.proposers=[zoo_draft]' experiment.prompts=4 experiment.variants=null
+    python -m experiments.rules 'experiment.proposers=[draft]' experiment.prompts=4 experiment.variants=null
 
 The figure compared is exact per step: the decode runs with the first rule, and at each of its steps
 every rule's expected accepted nodes on that step's tree and target laws is computed by enumerating
@@ -39,9 +39,9 @@ def measure(cfg: DictConfig, progress: Path | None = None) -> list[dict]:
     model = instantiate(cfg.target)
     target = HFTarget(model)
     prompts = [encode_prompt(t, tokenizer_of(model)) for t in stdlib_prompt_sets()[exp.category]["prompt"][: exp.prompts]]
-    nodes = {name: option("proposer", name, cfg.target, "experiment.proposers") for name in exp.proposers}
+    nodes = {name: option("proposer", name, cfg, "experiment.proposers") for name in exp.proposers}
     for label, variant in (exp.get("variants") or {}).items():
-        node = option("proposer", variant.config, cfg.target, f"experiment.variants.{label}")
+        node = option("proposer", variant.config, cfg, f"experiment.variants.{label}")
         unknown = set(variant.set) - set(node)
         if unknown:
             raise ValueError(f"experiment.variants.{label}: {sorted(unknown)} are not settings of proposer={variant.config}")
@@ -50,8 +50,8 @@ def measure(cfg: DictConfig, progress: Path | None = None) -> list[dict]:
     for proposer_name, node in nodes.items():
         make = instantiate(node)
         for sampling_name in exp.samplings:
-            sampling = instantiate(option("sampling", sampling_name, cfg.target, "experiment.samplings"))
-            verifiers = {name: instantiate(option("verifier", name, cfg.target, "experiment.verifiers")) for name in exp.verifiers}
+            sampling = instantiate(option("sampling", sampling_name, cfg, "experiment.samplings"))
+            verifiers = {name: instantiate(option("verifier", name, cfg, "experiment.verifiers")) for name in exp.verifiers}
             # the first rule decodes; every rule's exact expected acceptance is taken on its steps' trees
             measured = ExpectedAcceptance(next(iter(verifiers.values())), verifiers)
             sampled = {}

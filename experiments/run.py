@@ -1,10 +1,10 @@
 """One method against plain decoding of the same target, in the same run (docs/design.md section 9).
 
     python -m experiments.run                                        # zoo target + zoo draft, temperature 1
-    python -m experiments.run proposer=zoo_draft_tree sampling=t07 'prompt="def parse(text):"'
-    python -m experiments.run -m proposer=none,zoo_draft,zoo_draft_tree sampling=greedy,t1
+    python -m experiments.run proposer=draft_tree sampling=t07 'prompt="def parse(text):"'
+    python -m experiments.run -m proposer=none,draft,draft_tree sampling=greedy,t1
     python -m experiments.run target.path=/my/hf/checkpoint proposer.draft_model.path=/my/hf/draft
-    python -m experiments.run target=tiny_llama proposer=tiny_draft prompt=[1,2,3]   # random weights, ids
+    python -m experiments.run models=tiny proposer=draft   # random weights, ids
 
 Hydra builds every object (target model, proposer factory, sampling law) from conf/; this file
 never branches on a method's name. Timing: `experiment.warmup` untimed rounds, then

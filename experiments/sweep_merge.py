@@ -121,7 +121,7 @@ def job_overrides(job: Path) -> dict:
 
 
 def parse_overrides(lines: list[str]) -> dict:
-    """["proposer=tiny_draft", "+x=3", "prompt=[1,2]"] -> {"proposer": "tiny_draft", "x": 3, "prompt": "[1,2]"}."""
+    """["proposer=draft", "+x=3", "prompt=[1,2]"] -> {"proposer": "draft", "x": 3, "prompt": "[1,2]"}."""
     columns = {}
     for o in OverridesParser.create().parse_overrides(lines):
         value = o.value()

@@ -13,7 +13,7 @@
    thread. Each setting scores tokens per forward / (forward_tree cost at its node count + the
    head's measured time per step); the best static tree and dynamic setting are kept as `auto`.
 4. Writes the head (bf16 safetensors + config), eagle_tree.json and measurements.json to
-   experiment.export (what proposer=zoo_eagle, zoo_eagle2, zoo_eagle3 load).
+   experiment.export (what proposer=eagle, eagle2 and eagle3 load with models=zoo).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def run(cfg: DictConfig) -> Path | None:
     h = exp.head
     head = EagleHead.for_target(target, tuple(h.target_layers), num_heads=h.num_heads, num_kv_heads=h.num_kv_heads,
                                 intermediate_size=h.intermediate_size)
-    if exp.get("warm_start"):  # a trained head to start from (EAGLE-3 from EAGLE-1: see the README)
+    if exp.get("warm_start"):  # a trained head to start from (EAGLE-3 from EAGLE-1: see docs/methods.md)
         head.warm_start(EagleHead.load(exp.warm_start))
     head = train_head(target, head, streams, root / exp.run, settings)
     if head is None:

@@ -11,7 +11,7 @@
    validation prompts and the measured forward_tree cost on this machine, and keeps the objective
    whose tree promises more tokens per unit cost.
 4. Writes the winner (bf16 safetensors, config, searched tree, every measurement) to
-   experiment.export (experiments/zoo/medusa is what proposer=zoo_medusa loads).
+   experiment.export (experiments/zoo/medusa is what proposer=medusa loads).
 """
 
 from __future__ import annotations

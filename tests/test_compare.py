@@ -14,9 +14,9 @@ from experiments.compare_report import BEGIN, BY_CATEGORY, COLUMNS, END, merge, 
 from framework.harness.stats import detectable_tv
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-TINY = ["target=tiny_llama", "experiment.prompts=[[1,2,3,4,5],[7,7,7,8,9,1,7]]", "experiment.max_new_tokens=5",
-        "experiment.assistant=tiny_draft", "prompt=[1,2,3]", "experiment.check.samples=256", "experiment.check.batch=256"]
-METHODS = ["tiny_draft", "prompt_lookup", "hf_assisted", "hf_prompt_lookup"]
+TINY = ["models=tiny", "experiment.prompts=[[1,2,3,4,5],[7,7,7,8,9,1,7]]", "experiment.max_new_tokens=5",
+        "experiment.assistant=draft", "prompt=[1,2,3]", "experiment.check.samples=256", "experiment.check.batch=256"]
+METHODS = ["draft", "prompt_lookup", "hf_assisted", "hf_prompt_lookup"]
 
 
 def load(tmp_path, *overrides: str):
@@ -51,42 +51,45 @@ def test_every_cell_with_speed_identity_and_a_lossless_check(tmp_path):
         table = list(csv.DictReader(f))
     assert list(table[0]) == COLUMNS and len(table) == 16  # the cells, then the summary (category "all")
     summary = {(r["method"], r["sampling"]): r for r in result["summary"]}
-    assert summary["tiny_draft", "t1"]["speedup"] == rows["tiny_draft", "t1"]["speedup"]  # one category: the same
+    assert summary["draft", "t1"]["speedup"] == rows["draft", "t1"]["speedup"]  # one category: the same
     assert json.loads((tmp_path / "compare.json").read_text())["rows"] == result["rows"]
-    assert "| tiny_draft | t1 | prompts |" in (tmp_path / "compare.md").read_text()
+    assert "| draft | t1 | prompts |" in (tmp_path / "compare.md").read_text()
     for png in ("speedup_by_category", "accepted_length", "time_split"):
         assert (tmp_path / f"{png}.png").stat().st_size > 0
 
 
 def test_rerun_skips_done_cells_and_a_failing_cell_does_not_stop_the_rest(tmp_path):
-    compare.run(load(tmp_path, "experiment.methods=[tiny_draft]", "experiment.samplings=[t1]"))
+    compare.run(load(tmp_path, "experiment.methods=[draft]", "experiment.samplings=[t1]"))
     first = records(tmp_path)
     # transformers maps temperature only: its top-k rows fail, each recorded with its error
-    result = compare.run(load(tmp_path, "experiment.methods=[tiny_draft,hf_assisted]", "experiment.samplings=[t1,topk20]"))
+    result = compare.run(load(tmp_path, "experiment.methods=[draft,hf_assisted]", "experiment.samplings=[t1,topk20]"))
     later = records(tmp_path)[len(first):]
-    assert not any(r["method"] == "tiny_draft" and r["sampling"] == "t1" for r in later)  # done before: skipped
-    assert not any(r["id"].startswith("check/tiny_draft/t1/") for r in later)
+    assert not any(r["method"] == "draft" and r["sampling"] == "t1" for r in later)  # done before: skipped
+    assert not any(r["id"].startswith("check/draft/t1/") for r in later)
     rows = {(r["method"], r["sampling"]): r for r in result["rows"]}
     assert "only temperature" in rows["hf_assisted", "topk20"]["errors"] and rows["hf_assisted", "topk20"]["speedup"] is None
-    assert rows["tiny_draft", "topk20"]["errors"] is None and rows["tiny_draft", "topk20"]["lossless_check"] == "pass"
-    assert rows["tiny_draft", "t1"]["prompts"] == 2  # read back from the first run's records
+    assert rows["draft", "topk20"]["errors"] is None and rows["draft", "topk20"]["lossless_check"] == "pass"
+    assert rows["draft", "t1"]["prompts"] == 2  # read back from the first run's records
     assert "error: " in (tmp_path / "compare.md").read_text()
     # another workload or check prompt is another measurement: nothing of the above is reused for it
     before = len(records(tmp_path))
-    compare.run(load(tmp_path, "experiment.methods=[tiny_draft]", "experiment.samplings=[t1]",
+    compare.run(load(tmp_path, "experiment.methods=[draft]", "experiment.samplings=[t1]",
                      "experiment.prompts=[[5,4,3,2]]", "prompt=[3,2,1]"))
     again = records(tmp_path)[before:]
-    assert any(r["id"].startswith("run/tiny_draft/t1/") for r in again)
-    assert any(r["id"].startswith("check/tiny_draft/t1/") for r in again)
+    assert any(r["id"].startswith("run/draft/t1/") for r in again)
+    assert any(r["id"].startswith("check/draft/t1/") for r in again)
 
 
 def test_discovery_skips_the_configs_that_do_not_fit_the_target(tmp_path):
-    plan = compare.plan(load(tmp_path, "experiment.methods=[tiny_draft,zoo_draft,hf_assisted]"))
+    """A draft of another vocabulary (models.draft.vocab_size=32 beside a 64-token target) is listed as
+    skipped when discovered, and is an error when asked for by name."""
+    wrong_draft = "models.draft.vocab_size=32"
+    plan = compare.plan(load(tmp_path, "experiment.methods=[draft,prompt_lookup,hf_assisted]", wrong_draft))
     plan.skipped, model = {}, instantiate(load(tmp_path).target)
     compare.probe(plan, model, torch.tensor([[1, 2, 3]]), listed=False)  # as for discovered configs
-    assert plan.methods == ["tiny_draft", "hf_assisted"] and "vocabulary" in plan.skipped["zoo_draft"]
-    with pytest.raises(ValueError, match="zoo_draft does not run on this target"):
-        compare.probe(compare.plan(load(tmp_path, "experiment.methods=[zoo_draft]")), model,
+    assert plan.methods == ["prompt_lookup", "hf_assisted"] and "vocabulary" in plan.skipped["draft"]
+    with pytest.raises(ValueError, match="draft does not run on this target"):
+        compare.probe(compare.plan(load(tmp_path, "experiment.methods=[draft]", wrong_draft)), model,
                       torch.tensor([[1, 2, 3]]), listed=True)
 
 
@@ -97,7 +100,7 @@ def test_discovery_lists_every_config(tmp_path):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("experiment.methods=[tiny_draft,beam_search]", r"unknown methods \['beam_search'\].*'tiny_draft'"),
+    ("experiment.methods=[draft,beam_search]", r"unknown methods \['beam_search'\].*'draft'"),
     ("experiment.samplings=[greedy,t9]", r"unknown samplings \['t9'\].*'t1'"),
 ])
 def test_unknown_names_fail_before_any_work(tmp_path, override, message):
@@ -145,8 +148,7 @@ def test_compare_smoke_on_the_zoo(tmp_path):
         config = compose(config_name="compare", overrides=["experiment=compare_smoke", f"output_dir={tmp_path}"])
     result = compare.run(config)
     methods = {r["method"] for r in result["rows"]}
-    assert {"zoo_draft", "prompt_lookup", "hf_assisted", "hf_prompt_lookup"} <= methods
-    assert "tiny_draft" in result["skipped"] and "tiny_draft" not in methods  # built for another vocabulary
+    assert {*compare.proposer_configs(), "hf_assisted", "hf_prompt_lookup"} <= methods and not result["skipped"]
     assert all(r["errors"] is None for r in result["rows"])
     assert all(r["lossless_check"] == "pass" for r in result["rows"] if r["sampling"] == "t1" and not r["method"].startswith("hf_"))
 
@@ -155,7 +157,7 @@ def test_merge_keeps_the_jobs_of_a_sweep_apart(tmp_path):
     """A -m sweep writes one compare.json per job: the merged table names each job's variant."""
     for job, gamma in (("0", 1), ("1", 3)):
         folder = tmp_path / job
-        overrides = ["experiment.methods=[proposer]", "proposer=tiny_draft", f"proposer.gamma={gamma}"]
+        overrides = ["experiment.methods=[proposer]", "proposer=draft", f"proposer.gamma={gamma}"]
         config = load(folder, *overrides, "experiment.samplings=[greedy]")
         assert compare.plan(config).proposers["proposer"].gamma == gamma  # the override reaches the method
         compare.run(config)
@@ -182,7 +184,7 @@ def test_a_lossy_method_fails_its_check(tmp_path, monkeypatch):
         return {**result, "counts": result["counts"].roll(1)}
 
     monkeypatch.setattr(compare, "first_tokens", shifted)
-    result = compare.run(load(tmp_path, "experiment.methods=[tiny_draft]", "experiment.samplings=[t1]"))
+    result = compare.run(load(tmp_path, "experiment.methods=[draft]", "experiment.samplings=[t1]"))
     assert result["rows"][0]["lossless_check"] == "FAIL" and result["rows"][0]["check_p"] < 1e-3
 
 

@@ -1,9 +1,9 @@
 """Every Hydra config composes and instantiates; experiments.run works end to end.
 
 Options are discovered from the conf/ folder, so a new yaml file is covered without editing
-this file. A new *group* is instantiated too; give it a type check in CHECKS. Model options come
-in families by name prefix: zoo_* (the embedded zoo, the defaults) and tiny_* (random weights,
-token-id prompts); an option is composed with its own family's target and proposer.
+this file. A new *group* is instantiated too; give it a type check in CHECKS. A method
+(`proposer=`) takes its trained parts from a model family (`models=zoo`, the embedded zoo and the
+default; `models=tiny`, random weights and token-id prompts): every method is built with every family.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
+from experiments.check import check_exact
+from experiments.check import run as run_check
 from experiments.run import run
 from framework.core.sampling import SamplingConfig
 from framework.lm.target import HFTarget
@@ -28,14 +29,9 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 GROUPS = sorted(d.name for d in CONF.iterdir() if d.is_dir())
 OPTIONS = [(group, f.stem) for group in GROUPS for f in sorted((CONF / group).glob("*.yaml"))]
 PROPOSERS = [option for group, option in OPTIONS if group == "proposer"]
+MODELS = [option for group, option in OPTIONS if group == "models"]
 FAST = ["experiment.warmup=0", "experiment.repeats=1"]
-TINY = ["target=tiny_llama", "proposer=tiny_draft", "prompt=[1,2,3,4,5]"]  # the zoo family is the default
-
-
-def family(group: str, option: str) -> list[str]:
-    """Overrides that put `group=option` among models it fits (same vocabulary, prompt kind)."""
-    tiny = TINY if option.startswith("tiny_") and group in ("target", "proposer") else []
-    return [o for o in tiny if not o.startswith(f"{group}=")] + [f"{group}={option}"]
+TINY = ["models=tiny"]  # the zoo is the default
 
 
 def load(*overrides: str, config_name: str = "config"):
@@ -64,9 +60,10 @@ CHECKS = {
 
 
 def test_options_found():
-    assert {"target", "proposer", "sampling", "experiment"} <= set(GROUPS)
-    assert {"none", "tiny_draft", "tiny_draft_tree", "zoo_draft", "zoo_draft_tree", "zoo_target"} <= set(PROPOSERS)
+    assert {"target", "proposer", "sampling", "experiment", "models"} <= set(GROUPS)
+    assert {"none", "draft", "draft_tree", "self_draft", "medusa", "eagle", "eagle2", "eagle3", "rest", "mix"} <= set(PROPOSERS)
     assert {"zoo_target", "zoo_draft", "tiny_llama"} <= {o for g, o in OPTIONS if g == "target"}
+    assert set(MODELS) == {"zoo", "tiny"}
 
 
 def test_defaults_are_the_embedded_zoo():
@@ -85,28 +82,47 @@ def test_target_path_takes_any_local_checkpoint(tmp_path):
         instantiate(load(f"target.path={tmp_path / 'missing'}").target)
 
 
-@pytest.mark.parametrize("group, option", OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
+ALONE = [(g, o) for g, o in OPTIONS if g not in ("proposer", "models")]
+
+
+@pytest.mark.parametrize("group, option", ALONE, ids=[f"{g}={o}" for g, o in ALONE])
 def test_config_instantiates(group, option):
-    cfg = load(*family(group, option))
+    cfg = load(f"{group}={option}")
     obj = instantiate(cfg.get(group))
     if group in CHECKS:
         assert CHECKS[group](obj, cfg), f"{group}={option} built {type(obj).__name__}"
 
 
-# The zoo configs' decoding is run end to end by test_check_exact_and_greedy too (greedy identity on the
-# zoo): here the default run keeps one zoo config for experiments.run's text and result.json, the rest -m slow.
-RUN_END_TO_END = [p if not p.startswith("zoo_") or p == "zoo_draft" else pytest.param(p, marks=pytest.mark.slow)
-                  for p in PROPOSERS]
+@pytest.mark.parametrize("models", MODELS)
+@pytest.mark.parametrize("proposer", PROPOSERS)
+def test_every_method_builds_with_every_model_family(proposer, models):
+    """proposer x models: the method's parts come from the family and fit its target (checked at prefill)."""
+    cfg = load(f"models={models}", f"proposer={proposer}")
+    assert CHECKS["proposer"](instantiate(cfg.proposer), cfg)
 
 
-@pytest.mark.parametrize("proposer", RUN_END_TO_END)
-def test_run_end_to_end(proposer, tmp_path):
-    cfg = load(*family("proposer", proposer), "max_new_tokens=8", f"output_dir={tmp_path}", *FAST)
+def test_the_family_sets_the_target_and_the_prompt_and_the_command_line_still_wins():
+    tiny = load("models=tiny")
+    assert tiny.target.arch == "llama" and list(tiny.prompt) == [1, 2, 3, 4, 5]
+    other = load("models=tiny", "target=tiny_qwen2", "prompt=[9,9]")
+    assert other.target.arch == "qwen2" and list(other.prompt) == [9, 9]
+    assert isinstance(load().prompt, str) and load().target.path == "target"
+
+
+# Every method runs end to end on models=tiny; on the zoo the default run keeps one method for
+# experiments.run's text and result.json (test_check_exact_and_greedy decodes others there), the rest -m slow.
+RUN_END_TO_END = [(p, "tiny") for p in PROPOSERS] + [
+    (p, "zoo") if p == "draft" else pytest.param(p, "zoo", marks=pytest.mark.slow) for p in PROPOSERS if p != "none"]
+
+
+@pytest.mark.parametrize("proposer, models", RUN_END_TO_END)
+def test_run_end_to_end(proposer, models, tmp_path):
+    cfg = load(f"models={models}", f"proposer={proposer}", "max_new_tokens=8", f"output_dir={tmp_path}", *FAST)
     result = run(cfg)
     assert len(result["tokens"]) == len(result["plain_tokens"]) == 8
     vocab_size = instantiate(cfg.target).config.vocab_size  # once, not per token (a zoo load is ~0.2 s)
     assert all(0 <= t < vocab_size for t in result["tokens"])
-    assert (result["text"] is None) == proposer.startswith("tiny_")  # the zoo decodes to text
+    assert (result["text"] is None) == (models == "tiny")  # the zoo decodes to text
     assert result["stats"]["tokens_per_forward"] >= 1
     assert result["stats"]["steps"] >= 1 and result["speedup"] > 0
     written = json.loads((tmp_path / "result.json").read_text())
@@ -115,48 +131,46 @@ def test_run_end_to_end(proposer, tmp_path):
     assert written["config"]["max_new_tokens"] == 8
 
 
-@pytest.mark.parametrize("proposer", ["tiny_draft", "zoo_draft"])
-def test_greedy_matches_plain_decoding(proposer, tmp_path):
-    models = family("proposer", proposer)
+@pytest.mark.parametrize("family", ["tiny", "zoo"])
+def test_greedy_matches_plain_decoding(family, tmp_path):
+    models = [f"models={family}", "proposer=draft"]
     plain = run(load(*models, "proposer=none", "sampling=greedy", "max_new_tokens=16", f"output_dir={tmp_path / 'plain'}", *FAST))
     spec = run(load(*models, "sampling=greedy", "max_new_tokens=16", f"output_dir={tmp_path / 'spec'}", *FAST))
     assert spec["tokens"] == spec["plain_tokens"] == plain["tokens"]
     assert len(plain["tokens"]) == 16 and spec["text"] == plain["text"]
 
 
-def exact_twin(proposer: str) -> str:
-    """The exact check swaps the draft for its own toy model, so a zoo proposer's exact law is its tiny
-    twin's: same class and settings. zoo_target (self-draft) is zoo_draft with another checkpoint; the
-    zoo EAGLE configs are their own twins: the exact check swaps their head for a toy one whose `auto` settings fit the toy."""
-    twins = {"zoo_target": "tiny_draft", "zoo_eagle": "zoo_eagle", "zoo_eagle2": "zoo_eagle2", "zoo_eagle3": "zoo_eagle3",
-             "zoo_mix_draft": "tiny_mix"}  # the mixes' parts are swapped for toy ones too
-    return twins.get(proposer, proposer.replace("zoo_", "tiny_"))
+# The exact check swaps a method's parts for toy ones (experiment.exact.parts), so a method's exact law
+# is the same under either family save for settings the family gives (EAGLE's `auto` on the zoo). By
+# default: every method on models=tiny (exact and greedy) but those whose check repeats another's
+# (self_draft is draft with another model; mix's parts are swapped for mix_draft's), and greedy identity
+# on the zoo for four families plus EAGLE-2's `auto` settings exactly; the rest -m slow.
+SLOW_CHECKS = {("self_draft", "tiny"), ("mix", "tiny")}
+ZOO_DEFAULT = {"draft": "[greedy]", "draft_tree": "[greedy]", "medusa": "[greedy]", "eagle2": "[exact,greedy]"}
+CHECK_CASES = [pytest.param(p, "tiny", "[exact,greedy]", marks=pytest.mark.slow) if (p, "tiny") in SLOW_CHECKS
+               else (p, "tiny", "[exact,greedy]") for p in PROPOSERS]
+CHECK_CASES += [(p, "zoo", ZOO_DEFAULT[p]) for p in ZOO_DEFAULT]
 
 
-# zoo configs whose family another default case already runs on the zoo (the draft, its tree, Medusa, EAGLE-2)
-# and whose tiny twin's exact check runs by default: their greedy identity runs under -m slow.
-SLOW_CHECKS = {"zoo_eagle", "zoo_eagle3", "zoo_mix", "zoo_mix_draft", "zoo_rest", "zoo_target"}
-
-
-@pytest.mark.parametrize("proposer", [pytest.param(p, marks=pytest.mark.slow) if p in SLOW_CHECKS else p for p in PROPOSERS])
-def test_check_exact_and_greedy(proposer, tmp_path):
+@pytest.mark.parametrize("proposer, models, checks", CHECK_CASES)
+def test_check_exact_and_greedy(proposer, models, checks, tmp_path):
     """experiments.check end to end (its exact and greedy checks; the statistical one is minutes).
-    The exact enumeration runs once per distinct proposer setting (the tiny twin), not again per zoo name.
     The default run is quick (one greedy prompt, a chain no longer than the exact depth); -m slow runs
     the check's own prompts and the configured chain length."""
-    check_end_to_end(proposer, tmp_path, quick=True)
+    check_end_to_end(proposer, models, checks, tmp_path, quick=True)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("models", MODELS)
 @pytest.mark.parametrize("proposer", PROPOSERS)
-def test_check_exact_and_greedy_full(proposer, tmp_path):
-    check_end_to_end(proposer, tmp_path, quick=False)
+def test_check_exact_and_greedy_full(proposer, models, tmp_path):
+    check_end_to_end(proposer, models, "[exact,greedy]", tmp_path, quick=False)
 
 
 @cache
-def proposer_node(name: str):
-    """The proposer node of `name` among its family's models, composed once (a compose is ~0.3 s)."""
-    return load(*family("proposer", name)).proposer
+def proposer_node(name: str, models: str):
+    """The proposer node of `name` with a model family, composed once (a compose is ~0.3 s)."""
+    return load(f"models={models}", f"proposer={name}").proposer
 
 
 @cache
@@ -164,45 +178,33 @@ def check_exact_settings():
     return load(config_name="check").experiment.exact
 
 
-def check_end_to_end(proposer: str, tmp_path: Path, quick: bool) -> None:
-    from experiments.check import run as run_check
-
-    twin = exact_twin(proposer)
-    def settings(name: str) -> dict:
-        node = proposer_node(name)
-        parts = check_exact_settings().parts  # swapped for toy ones by the exact check
-        return {} if node is None else {k: v for k, v in OmegaConf.to_container(node).items() if k not in parts}
-
-    assert settings(twin) == settings(proposer), (proposer, twin)
-    checks = "[exact,greedy]" if twin == proposer else "[greedy]"
+def check_end_to_end(proposer: str, models: str, checks: str, tmp_path: Path, quick: bool) -> None:
     small_tree = ["proposer.depth=1"] if proposer.endswith("_tree") else []  # enumeration is exponential
     one_sampling = ["~experiment.exact.samplings.t07_topk2", "~experiment.exact.samplings.penalty15"]  # tests/harness has them
     # Quick: the longest of the check's prompts (a repeat, token 0), and a chain cut to the exact depth:
     # draws past the first `depth` tokens are never read by their law, they only multiply the enumeration.
     if quick:
-        node, depth = proposer_node(proposer), check_exact_settings().depth
+        node, depth = proposer_node(proposer, models), check_exact_settings().depth
         gamma = None if node is None else node.get("gamma")
-        short_chain = [f"proposer.gamma={depth}"] if twin == proposer and gamma is not None and gamma > depth else []
+        short_chain = [f"proposer.gamma={depth}"] if gamma is not None and gamma > depth else []
         # The draft's confidence cut and depth schedule couple the rows, so their worlds run one at a
-        # time (~80 s here): tests/harness/test_real_models checks both exactly; -m slow runs them here.
-        if twin == proposer and node is not None and node.get("adaptive_depth", 0):
+        # time (~80 s here): tests/harness/test_configured_proposers checks both exactly; -m slow runs them here.
+        if node is not None and node.get("adaptive_depth", 0):
             short_chain += ["proposer.adaptive_depth=0", "proposer.stop_below=0"]
         quick_settings = ["experiment.greedy.prompts=[[40,3,9,1,0,22,5,5]]", "experiment.greedy.max_new_tokens=8", *short_chain]
     else:
         quick_settings = ["experiment.greedy.max_new_tokens=16"]
-    cfg = load(*family("proposer", proposer), f"experiment.checks={checks}", "experiment.greedy.dtypes=[float64]",
-               f"output_dir={tmp_path}", *small_tree, *one_sampling,
-               *quick_settings, config_name="check")
+    cfg = load(f"models={models}", f"proposer={proposer}", f"experiment.checks={checks}", "experiment.greedy.dtypes=[float64]",
+               f"output_dir={tmp_path}", *small_tree, *one_sampling, *quick_settings, config_name="check")
     rows = run_check(cfg)
-    expected = {"exact", "greedy"} if twin == proposer else {"greedy"}
-    assert {r["check"] for r in rows} == expected and all(r["passed"] for r in rows), rows
+    assert {r["check"] for r in rows} == set(checks.strip("[]").split(",")) and all(r["passed"] for r in rows), rows
     assert json.loads((tmp_path / "check.json").read_text()) == rows
 
 
 VERIFIERS = [f.stem for f in sorted((CONF / "verifier").glob("*.yaml"))]
 
 
-@pytest.mark.parametrize("proposer", ["tiny_draft", "tiny_draft_tree"])
+@pytest.mark.parametrize("proposer", ["draft", "draft_tree"])
 @pytest.mark.parametrize("verifier", VERIFIERS)
 def test_every_verifier_runs_and_says_whether_it_is_lossless(verifier, proposer, tmp_path):
     """verifier=... reaches generate, on a chain and on a tree: a lossless rule keeps greedy text, typical is
@@ -218,8 +220,6 @@ def test_every_verifier_runs_and_says_whether_it_is_lossless(verifier, proposer,
 
 def test_the_check_runs_the_configured_verifier(tmp_path):
     """experiments.check with verifier=typical fails its exact rows: the lossy rule reaches the harness."""
-    from experiments.check import check_exact
-
     quick = ["proposer.gamma=2", "proposer.adaptive_depth=0", "proposer.stop_below=0", "experiment.exact.depth=2",
              "~experiment.exact.samplings.t07_topk2", "~experiment.exact.samplings.penalty15", f"output_dir={tmp_path}"]
     rows = check_exact(load(*TINY, "verifier=typical", *quick, config_name="check"))
@@ -228,9 +228,9 @@ def test_the_check_runs_the_configured_verifier(tmp_path):
     assert rows and all(row["passed"] for row in rows)
 
 
-@pytest.mark.parametrize("proposer", ["tiny_draft", "tiny_eagle", "tiny_medusa"])
-def test_a_tiny_proposer_on_the_zoo_target_says_what_to_pair(proposer):
+@pytest.mark.parametrize("proposer", ["draft", "eagle3", "medusa"])
+def test_tiny_parts_on_the_zoo_target_say_what_to_pair(proposer):
     """They read target.vocab_size and the like, which the zoo target does not state: an interpolation error
-    named no pairing; now the builder says which sizes are missing and what goes with what."""
-    with pytest.raises(Exception, match="not given: tiny_\\* proposers read the sizes of a tiny_\\* target"):
-        instantiate(load(f"proposer={proposer}").proposer)
+    named no pairing; the builder says which sizes are missing and what goes with what."""
+    with pytest.raises(Exception, match="not given: the parts of models=tiny read the sizes of a tiny_\\* target"):
+        instantiate(load("models=tiny", "target=zoo_target", f"proposer={proposer}").proposer)

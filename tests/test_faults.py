@@ -169,9 +169,9 @@ COMPARE = """
 from hydra import compose, initialize_config_dir
 from experiments import compare
 with initialize_config_dir(config_dir=str(__import__("pathlib").Path("conf").resolve()), version_base="1.3"):
-    cfg = compose(config_name="compare", overrides=["target=tiny_llama", "experiment.prompts=[[1,2,3,4,5],[7,7,8,9]]",
-                  "experiment.max_new_tokens=4", "experiment.methods=[tiny_draft,prompt_lookup]",
-                  "experiment.samplings=[greedy]", "prompt=[1,2,3]", "output_dir=" + OUT])
+    cfg = compose(config_name="compare", overrides=["models=tiny", "experiment.prompts=[[1,2,3,4,5],[7,7,8,9]]",
+                  "experiment.max_new_tokens=4", "experiment.methods=[draft,prompt_lookup]",
+                  "experiment.samplings=[greedy]", "output_dir=" + OUT])
 compare.run(cfg)
 """
 
@@ -204,12 +204,12 @@ def test_compare_killed_mid_record_reruns_to_every_cell(tmp_path, die_at_record)
     assert "last line was cut off" in rerun.stderr
     runs = [json.loads(line)["id"] for line in (tmp_path / "records.jsonl").read_text().splitlines()
             if line.startswith('{"id": "run/')]
-    assert sorted(set(runs)) == sorted(f"run/{m}/greedy/prompts/{i}" for m in ("tiny_draft", "prompt_lookup") for i in (0, 1))
+    assert sorted(set(runs)) == sorted(f"run/{m}/greedy/prompts/{i}" for m in ("draft", "prompt_lookup") for i in (0, 1))
     assert len(runs) == len(set(runs))  # a finished cell is never run twice
 
 
 def start_run(folder: Path, *overrides: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "experiments.run", "target=tiny_llama", "proposer=tiny_draft",
+    return subprocess.Popen([sys.executable, "-m", "experiments.run", "target=tiny_llama", "proposer=draft",
                              "prompt=[1,2,3]", "experiment.warmup=0", "experiment.repeats=1", *overrides],
                             cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -229,7 +229,7 @@ def test_a_sweep_killed_midway_shows_the_jobs_it_never_started(tmp_path):
     from experiments.sweep_merge import collect
 
     sweep = tmp_path / "sweep"
-    child = subprocess.Popen([sys.executable, "-m", "experiments.run", "-m", "target=tiny_llama", "proposer=tiny_draft",
+    child = subprocess.Popen([sys.executable, "-m", "experiments.run", "-m", "target=tiny_llama", "proposer=draft",
                               "prompt=[1,2,3]", "experiment.warmup=0", "experiment.repeats=1",
                               "max_new_tokens=4,5,6,7,8,9", f"hydra.sweep.dir={sweep}"], cwd=tmp_path,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -18,8 +18,8 @@ def load(*overrides: str):
 
 
 def test_first_token_follows_the_target_law(tmp_path):
-    for proposer in ("tiny_eagle", "tiny_draft"):
-        stats = run(load("target=tiny_llama", f"proposer={proposer}", "prompt=[1,2,3,4,5]", "experiment.samples=4096",
+    for proposer in ("eagle3", "draft"):
+        stats = run(load("models=tiny", f"proposer={proposer}", "experiment.samples=4096",
                          f"output_dir={tmp_path / proposer}"))
         assert stats["samples"] == 4096 and stats["outside_support"] == 0 and stats["g_test_passes"], stats
         assert (tmp_path / proposer / "first_token.png").stat().st_size > 0

@@ -15,12 +15,12 @@ def load(*overrides):
 
 
 def test_every_cell_is_measured_and_kept(tmp_path):
-    cfg = load("experiment.proposers=[zoo_draft]", "experiment.samplings=[t1]", "experiment.verifiers=[token,typical]",
+    cfg = load("experiment.proposers=[draft]", "experiment.samplings=[t1]", "experiment.verifiers=[token,typical]",
                "experiment.prompts=1", "experiment.max_new_tokens=4",
-               "~experiment.variants", "+experiment.variants={short: {config: zoo_draft, set: {gamma: 2, adaptive_depth: 0}}}")
+               "~experiment.variants", "+experiment.variants={short: {config: draft, set: {gamma: 2, adaptive_depth: 0}}}")
     rows = measure(cfg, tmp_path / "rules.jsonl")
     assert [(r["proposer"], r["verifier"]) for r in rows] == [
-        ("zoo_draft", "token"), ("zoo_draft", "typical"), ("short", "token"), ("short", "typical")]
+        ("draft", "token"), ("draft", "typical"), ("short", "token"), ("short", "typical")]
     assert all(r["tokens_per_forward"] >= 1 and r["sampled_tokens_per_forward"] >= 1 and r["steps"] >= 1 for r in rows)
     assert [r["lossless"] for r in rows] == [True, False, True, False]
     kept = [json.loads(line) for line in (tmp_path / "rules.jsonl").read_text().splitlines()]
@@ -29,7 +29,7 @@ def test_every_cell_is_measured_and_kept(tmp_path):
 
 
 def test_a_variant_setting_the_proposer_does_not_have_is_named():
-    cfg = load("experiment.proposers=[]", "experiment.prompts=1", "~experiment.variants", "+experiment.variants={bad: {config: zoo_draft, set: {gama: 2}}}")
+    cfg = load("experiment.proposers=[]", "experiment.prompts=1", "~experiment.variants", "+experiment.variants={bad: {config: draft, set: {gama: 2}}}")
     with pytest.raises(ValueError, match=r"experiment.variants.bad: \['gama'\]"):
         measure(cfg)
 

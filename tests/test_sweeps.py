@@ -26,7 +26,7 @@ from experiments.sweep_merge import collect
 from experiments.sweep_merge import main as merge
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-TINY_SWEEP = ["target=tiny_llama", "proposer=tiny_draft,none", "prompt=[1,2,3]", "max_new_tokens=4",
+TINY_SWEEP = ["models=tiny", "proposer=draft,none", "prompt=[1,2,3]", "max_new_tokens=4",
               "experiment.warmup=0", "experiment.repeats=1"]
 
 
@@ -40,10 +40,10 @@ def multirun(module: str, *overrides: str, folder: Path) -> str:
 
 def check_tiny_sweep(folder: Path) -> None:
     rows = collect(folder)
-    assert [(r["job"], r["proposer"]) for r in rows] == [("0", "tiny_draft"), ("1", "none")]
+    assert [(r["job"], r["proposer"]) for r in rows] == [("0", "draft"), ("1", "none")]
     for r in rows:
         assert "error" not in r, r
-        assert (r["target"], r["prompt"], r["max_new_tokens"]) == ("tiny_llama", "[1,2,3]", 4)
+        assert (r["models"], r["prompt"], r["max_new_tokens"]) == ("tiny", "[1,2,3]", 4)
         assert r["speedup"] > 0 and r["stats:tokens_per_forward"] >= 1
 
 
@@ -73,7 +73,7 @@ def test_optuna_maximises_the_measured_speedup(tmp_path):
     rows = collect(tmp_path / "sweep")
     assert len(rows) == 2 and not any("error" in r for r in rows), rows
     for r in rows:
-        assert r["proposer"] == "zoo_draft" and 1 <= r["proposer.gamma"] <= 6
+        assert r["proposer"] == "draft" and 1 <= r["proposer.gamma"] <= 6
         assert 0.0 <= r["proposer.stop_below"] <= 0.6 and r["proposer.adaptive_depth"] in (0, 6, 8)
         assert r["prompts"] == 1 and r["speedup"] == pytest.approx(r["plain_s"] / r["speculative_s"])
     best = OmegaConf.load(tmp_path / "sweep" / "optimization_results.yaml")
@@ -96,7 +96,7 @@ def test_tune_draft_maximises_over_settings_that_all_build():
     assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "maximize"
     assert 1 <= sweeper.n_trials <= 10 and sweeper.n_jobs == 1  # few trials; one at a time, timed alone
     params = dict(sweeper.params)
-    assert params.pop("proposer") == "zoo_draft"  # fixed: the settings below are this config's
+    assert params.pop("proposer") == "draft"  # fixed: the settings below are this config's
     assert {"gamma", "stop_below", "adaptive_depth"} <= {k.removeprefix("proposer.") for k in params}
     factory = instantiate(cfg.proposer)  # the zoo draft, loaded once; each corner only rebuilds the tree
     names = [k.removeprefix("proposer.") for k in params]
@@ -121,16 +121,16 @@ def fake_job(folder: Path, overrides: list[str], result: str | None) -> None:
 def test_a_crashed_job_is_a_row_with_its_error(tmp_path, capsys):
     sweep = tmp_path / "multirun" / "2026-12-01" / "10-00-00"
     result = {"speedup": 1.5, "stats": {"tokens_per_forward": 2.0}, "tokens": [1, 2], "config": {"seed": 0}}
-    fake_job(sweep / "0", ["proposer=tiny_draft", "+experiment.tag=a"], json.dumps(result))
+    fake_job(sweep / "0", ["proposer=draft", "+experiment.tag=a"], json.dumps(result))
     fake_job(sweep / "2", ["proposer=none", "+experiment.tag=b"], None)  # crashed before writing a result
-    fake_job(sweep / "10", ["proposer=zoo_draft", "+experiment.tag=c"], "{not json")
+    fake_job(sweep / "10", ["proposer=draft", "+experiment.tag=c"], "{not json")
     (sweep / ".submitit" / "123").mkdir(parents=True)  # a launcher's files: no job there
     rows = collect(tmp_path / "multirun")
     assert [r["job"] for r in rows] == ["2026-12-01/10-00-00/0", "2026-12-01/10-00-00/2", "2026-12-01/10-00-00/10"]
-    assert rows[0] == {"job": "2026-12-01/10-00-00/0", "proposer": "tiny_draft", "experiment.tag": "a",
+    assert rows[0] == {"job": "2026-12-01/10-00-00/0", "proposer": "draft", "experiment.tag": "a",
                        "speedup": 1.5, "stats:tokens_per_forward": 2.0}
     assert rows[1]["proposer"] == "none" and "no result.json" in rows[1]["error"]
-    assert rows[2]["proposer"] == "zoo_draft" and "unreadable result.json" in rows[2]["error"]
+    assert rows[2]["proposer"] == "draft" and "unreadable result.json" in rows[2]["error"]
 
     merge([str(sweep)])
     printed = capsys.readouterr().out
@@ -157,11 +157,11 @@ def test_jobs_a_killed_sweep_never_started_are_rows(tmp_path, capsys):
     """A 6-job sweep killed after 3 was "3 jobs, 0 with an error": the plan in multirun.yaml names the rest."""
     sweep = tmp_path / "sweep"
     plan = {"hydra": {"sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "params": None},
-                      "overrides": {"task": ["proposer=tiny_draft,none", "max_new_tokens=4,8,16"]}}}
+                      "overrides": {"task": ["proposer=draft,none", "max_new_tokens=4,8,16"]}}}
     sweep.mkdir()
     OmegaConf.save(OmegaConf.create(plan), sweep / "multirun.yaml")
-    for n, job in enumerate([["proposer=tiny_draft", "max_new_tokens=4"], ["proposer=tiny_draft", "max_new_tokens=8"],
-                             ["proposer=tiny_draft", "max_new_tokens=16"]]):
+    for n, job in enumerate([["proposer=draft", "max_new_tokens=4"], ["proposer=draft", "max_new_tokens=8"],
+                             ["proposer=draft", "max_new_tokens=16"]]):
         fake_job(sweep / str(n), job, json.dumps({"speedup": 1.0, "overrides": job}))
     rows = collect(sweep)
     missing = [(r["proposer"], r["max_new_tokens"]) for r in rows if r.get("error", "").startswith("never started")]
@@ -172,7 +172,7 @@ def test_jobs_a_killed_sweep_never_started_are_rows(tmp_path, capsys):
 
 def test_a_result_written_by_another_job_is_named(tmp_path):
     """Two runs sharing a folder used to leave one's figures under the other's overrides."""
-    fake_job(tmp_path / "0", ["proposer=none"], json.dumps({"speedup": 2.0, "overrides": ["proposer=tiny_draft"]}))
+    fake_job(tmp_path / "0", ["proposer=none"], json.dumps({"speedup": 2.0, "overrides": ["proposer=draft"]}))
     (row,) = collect(tmp_path)
-    assert "written by a job with the overrides ['proposer=tiny_draft']" in row["error"]
+    assert "written by a job with the overrides ['proposer=draft']" in row["error"]
 

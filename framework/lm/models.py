@@ -26,12 +26,13 @@ ARCHITECTURES = {
 
 
 def sizes_stated(**sizes) -> None:
-    """Random-weight parts take the sizes of a tiny_* target (`${oc.select:target.vocab_size,null}` in their
+    """Random-weight parts (models=tiny) take the sizes of a tiny_* target (`${oc.select:target.vocab_size,null}` in their
     configs): composed with a target that states none (the zoo's, a checkpoint loaded by path) they are None."""
     missing = [name for name, value in sizes.items() if value is None]
     if missing:
-        raise ValueError(f"{', '.join(missing)} not given: tiny_* proposers read the sizes of a tiny_* target "
-                         "(target=tiny_llama, ...), and this target states none; pair tiny_* with tiny_*, zoo_* with zoo_*")
+        raise ValueError(f"{', '.join(missing)} not given: the parts of models=tiny read the sizes of a tiny_* target "
+                         "(target=tiny_llama, ...), and this target states none; give models=tiny a tiny_* target "
+                         "and models=zoo a checkpoint")
 
 
 def tiny_random_model(

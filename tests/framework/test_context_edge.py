@@ -13,12 +13,12 @@ from framework.engine import generate
 from framework.lm.target import HFTarget
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
-TINY = sorted(p.stem for p in (CONF / "proposer").glob("tiny_*.yaml")) + ["lookahead", "prompt_lookup"]
+TINY = sorted(p.stem for p in (CONF / "proposer").glob("*.yaml") if p.stem != "none")  # every method, on models=tiny
 
 
 def tiny(proposer: str):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["target=tiny_llama", f"proposer={proposer}"])
+        cfg = compose(config_name="config", overrides=["models=tiny", f"proposer={proposer}"])
     return instantiate(cfg.target), instantiate(cfg.proposer)
 
 
@@ -41,7 +41,7 @@ def test_the_last_position_of_the_context_is_reached(proposer):
 
 def test_a_finished_row_leaves_the_batch_and_the_others_decode_as_alone():
     """Greedy rows of one batch, one ending at its EOS early: each row's tokens are what it decodes alone."""
-    model, make = tiny("tiny_draft")
+    model, make = tiny("draft")
     target = HFTarget(model)
     prompts = torch.tensor([[5, 9, 2, 7], [1, 2, 3, 4], [8, 8, 1, 3]])
     alone = [generate(target, make(), prompts[b : b + 1], 12, SamplingConfig(temperature=0)).tokens[0] for b in range(3)]
@@ -56,7 +56,7 @@ def test_a_finished_row_leaves_the_batch_and_the_others_decode_as_alone():
 def test_no_draft_reaches_past_the_tokens_still_wanted():
     """The last steps verify no more nodes than can still be emitted: a chain of 4 asked for 6 tokens
     verifies at most 5 drafts in all (prefill gives the first token), never a 4-node tree past the budget."""
-    model, make = tiny("tiny_draft")
+    model, make = tiny("draft")
     target = HFTarget(model)
     out = generate(target, make(), torch.tensor([[1, 2, 3]]), 6, SamplingConfig(temperature=0))
     wanted = 5  # tokens still wanted after the prefill's

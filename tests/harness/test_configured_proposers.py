@@ -1,7 +1,7 @@
 """Default-tier representatives of what users run out of the box, exact through the real loop.
 
-`proposer=zoo_draft` drafts a chain with a confidence cut and an adaptive depth together (they couple the
-rows, so the exact check enumerates one world at a time); `proposer=zoo_draft_tree` a tree of wor children
+`proposer=draft` drafts a chain with a confidence cut and an adaptive depth together (they couple the
+rows, so the exact check enumerates one world at a time); `proposer=draft_tree` a tree of wor children
 several levels deep, with both too. Each representative keeps the configuration's features on the
 vocabulary-3 toy pair at a size the default run affords (the cut at 0.45: any top-1 probability over three
 tokens is >= 1/3, so the configured 0.3 would never cut there; the tree's draft samples its own top-2, which
@@ -22,13 +22,13 @@ from verifiers import LOSSLESS_RULES, TreeVerifier
 CONF = Path(__file__).resolve().parents[2] / "conf"
 CUT_AND_SCHEDULE = dict(stop_below=0.45, adaptive_depth=3)
 REPRESENTATIVES = {
-    "zoo_draft": LoopCase(dict(gamma=2, kind="iid", **CUT_AND_SCHEDULE), depth=3),
-    "zoo_draft_tree": LoopCase(dict(branching=2, depth=2, kind="wor", sampling=SamplingConfig(top_k=2), **CUT_AND_SCHEDULE),
+    "draft": LoopCase(dict(gamma=2, kind="iid", **CUT_AND_SCHEDULE), depth=3),
+    "draft_tree": LoopCase(dict(branching=2, depth=2, kind="wor", sampling=SamplingConfig(top_k=2), **CUT_AND_SCHEDULE),
                                depth=3),
 }
 PLANTED = {  # name -> (the representative under another sampling, what the bug changes)
-    "zoo_draft": (dict(sampling=SamplingConfig(temperature=0.7, top_k=2)), dict(proposer_type=ReportsRawQ)),
-    "zoo_draft_tree": ({}, dict(verifier=TreeVerifier({**LOSSLESS_RULES, "wor": WorWithoutQUpdate()}))),
+    "draft": (dict(sampling=SamplingConfig(temperature=0.7, top_k=2)), dict(proposer_type=ReportsRawQ)),
+    "draft_tree": ({}, dict(verifier=TreeVerifier({**LOSSLESS_RULES, "wor": WorWithoutQUpdate()}))),
 }
 
 

@@ -32,4 +32,4 @@ def test_unknown_category_and_tokenizer_free_target_are_named(tmp_path):
     with pytest.raises(ValueError, match="unknown categories"):
         run(load("experiment.categories=[poetry]", f"output_dir={tmp_path}"))
     with pytest.raises(ValueError, match="needs a tokenizer"):
-        run(load("target=tiny_llama", "proposer=tiny_draft", f"output_dir={tmp_path}"))
+        run(load("models=tiny", "proposer=draft", f"output_dir={tmp_path}"))
