@@ -140,31 +140,24 @@ def test_greedy_matches_plain_decoding(family, tmp_path):
     assert len(plain["tokens"]) == 16 and spec["text"] == plain["text"]
 
 
-# The exact check swaps a method's parts for toy ones (experiment.exact.parts), so a method's exact law
-# is the same under either family save for settings the family gives (EAGLE's `auto` on the zoo). By
-# default: every method on models=tiny (exact and greedy) but those whose check repeats another's
-# (self_draft is draft with another model; mix's parts are swapped for mix_draft's), and greedy identity
-# on the zoo for four families plus EAGLE-2's `auto` settings exactly; the rest -m slow.
-SLOW_CHECKS = {("self_draft", "tiny"), ("mix", "tiny")}
+# Every method on models=tiny is tests/proposers/test_proposer_contract.py's (exact law, greedy identity, rows,
+# bad settings). Here the zoo: experiments.check end to end with its trained parts: greedy identity for
+# four families by default, and EAGLE-2's exact law with its `auto` settings read from the toy head's search
+# (the exact check swaps the parts for toy ones); every method, both checks, under -m slow.
 ZOO_DEFAULT = {"draft": "[greedy]", "draft_tree": "[greedy]", "medusa": "[greedy]", "eagle2": "[exact,greedy]"}
-CHECK_CASES = [pytest.param(p, "tiny", "[exact,greedy]", marks=pytest.mark.slow) if (p, "tiny") in SLOW_CHECKS
-               else (p, "tiny", "[exact,greedy]") for p in PROPOSERS]
-CHECK_CASES += [(p, "zoo", ZOO_DEFAULT[p]) for p in ZOO_DEFAULT]
 
 
-@pytest.mark.parametrize("proposer, models, checks", CHECK_CASES)
-def test_check_exact_and_greedy(proposer, models, checks, tmp_path):
-    """experiments.check end to end (its exact and greedy checks; the statistical one is minutes).
-    The default run is quick (one greedy prompt, a chain no longer than the exact depth); -m slow runs
-    the check's own prompts and the configured chain length."""
-    check_end_to_end(proposer, models, checks, tmp_path, quick=True)
+@pytest.mark.parametrize("proposer, checks", ZOO_DEFAULT.items())
+def test_check_exact_and_greedy(proposer, checks, tmp_path):
+    """experiments.check end to end (its exact and greedy checks; the statistical one is minutes), quick:
+    one greedy prompt, a chain no longer than the exact depth."""
+    check_end_to_end(proposer, "zoo", checks, tmp_path, quick=True)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("models", MODELS)
 @pytest.mark.parametrize("proposer", PROPOSERS)
-def test_check_exact_and_greedy_full(proposer, models, tmp_path):
-    check_end_to_end(proposer, models, "[exact,greedy]", tmp_path, quick=False)
+def test_check_exact_and_greedy_full(proposer, tmp_path):
+    check_end_to_end(proposer, "zoo", "[exact,greedy]", tmp_path, quick=False)
 
 
 @cache

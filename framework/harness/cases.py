@@ -25,6 +25,22 @@ SAMPLINGS = {
     "greedy": SamplingConfig(temperature=0),
 }
 KINDS = ("point", "iid", "wor")
+# Which run takes a case, cheapest first. A rule under test declares the last tier its default run takes
+# (tests/verifiers/test_verifier_contract.py): the Triton paths, run by the interpreter on CPU, "smoke"; the other
+# rules "core"; the token rule, the reference, "default". -m slow takes "slow" too, --all "heavy".
+TIERS = ("smoke", "core", "default", "slow", "heavy")
+TIER = {
+    # a spread every rule takes: each kind, zeros in p from top-k and a banned token, greedy, EOS, p == q, trees
+    **dict.fromkeys(["chain3/point/topk2", "chain3/iid/topk2", "chain3/point/greedy", "zeros-in-p/point/chain3",
+                     "eos/point/chain3", "binary3/point/topk2", "p==q/iid/binary2/V3", "chain1/wor/T1"], "smoke"),
+    # where the rules differ: a sampled chain and its EOS, i.i.d. siblings (multi-draft), wor trees; the
+    # witnesses of the planted bugs in block, traversal and multi-draft verification are among them
+    **dict.fromkeys(["chain3/iid/T1", "chain3/point/T1", "eos/iid/chain3", "medusa/iid/T1/V3", "binary2/wor/T1/V3",
+                     "duplicates/iid/root4", "cover-support/wor/root4"], "core"),
+    # the dearest of the matrix, each with a cheaper case of the same concept in the default run
+    **dict.fromkeys(["root8/point/T1/V8", "duplicates/iid/root8/V3", "binary2/iid/penalty1.5/V3", "chain4/wor/T1",
+                     "zeros-in-p/iid/binary2"], "slow"),
+}
 MEDUSA_CHOICES = [(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0)]
 
 
@@ -88,12 +104,13 @@ def exact_cases(heavy: bool = False) -> list[ExactCase]:
         add(ExactCase(f"eos/{kind}/chain3", t4, d4, TreeShape.chain(3), kind, eos_token_id=0))
     add(ExactCase("eos/point/binary3", t4, d4, TreeShape.full(2, 3), "point", eos_token_id=0))
 
+    cases = [replace(c, tier=TIER.get(c.name, "default")) for c in cases]
     if heavy:  # minutes each: exponential in the number of draft draws
         t8, d8 = _pair(8)
-        add(ExactCase("root8/iid/T1/V3", t3, d3, TreeShape.full(8, 1), "iid", depth=2))
-        add(ExactCase("cover-support/wor/root8/V8", t8, d8, TreeShape.full(8, 1), "wor", depth=1))
-        add(ExactCase("binary2/iid/T1/V4", t4, d4, TreeShape.full(2, 2), "iid"))
-        add(ExactCase("binary2/wor/T0.7/V4", t4, d4, TreeShape.full(2, 2), "wor", SAMPLINGS["T0.7"]))
+        cases += [ExactCase("root8/iid/T1/V3", t3, d3, TreeShape.full(8, 1), "iid", depth=2, tier="heavy"),
+                  ExactCase("cover-support/wor/root8/V8", t8, d8, TreeShape.full(8, 1), "wor", depth=1, tier="heavy"),
+                  ExactCase("binary2/iid/T1/V4", t4, d4, TreeShape.full(2, 2), "iid", tier="heavy"),
+                  ExactCase("binary2/wor/T0.7/V4", t4, d4, TreeShape.full(2, 2), "wor", SAMPLINGS["T0.7"], tier="heavy")]
     return cases
 
 

@@ -38,6 +38,7 @@ class ExactCase:
     prompt: tuple[int, ...] = (1,)
     depth: int = 3  # D: how many emitted tokens the law covers
     eos_token_id: int | None = None
+    tier: str = "default"  # which test run takes it under a rule (framework.harness.cases.TIERS)
 
 
 def reported_as_drawn(logits, cfg, seen, q):

@@ -13,23 +13,19 @@ from verifiers.multidraft import multidraft_verifier
 from verifiers.traversal import TraversalVerifier
 
 RULES = {"token": LOSSLESS, "block": BlockVerifier(), "traversal": TraversalVerifier(), "multidraft": multidraft_verifier()}
-SHAPES = {
-    "chain-confidence-cut": (confidence_cut(0.5, 3), "iid"),
-    "chain-stop-token": (stop_token(0, 3), "iid"),
-    "tree-stop-token/iid": (stop_token(0, 2, branching=2), "iid"),
-    "tree-stop-token/wor": (stop_token(0, 2, branching=2), "wor"),
+SHAPES = {  # name -> (how the shape grows, the kind of children, tier: framework.harness.cases.TIERS)
+    "chain-confidence-cut": (confidence_cut(0.5, 3), "iid", "core"),
+    "chain-stop-token": (stop_token(0, 3), "iid", "core"),
+    "tree-stop-token/iid": (stop_token(0, 2, branching=2), "iid", "slow"),  # seconds each; the wor tree is a fraction
+    "tree-stop-token/wor": (stop_token(0, 2, branching=2), "wor", "core"),
 }
-
-
-QUICK_TREES = {("traversal", "tree-stop-token/wor")}  # the rest under -m slow
-CELLS = [pytest.param(rule, shape, id=f"{rule}-{shape}",
-                      marks=() if shape.startswith("chain") or (rule, shape) in QUICK_TREES else pytest.mark.slow)
+CELLS = [pytest.param(rule, shape, id=f"{rule}-{shape}", marks=() if SHAPES[shape][2] == "core" else pytest.mark.slow)
          for shape in SHAPES for rule in RULES]
 
 
 @pytest.mark.parametrize("rule,shape", CELLS)
 def test_a_shape_decided_from_the_draws_so_far_keeps_every_rule_exact(rule, shape):
-    expand, kind = SHAPES[shape]
+    expand, kind, _ = SHAPES[shape]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # block on trees: the token rule
         assert adaptive_tv(RULES[rule], ToyLaws(3, 1), kind, expand, depth=3) < 1e-9

@@ -1,45 +1,17 @@
-"""Multi-draft (k-sequential selection): exact on the harness's i.i.d. trees, the token rule at k = 1,
-more accepted than the token rule among siblings of one node (against the oracle's bound)."""
+"""Multi-draft (k-sequential selection): the token rule at k = 1, more accepted than the token rule among
+siblings of one node (against the oracle's bound). Its exact law on the harness's i.i.d. trees is
+tests/verifiers/test_verifier_contract.py's."""
 
 import pytest
 import torch
 
 from framework.core.randomness import ReplaySource
 from framework.core.tree import CandidateTree
-from framework.harness.cases import exact_cases
-from framework.harness.exact import Pipeline, check_case
 from framework.harness.oracle import ToyLaws, best_acceptance, rule_acceptance
 from verifiers import LOSSLESS, verify
 from verifiers.multidraft import _accepted_mass, _needed, multidraft_verifier, sequential_scale
 
 MULTIDRAFT = multidraft_verifier()
-# Cases where its rule can fail: i.i.d. siblings judged jointly with p != q (p == q never rejects; a chain has
-# one sibling per node and is the token rule). The witness of its planted bugs is among them.
-QUICK = {"duplicates/iid/root4"}
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.name, marks=() if c.name in QUICK else pytest.mark.slow)
-                                  for c in exact_cases() if c.kind == "iid"])
-def test_multidraft_is_exact(case):
-    result = check_case(case, Pipeline(verifier=MULTIDRAFT))
-    assert result.passes(1e-9), (case.name, result.tv)
-
-
-def test_the_default_cases_can_fail_for_its_rule():
-    """Each default case has a node with two or more i.i.d. children and p != q, and every planted multidraft bug
-    has its witness among them (tests/harness/test_mutants.py shows each caught there; a default run of p == q or
-    chain cases passed whatever the rule did)."""
-    from framework.core.tree_shape import children_table
-    from framework.harness.mutants import mutants
-
-    quick = [c for c in exact_cases() if c.name in QUICK]
-    assert len(quick) == len(QUICK)
-    for case in quick:
-        assert int((children_table(case.shape.parents) >= 0).sum(1).max()) >= 2 and case.target is not case.draft
-    planted = [m for m in mutants() if m.name.startswith("multidraft")]
-    assert planted and all(m.witness in QUICK for m in planted)
-
-
 def test_the_scale_is_feasible_and_one_for_a_single_draft():
     g = torch.Generator().manual_seed(0)
     p, q = (torch.softmax(torch.randn(64, 50, generator=g, dtype=torch.float64) * 2, -1) for _ in range(2))

@@ -1,12 +1,10 @@
-"""The Triton verifier path matches the PyTorch verifier and passes the exact harness (interpreter)."""
+"""The Triton chain path matches the PyTorch verifier; the exact harness on it is tests/verifiers/test_verifier_contract.py's."""
 
 import pytest
 import torch
 
 from framework.core.randomness import ReplaySource
 from framework.core.tree import CandidateTree
-from framework.harness.cases import exact_cases
-from framework.harness.exact import Pipeline, check_case
 from verifiers import LOSSLESS, verify
 from verifiers.triton_chain import TritonChainVerifier
 
@@ -56,31 +54,3 @@ def test_trees_and_wor_are_refused():
         verify(CandidateTree(tree.tokens, torch.tensor([-1, -1]), tree.draft_probs, "iid"), p, verifier=TRITON)
     with pytest.raises(ValueError, match="chains with point or iid"):
         verify(CandidateTree.chain(tree.tokens, tree.draft_probs, "wor"), p, verifier=TRITON)
-
-
-CHAIN_CASES = [c for c in exact_cases() if c.kind in ("point", "iid") and c.shape.num_nodes
-               and bool((c.shape.parents == torch.arange(-1, c.shape.num_nodes - 1)).all())]
-
-
-# The interpreter runs every program in Python: the default run takes a cheap spread (both kinds,
-# zeros in p from top-k and a banned token, greedy, EOS; p == q is
-# test_p_equals_q_never_nan above); -m slow takes them all.
-QUICK_NAMES = {"chain3/point/topk2", "chain3/point/greedy", "zeros-in-p/point/chain3", "eos/point/chain3", "chain3/iid/topk2"}
-QUICK = [c for c in CHAIN_CASES if c.name in QUICK_NAMES]
-assert len(QUICK) == len(QUICK_NAMES)
-
-
-def check_on_triton(case):
-    result = check_case(case, Pipeline(verifier=TRITON))
-    assert result.passes(1e-9), (case.name, result.tv)
-
-
-@pytest.mark.parametrize("case", QUICK, ids=lambda c: c.name)
-def test_exact_harness_on_the_triton_path(case):
-    check_on_triton(case)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("case", [c for c in CHAIN_CASES if c not in QUICK], ids=lambda c: c.name)
-def test_exact_harness_on_the_triton_path_all(case):
-    check_on_triton(case)

@@ -1,5 +1,5 @@
-"""The Triton tree path (verifiers/triton_rules.py) against the PyTorch rules, and the exact harness
-on it (interpreter on CPU: every program runs in Python, so the default run takes a spread)."""
+"""The Triton tree path (verifiers/triton_rules.py) against the PyTorch rules; the exact harness on it is
+tests/verifiers/test_verifier_contract.py's (a smoke spread by default: the interpreter runs every program in Python)."""
 
 import pytest
 import torch
@@ -78,21 +78,6 @@ def test_ragged_batches_on_the_triton_path():
     assert out.tokens.tolist() == [[2, 4, -1, -1], [5, -1, -1, -1], [4, 0, -1, -1]]
 
 
-TREE_CASES = [c for c in exact_cases() if c.shape.num_nodes]
-# The interpreter pays per kernel call: a seconds-cheap spread by default (point, iid and wor; trees, p == q;
-# EOS in the same-uniforms test), every tree case under -m slow (medusa/iid alone takes ~50 s).
-QUICK_NAMES = {"binary3/point/topk2", "p==q/iid/binary2/V3", "chain1/wor/T1"}
-QUICK = [c for c in TREE_CASES if c.name in QUICK_NAMES]
-assert len(QUICK) == len(QUICK_NAMES)
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.name, marks=() if c.name in QUICK_NAMES else pytest.mark.slow)
-                                  for c in TREE_CASES])
-def test_exact_harness_on_the_triton_tree_path(case):
-    result = check_case(case, Pipeline(verifier=TRITON_TREE))
-    assert result.passes(1e-9), (case.name, result.tv)
-
-
 def test_the_harness_catches_a_planted_bug_in_a_kernel():
     """iid children judged with the point rule's residual (r without c instead of max(r - q, 0))."""
     from verifiers import TreeVerifier
@@ -103,5 +88,5 @@ def test_the_harness_catches_a_planted_bug_in_a_kernel():
             return TritonRule(POINT).after_reject(law, token)
 
     planted = TreeVerifier({**TRITON_RULES, "iid": IidWithPointResidual(1)})
-    case = next(c for c in TREE_CASES if c.name == "chain1/iid/T1")
+    case = next(c for c in exact_cases() if c.name == "chain1/iid/T1")
     assert not check_case(case, Pipeline(verifier=planted)).passes(1e-9)

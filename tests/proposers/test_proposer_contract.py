@@ -1,0 +1,165 @@
+"""The proposer contract, run over every method in conf/proposer with models=tiny.
+
+1. Exact: the law of the first tokens the real loop emits equals the target's, on experiments.check's
+   vocabulary-3 toy target with the method's parts (draft, heads, datastore) swapped for toy ones.
+2. Greedy identity: greedy speculative decoding emits plain greedy decoding's tokens (float64).
+3. Rows are independent: a batch of different prompts decodes as each prompt would alone.
+4. Bad settings are named: a ValueError that names the setting, before any decoding.
+
+An exact Setting is a method, overrides for what its config does not name (Medusa's iid and wor
+children), and one sampling of the check, with a `tier`: the default run takes "default", -m slow
+takes every setting, as configured (the default tier cuts chains to the law's depth and skips the
+depth schedule, which only multiply the enumeration). A new conf/proposer file joins 1-3 by itself;
+4 fails until BAD_SETTINGS names a bad setting of it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+
+from experiments.check import check_exact, check_greedy
+from framework.core.sampling import SamplingConfig
+from framework.engine import generate
+from framework.lm.target import HFTarget
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+PROPOSERS = sorted(p.stem for p in (CONF / "proposer").glob("*.yaml"))
+SAMPLINGS = ("t1", "t07_topk2", "penalty15")  # experiment.exact.samplings
+
+
+def load(*overrides: str, config_name: str = "check"):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name=config_name, overrides=["models=tiny", *overrides])
+
+
+@dataclass(frozen=True)
+class Setting:
+    proposer: str
+    sampling: str = "t1"
+    overrides: tuple[str, ...] = ()
+    tier: str = "default"
+
+    @property
+    def id(self) -> str:
+        return "-".join([self.proposer, *(o.split(".")[-1] for o in self.overrides), self.sampling])
+
+
+# The default tier: every method at T = 1, and the spread each family's own grid kept by default
+# (Medusa's three kinds; sampled EAGLE trees under top-k and the penalty). self_draft is draft with another
+# model and mix's parts are swapped for mix_draft's: their exact check repeats another's, so -m slow.
+DEFAULT = {("medusa", "t1", ("proposer.kind=iid",)), ("medusa", "t1", ("proposer.kind=wor",)), ("medusa", "t07_topk2", ()),
+           ("medusa", "penalty15", ("proposer.kind=iid",)), ("eagle", "t07_topk2", ()), ("eagle2", "penalty15", ())}
+REPEATS = {"self_draft", "mix"}
+VARIANTS = {"medusa": [(), ("proposer.kind=iid",), ("proposer.kind=wor",)]}
+SETTINGS = [Setting(p, s, o, "default" if (s == "t1" and not o and p not in REPEATS) or (p, s, o) in DEFAULT else "slow")
+            for p in PROPOSERS for o in VARIANTS.get(p, [()]) for s in SAMPLINGS]
+
+
+@cache
+def exact_depth() -> int:
+    return load().experiment.exact.depth
+
+
+@cache
+def configured(proposer: str):
+    return load(f"proposer={proposer}").proposer
+
+
+def shrunk(proposer: str, depth: int) -> list[str]:
+    """Overrides that keep the default tier's enumeration small: a chain cut to the law's depth, no
+    depth schedule or confidence cut (they couple the rows: worlds run one at a time; the harness's
+    configured-proposer tests check them exactly), one level of a tree."""
+    node = configured(proposer)
+    if node is None:
+        return []
+    out = [f"proposer.gamma={depth}"] if node.get("gamma", 0) > depth else []
+    out += ["proposer.adaptive_depth=0", "proposer.stop_below=0"] if node.get("adaptive_depth", 0) else []
+    return out + (["proposer.depth=1"] if proposer.endswith("_tree") else [])
+
+
+@pytest.mark.parametrize("setting", [pytest.param(s, id=s.id, marks=() if s.tier == "default" else pytest.mark.slow)
+                                     for s in SETTINGS])
+def test_the_loop_law_is_the_targets(setting, tmp_path):
+    others = [f"~experiment.exact.samplings.{s}" for s in SAMPLINGS if s != setting.sampling]
+    small = shrunk(setting.proposer, exact_depth()) if setting.tier == "default" else \
+        (["proposer.depth=1"] if setting.proposer.endswith("_tree") else [])  # a wider tree's enumeration is hours
+    rows = check_exact(load(f"proposer={setting.proposer}", *setting.overrides, *others, *small, f"output_dir={tmp_path}"))
+    assert [r["setting"] for r in rows] == [setting.sampling] and rows[0]["passed"], rows
+
+
+@pytest.mark.parametrize("proposer", PROPOSERS)
+def test_greedy_is_plain_greedy(proposer, tmp_path):
+    rows = check_greedy(load(f"proposer={proposer}", "experiment.greedy.dtypes=[float64]",
+                             "experiment.greedy.prompts=[[40,3,9,1,0,22,5,5]]", "experiment.greedy.max_new_tokens=12"))
+    assert rows and all(r["passed"] for r in rows), rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("proposer", PROPOSERS)
+def test_greedy_is_plain_greedy_on_the_checks_prompts(proposer):
+    rows = check_greedy(load(f"proposer={proposer}"))
+    assert len(rows) == 6 and all(r["passed"] for r in rows), rows  # 3 prompts x float32 and float64
+
+
+PROMPTS = torch.tensor([[4, 9, 2, 7], [7, 7, 1, 3], [30, 2, 11, 5]])
+
+
+@pytest.mark.parametrize("proposer", [p for p in PROPOSERS if p != "none"])
+def test_rows_of_a_batch_decode_as_each_alone(proposer):
+    """Greedy: each row of a batch of three prompts emits what that prompt alone emits with plain
+    decoding, whatever the method shares between rows (a tree shape, a depth schedule, a datastore)."""
+    cfg = load(f"proposer={proposer}", "target.dtype=float64", config_name="config")
+    model, make, greedy = instantiate(cfg.target), instantiate(cfg.proposer), SamplingConfig(temperature=0)
+    batch = generate(HFTarget(model), make(), PROMPTS, 12, greedy).tokens
+    for row in range(PROMPTS.shape[0]):
+        alone = generate(HFTarget(model), None, PROMPTS[row:row + 1], 12, greedy).tokens[0]
+        assert batch[row].tolist() == alone.tolist(), (proposer, row)
+
+
+BAD_SETTINGS = {  # proposer -> (a bad setting, what its error says)
+    "draft": ("proposer.gamma=0", "gamma >= 1"),
+    "draft_tree": ("proposer.branching=0", "branching >= 1"),
+    "self_draft": ("proposer.kind=sorted", "kind must be"),
+    "medusa": ("proposer.kind=greedy", "kind must be"),
+    "eagle": ("proposer.choices=[[0],[0,0,0]]", "has no parent choice"),
+    "eagle2": ("proposer.top_k=0", "top_k, depth and budget >= 1"),
+    "eagle3": ("proposer.budget=0", "top_k, depth and budget >= 1"),
+    "rest": ("proposer.budget=0", "budget must be >= 1"),
+    "mix": ("proposer.budget=0", "budget must be >= 1"),
+    "mix_draft": ("proposer.weights=[1]", "weights must be one positive number per part"),
+    "prompt_lookup": ("proposer.min_ngram=0", "min_ngram must be >= 1"),
+    "lookahead": ("proposer.window=0", r"window \(W\) must be >= 1"),
+}
+
+
+def test_every_method_has_a_bad_setting_to_show():
+    assert set(BAD_SETTINGS) == set(PROPOSERS) - {"none"}
+
+
+@pytest.mark.parametrize("proposer", sorted(BAD_SETTINGS))
+def test_a_bad_setting_is_named(proposer):
+    override, message = BAD_SETTINGS[proposer]
+    cfg = load(f"proposer={proposer}", override, config_name="config")
+    with pytest.raises(Exception) as raised:
+        make = instantiate(cfg.proposer)
+        make().prefill(torch.tensor([[1, 2, 3]]), HFTarget(instantiate(cfg.target)))
+    error = raised.value
+    while not isinstance(error, ValueError) and error.__cause__ is not None:  # hydra wraps what the builder raised
+        error = error.__cause__
+    assert isinstance(error, ValueError), repr(raised.value)
+    assert re.search(message, str(error)), str(error)
+
+
+def test_settings_cover_every_method_and_sampling():
+    assert {s.proposer for s in SETTINGS} == set(PROPOSERS)
+    assert {(s.proposer, s.sampling) for s in SETTINGS} == {(p, s) for p in PROPOSERS for s in SAMPLINGS}
+    assert all(s.tier in ("default", "slow") for s in SETTINGS)
+    assert DEFAULT <= {(s.proposer, s.sampling, s.overrides) for s in SETTINGS}  # no stale entry

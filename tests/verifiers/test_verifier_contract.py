@@ -1,0 +1,95 @@
+"""The verifier contract, one test for every lossless rule and both Triton paths: on every case of the
+harness's matrix a rule takes, the exact law of what it emits is the target's (to 1e-9), nothing
+impossible is emitted, and the mass sums to one.
+
+Which cases a rule takes: block verification and the Triton chain path judge chains (the chain path
+point and i.i.d. ones), traversal and the Triton tree path any tree with nodes, multi-draft the trees of
+i.i.d. children (elsewhere it is the token rule, proven by the token rule's row). Which run takes a
+case: its `tier` (framework.harness.cases.TIERS) up to the rule's `default_tier`; -m slow takes the rest.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import pytest
+
+from framework.harness.cases import TIERS, exact_cases
+from framework.harness.exact import ExactCase, Pipeline, check_case
+from framework.harness.mutants import mutants
+from verifiers import LOSSLESS, typical_verifier
+from verifiers.block import BlockVerifier
+from verifiers.multidraft import multidraft_verifier
+from verifiers.traversal import TraversalVerifier
+from verifiers.triton_chain import TritonChainVerifier
+from verifiers.triton_rules import triton_tree_verifier
+
+
+def is_chain(case: ExactCase) -> bool:
+    return case.shape.num_nodes > 0 and case.shape.is_chain
+
+
+@dataclass(frozen=True)
+class RuleUnderTest:
+    name: str
+    verifier: object
+    takes: Callable[[ExactCase], bool]
+    default_tier: str  # the last tier its default run takes
+
+
+RULES = [
+    RuleUnderTest("token", LOSSLESS, lambda c: True, "default"),
+    RuleUnderTest("block", BlockVerifier(), is_chain, "core"),
+    RuleUnderTest("traversal", TraversalVerifier(), lambda c: c.shape.num_nodes > 0, "core"),
+    RuleUnderTest("multidraft", multidraft_verifier(), lambda c: c.kind == "iid", "core"),
+    # The interpreter runs every Triton program in Python on CPU: a smoke spread by default.
+    RuleUnderTest("triton_tree", triton_tree_verifier(), lambda c: c.shape.num_nodes > 0, "smoke"),
+    RuleUnderTest("triton_chain", TritonChainVerifier(), lambda c: is_chain(c) and c.kind in ("point", "iid"), "smoke"),
+]
+CASES = exact_cases(heavy=True)
+
+
+def runs_by_default(rule: RuleUnderTest, case: ExactCase) -> bool:
+    return TIERS.index(case.tier) <= TIERS.index(rule.default_tier)
+
+
+PAIRS = [pytest.param(rule, case, id=f"{rule.name}-{case.name}",
+                      marks=() if runs_by_default(rule, case) else pytest.mark.slow)
+         for rule in RULES for case in CASES
+         if rule.takes(case) and (case.tier != "heavy" or rule.name == "token")]  # heavy: minutes each, the reference only
+
+
+@pytest.mark.parametrize("rule, case", PAIRS)
+def test_the_rule_keeps_the_targets_law(rule, case):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # block verification says once that it hands trees to the token rule
+        result = check_case(case, Pipeline(verifier=rule.verifier))
+    assert result.tv <= 1e-9, f"{rule.name} on {case.name}: TV {result.tv}"
+    assert not result.support_violations
+    assert abs(result.mass - 1) <= 1e-9
+
+
+def test_every_rule_has_a_default_spread_that_can_fail():
+    """Each rule's default cases hold sampled children with p != q (a point-only or p == q spread passes
+    whatever a rule does), and each lossless rule's planted bugs have their witness among the token
+    rule's (tests/harness/test_mutants.py shows each caught there)."""
+    for rule in RULES:
+        default = [c for c in CASES if rule.takes(c) and runs_by_default(rule, c)]
+        assert any(c.kind != "point" and c.target is not c.draft for c in default), rule.name
+    multidraft = next(r for r in RULES if r.name == "multidraft")
+    siblings = [c for c in CASES if multidraft.takes(c) and runs_by_default(multidraft, c)
+                and int((c.shape.children >= 0).sum(1).max()) >= 2 and c.target is not c.draft]
+    assert siblings  # where k-sequential selection differs from the token rule
+    for rule in RULES[1:4]:  # block, traversal, multidraft: their planted bugs' witnesses run with them by default
+        witnesses = {m.witness for m in mutants() if m.name.startswith(rule.name)}
+        default = {c.name for c in CASES if rule.takes(c) and runs_by_default(rule, c)}
+        assert witnesses and witnesses <= default, (rule.name, witnesses - default)
+
+
+def test_the_lossy_baseline_fails_somewhere():
+    lossy = Pipeline(verifier=typical_verifier())
+    assert not lossy.verifier.lossless
+    chains = [c for c in CASES if c.name.startswith("chain3/") and "greedy" not in c.name]
+    assert any(check_case(c, lossy).tv > 1e-3 for c in chains)  # stops at the first case it fails
