@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parent
 
 
@@ -78,3 +80,19 @@ def test_the_checker_finds_both_kinds():
     )
     assert silent_tests(planted) == ["test_silent"]
     assert self_comparisons(planted) == [11]
+
+
+def test_the_write_guard_sees_a_file_written_into_the_repository():
+    """tests/conftest.py fails the run when a test leaves a file in the repository: a planted one shows."""
+    from conftest import ROOT, repository_files
+
+    before = repository_files()
+    if before is None:
+        pytest.skip("no git here: the guard is off")
+    stray = ROOT / "stray_output_of_a_test.json"
+    try:
+        stray.write_text("{}")
+        assert any("stray_output_of_a_test.json" in line for line in repository_files() - before)
+    finally:
+        stray.unlink()
+    assert repository_files() == before
