@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from experiments.bench_loop import heldout_prompt
+from experiments.common import heldout_prompt
 from framework.core import files
 from framework.core.sampling import SamplingConfig
 from framework.engine import generate

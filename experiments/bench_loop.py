@@ -32,15 +32,14 @@ import time
 
 import torch
 
+from experiments.common import heldout_prompt
 from framework.core import files
 from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
 from framework.engine import generate
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
-from framework.lm.text import tokenizer_of
 from framework.zoo.checkpoints import load_causal_lm
-from framework.zoo.corpus import build_corpus, stdlib_files
 from proposers.draft_model import DraftModelProposer
 from proposers.search.tree_cost import forward_tree_cost, prefilled, time_forwards
 
@@ -69,16 +68,6 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=str, default=None, help="also write the results here")
     return ap.parse_args()
-
-
-def heldout_prompt(model, length: int) -> torch.Tensor:
-    """[1, length] tokens: the start of the first held-out stdlib file, in the model's tokenizer."""
-    tokenizer = tokenizer_of(model)
-    if tokenizer is None:
-        raise ValueError(f"{model.config.name_or_path} has no tokenizer: pass --random for token-id prompts")
-    text = build_corpus(stdlib_files())["heldout"]["text"][0]
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"][:length]
-    return torch.tensor([ids], dtype=torch.long)
 
 
 def random_model(args, layers: int, seed: int):

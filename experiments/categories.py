@@ -23,7 +23,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.run import job_record, timed_generate, write_json
+from experiments.common import job_record, timed_generate, write_json
 from framework.lm.target import HFTarget
 from framework.lm.text import encode_prompt, tokenizer_of
 from framework.zoo.prompts import CATEGORIES, stdlib_prompt_sets

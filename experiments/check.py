@@ -24,7 +24,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.run import verifier_of
+from experiments.common import verifier_of
 from framework.core import files
 from framework.harness.exact import compare
 from framework.harness.real import (

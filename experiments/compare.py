@@ -3,7 +3,7 @@
     python -m experiments.compare                                  # every proposer config that runs on the zoo
     python -m experiments.compare experiment=compare_smoke         # 1 prompt per category, 16 tokens (minutes)
     python -m experiments.compare 'experiment.methods=[draft,prompt_lookup,hf_assisted]'
-    python -m experiments.compare_report <run folder>/compare.md   # publishes docs/results.md and the README table
+    python -m experiments.compare experiment.publish=<run folder>/compare.md   # docs/results.md and the README table
     python -m experiments.compare -m 'experiment.methods=[proposer]' proposer=draft proposer.gamma=2,4,6 \
         hydra/launcher=joblib && python -m experiments.compare experiment.merge=multirun/<date>/<time>
 
@@ -37,10 +37,10 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from experiments.bench_hf import CONF, HF_PLD_DEFAULTS, build_methods, full_length_only, option
-from experiments.compare_report import aggregate, markdown, merge, write_outputs
-from experiments.first_token import first_tokens, plot, summarise
-from experiments.run import torch_threads, verifier_of
+from experiments.common import CONF, option, torch_threads, verifier_of
+from experiments.compare_report import aggregate, markdown, merge, publish, write_outputs
+from experiments.first_tokens import first_tokens, plot, summarise
+from experiments.methods import HF_PLD_DEFAULTS, build_methods, full_length_only
 from framework.core import files
 from framework.core.sampling import SamplingConfig
 from framework.engine import generate
@@ -248,6 +248,9 @@ def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
 def main(cfg: DictConfig) -> None:
     if cfg.experiment.merge is not None:  # a finished -m sweep's folder: one table of its jobs, nothing run
         print(markdown(merge(Path(cfg.experiment.merge))))
+        return
+    if cfg.experiment.publish is not None:  # a finished run's compare.md: the results page and the README's table
+        publish(Path(cfg.experiment.publish))
         return
     run(cfg)
     print((Path(cfg.output_dir) / "compare.md").read_text())

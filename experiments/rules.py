@@ -22,9 +22,8 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.bench_hf import option
+from experiments.common import option, torch_threads
 from experiments.rules_expected import ExpectedAcceptance
-from experiments.run import torch_threads
 from framework.core import files
 from framework.engine import generate
 from framework.lm.target import HFTarget

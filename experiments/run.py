@@ -16,60 +16,14 @@ Writes <output_dir>/result.json (one per multirun job).
 from __future__ import annotations
 
 import statistics
-import time
-from contextlib import contextmanager
-from pathlib import Path
 
 import hydra
-import torch
-from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from framework.core import files
-from framework.engine import GenerationOutput, generate
+from experiments.common import emitted, job_record, timed_generate, torch_threads, verifier_of, whole_number, write_json
 from framework.lm.target import HFTarget
 from framework.lm.text import decode, encode_prompt, tokenizer_of
-from verifiers import LOSSLESS
-
-
-def verifier_of(cfg: DictConfig):
-    """The configured verification rule (conf/verifier; the token rule where a config has none)."""
-    return instantiate(cfg.verifier) if cfg.get("verifier") is not None else LOSSLESS
-
-
-def timed_generate(target: HFTarget, proposer, prompt: torch.Tensor, cfg: DictConfig, sampling,
-                   max_new_tokens: int | None = None) -> tuple[GenerationOutput, float]:
-    """generate() with cfg's seed, EOS and verifier; max_new_tokens defaults to cfg.max_new_tokens."""
-    verifier = verifier_of(cfg)
-    start = time.perf_counter()
-    out = generate(target, proposer, prompt, cfg.max_new_tokens if max_new_tokens is None else max_new_tokens, sampling=sampling, seed=cfg.seed,
-                   eos_token_id=cfg.eos_token_id, verifier=verifier)
-    return out, time.perf_counter() - start  # generate returns CPU tokens: device work is done
-
-
-def emitted(out: GenerationOutput) -> list[int]:
-    """Row 0's new tokens, without the -1 padding."""
-    return [t for t in out.tokens[0].tolist() if t >= 0]
-
-
-@contextmanager
-def torch_threads(count: int | None):
-    """Run with `count` torch intra-op threads (None: as they are), restored afterwards."""
-    threads = torch.get_num_threads()
-    if count is not None:
-        torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-def whole_number(name: str, value, least: int) -> int:
-    """A setting that must be an integer >= least (Hydra passes `abc` or `2.5` through as they are)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-    return value
 
 
 def check_settings(cfg: DictConfig) -> None:
@@ -128,21 +82,6 @@ def _run(cfg: DictConfig) -> dict:
     }
     result["path"] = str(write_json(cfg.output_dir, "result.json", result))
     return result
-
-
-def job_record() -> dict:
-    """What a result.json says of the job that wrote it: its config group choices and its command-line
-    overrides (experiments.sweep_merge checks them against the job folder's own)."""
-    if not HydraConfig.initialized():
-        return {"choices": {}, "overrides": []}
-    hydra_cfg = HydraConfig.get()
-    return {"choices": {k: v for k, v in hydra_cfg.runtime.choices.items() if not k.startswith("hydra")},
-            "overrides": list(hydra_cfg.overrides.task)}
-
-
-def write_json(output_dir: str, name: str, data) -> Path:
-    """<output_dir>/<name>, folders made as needed, written whole; returns the path."""
-    return files.write_json(Path(output_dir) / name, data)
 
 
 def report(result: dict) -> str:

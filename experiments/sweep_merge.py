@@ -22,6 +22,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
+from experiments.common import job_overrides, parse_overrides
 from framework.core import files
 
 RESULT = "result.json"
@@ -110,24 +111,6 @@ def row(job: Path, folder: Path) -> dict:
     for key, value in figures(result).items():
         out[key if key not in out else f"result{NESTED}{key}"] = value
     return out
-
-
-def job_overrides(job: Path) -> dict:
-    """The overrides Hydra recorded for a job folder ({} without .hydra/overrides.yaml)."""
-    path = job / ".hydra" / "overrides.yaml"
-    if not path.is_file():
-        return {}
-    return parse_overrides(OmegaConf.to_container(OmegaConf.load(path), resolve=False))  # "x=${y}" stays text
-
-
-def parse_overrides(lines: list[str]) -> dict:
-    """["proposer=draft", "+x=3", "prompt=[1,2]"] -> {"proposer": "draft", "x": 3, "prompt": "[1,2]"}."""
-    columns = {}
-    for o in OverridesParser.create().parse_overrides(lines):
-        value = o.value()
-        scalar = value is None or isinstance(value, (str, int, float, bool))
-        columns[o.get_key_element().lstrip("+")] = value if scalar else o.get_value_element_as_str()
-    return columns
 
 
 def figures(result: dict) -> dict:

@@ -28,41 +28,10 @@ import transformers
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from framework.core import files
 from framework.zoo.calibrate import calibrate_checkpoint
-from framework.zoo.checkpoints import export_checkpoint, load_causal_lm
-from framework.zoo.corpus import build_corpus, stdlib_files
-from framework.zoo.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
-from framework.zoo.train import tokenize_splits, train
-
-
-def tokenizer_and_streams(exp, root: Path):
-    """root/tokenizer and root/tokens.pt, made from the corpus on the first call. Both are written whole
-    (a folder swapped in, a file renamed); a tokens.pt that does not load is moved aside and made again."""
-    files.recover_folder(root / "tokenizer")
-    has_tokenizer = (root / "tokenizer" / "tokenizer.json").exists()
-    streams = files.load_torch(root / "tokens.pt", "the zoo's token streams") if has_tokenizer else None
-    if streams is not None:
-        return load_tokenizer(root / "tokenizer"), streams
-    corpus = build_corpus(stdlib_files(exp.corpus.root), heldout_fraction=exp.corpus.heldout_fraction)
-    if not has_tokenizer:
-        with files.replacing_folder(root / "tokenizer") as temporary:
-            save_tokenizer(train_tokenizer(corpus["train"]["text"], exp.vocab_size), temporary)
-    tokenizer = load_tokenizer(root / "tokenizer")
-    streams = tokenize_splits(tokenizer, corpus, exp.corpus.valid_every)
-    files.save_torch(streams, root / "tokens.pt")
-    return tokenizer, streams
-
-
-def head_setup(cfg: DictConfig):
-    """What a head-training experiment starts from: (its settings, root, token streams, the
-    instantiated train settings, the frozen target), with the experiment's thread count set."""
-    exp = cfg.experiment
-    if exp.num_threads is not None:
-        torch.set_num_threads(exp.num_threads)
-    root = Path(exp.root)
-    _, streams = tokenizer_and_streams(exp, root)
-    return exp, root, streams, instantiate(exp.train), load_causal_lm(exp.target)
+from framework.zoo.checkpoints import export_checkpoint
+from framework.zoo.streams import tokenizer_and_streams
+from framework.zoo.train import train
 
 
 def run(cfg: DictConfig) -> dict[str, Path | None]:

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from experiments.train import head_setup
+from experiments.common import head_setup
 from framework.core import files
 from framework.core.sampling import SamplingConfig
 from framework.engine import generate

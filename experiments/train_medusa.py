@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from experiments.train import head_setup
+from experiments.common import head_setup
 from framework.core import files
 from framework.zoo.checkpoints import resolve_checkpoint
 from framework.zoo.continuations import cached_continuations

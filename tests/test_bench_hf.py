@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from experiments.bench_hf import HF_METHODS, run, table
+from experiments.bench_hf import run, table
+from experiments.methods import HF_METHODS
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 TINY_PROPOSERS = ["draft", "draft_tree", "eagle3", "medusa", "mix_draft", "rest", "prompt_lookup", "lookahead"]

@@ -150,7 +150,7 @@ def test_a_torn_token_stream_file_is_made_again(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     import framework.zoo.corpus as corpus
-    from experiments.train import tokenizer_and_streams
+    from framework.zoo.streams import tokenizer_and_streams
 
     texts = {"train": {"text": ["def f(x):\n    return x\n"] * 30}, "heldout": {"text": ["x = 1\n"] * 5}}
     monkeypatch.setattr(corpus, "stdlib_files", lambda root: [])

@@ -7,7 +7,8 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 
-from experiments.first_token import run, summarise
+from experiments.first_token import run
+from experiments.first_tokens import summarise
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

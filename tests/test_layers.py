@@ -84,6 +84,28 @@ def test_every_import_respects_the_layers():
     assert violations() == []
 
 
+def entry_points(root: Path = ROOT) -> dict[str, ast.Module]:
+    """experiments' modules run as `python -m experiments.<name>` (they end in a __main__ guard)."""
+    found = {}
+    for path in sorted((root / "experiments").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        if any(isinstance(node, ast.If) and "__main__" in ast.dump(node.test) for node in tree.body):
+            found[module_name(path, root)] = tree
+    return found
+
+
+def entry_point_imports(root: Path = ROOT) -> list[str]:
+    """Entry points share experiments.common and the libraries beside it, never one another."""
+    mains = entry_points(root)
+    return [f"{module} imports {name}, another entry point" for module, tree in mains.items()
+            for _, name, _ in project_imports(tree) if name in mains and name != module]
+
+
+def test_no_entry_point_imports_another():
+    assert entry_point_imports() == []
+    assert {"experiments.run", "experiments.compare", "experiments.check"} <= set(entry_points())
+
+
 def test_the_check_catches_an_upward_and_a_hidden_import(tmp_path):
     for package, text in {
         "framework/core/bad.py": "from framework.engine import generate\n",
@@ -100,3 +122,6 @@ def test_the_check_catches_an_upward_and_a_hidden_import(tmp_path):
     assert any("inside a function" in line for line in found)
     assert any("proposers imports framework.engine" in line for line in found)
     assert any("stray.py: belongs to no layer" in line for line in found)
+    (tmp_path / "experiments" / "one.py").write_text("if __name__ == '__main__':\n    pass\n")
+    (tmp_path / "experiments" / "two.py").write_text("from experiments.one import x\nif __name__ == '__main__':\n    pass\n")
+    assert entry_point_imports(tmp_path) == ["experiments.two imports experiments.one, another entry point"]

@@ -5,7 +5,7 @@ import json
 import pytest
 from hydra import compose, initialize_config_dir
 
-from experiments.bench_hf import CONF
+from experiments.common import CONF
 from experiments.rules import measure, table
 
 

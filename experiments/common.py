@@ -1,0 +1,152 @@
+"""What the entry points share: the configured verifier, timed decoding, threads, result files, a config
+option composed beside a run's models, job records and overrides, held-out prompts, a head's training setup.
+
+Entry points (`python -m experiments.<name>`) import this and the libraries beside it (methods,
+first_tokens, compare_report, rules_expected), never one another (tests/test_layers.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import MissingConfigException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from framework.core import files
+from framework.engine import GenerationOutput, generate
+from framework.lm.target import HFTarget
+from framework.lm.text import tokenizer_of
+from framework.zoo.checkpoints import load_causal_lm
+from framework.zoo.corpus import build_corpus, stdlib_files
+from framework.zoo.streams import tokenizer_and_streams
+from verifiers import LOSSLESS
+
+
+def verifier_of(cfg: DictConfig):
+    """The configured verification rule (conf/verifier; the token rule where a config has none)."""
+    return instantiate(cfg.verifier) if cfg.get("verifier") is not None else LOSSLESS
+
+
+def timed_generate(target: HFTarget, proposer, prompt: torch.Tensor, cfg: DictConfig, sampling,
+                   max_new_tokens: int | None = None) -> tuple[GenerationOutput, float]:
+    """generate() with cfg's seed, EOS and verifier; max_new_tokens defaults to cfg.max_new_tokens."""
+    verifier = verifier_of(cfg)
+    start = time.perf_counter()
+    out = generate(target, proposer, prompt, cfg.max_new_tokens if max_new_tokens is None else max_new_tokens, sampling=sampling, seed=cfg.seed,
+                   eos_token_id=cfg.eos_token_id, verifier=verifier)
+    return out, time.perf_counter() - start  # generate returns CPU tokens: device work is done
+
+
+def emitted(out: GenerationOutput) -> list[int]:
+    """Row 0's new tokens, without the -1 padding."""
+    return [t for t in out.tokens[0].tolist() if t >= 0]
+
+
+@contextmanager
+def torch_threads(count: int | None):
+    """Run with `count` torch intra-op threads (None: as they are), restored afterwards."""
+    threads = torch.get_num_threads()
+    if count is not None:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def whole_number(name: str, value, least: int) -> int:
+    """A setting that must be an integer >= least (Hydra passes `abc` or `2.5` through as they are)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+    return value
+
+
+def job_record() -> dict:
+    """What a result.json says of the job that wrote it: its config group choices and its command-line
+    overrides (experiments.sweep_merge checks them against the job folder's own)."""
+    if not HydraConfig.initialized():
+        return {"choices": {}, "overrides": []}
+    hydra_cfg = HydraConfig.get()
+    return {"choices": {k: v for k, v in hydra_cfg.runtime.choices.items() if not k.startswith("hydra")},
+            "overrides": list(hydra_cfg.overrides.task)}
+
+
+def write_json(output_dir: str, name: str, data) -> Path:
+    """<output_dir>/<name>, folders made as needed, written whole; returns the path."""
+    return files.write_json(Path(output_dir) / name, data)
+
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+@contextmanager
+def hydra_conf() -> Iterator[None]:
+    """compose() needs an initialised Hydra: the app's inside `python -m`, conf/ when called from Python."""
+    if GlobalHydra.instance().is_initialized():
+        yield
+    else:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            yield
+
+
+def option(group: str, name: str, run: DictConfig, where: str) -> DictConfig:
+    """conf/<group>/<name>.yaml composed beside the run's own target and models (its ${target.*} and
+    ${models.*} read those); `where` names the setting that asked for it, for the error."""
+    try:
+        with hydra_conf():
+            composed = compose(config_name="config", overrides=[f"{group}={name}"])
+    except MissingConfigException as error:
+        known = sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+        raise ValueError(f"{where}: no {group} config {name!r} (conf/{group} has {known})") from error
+    composed.target = OmegaConf.create(OmegaConf.to_container(run.target, resolve=True))
+    if "models" in run:
+        composed.models = OmegaConf.create(OmegaConf.to_container(run.models, resolve=True))
+    return composed[group]
+
+
+def heldout_prompt(model, length: int) -> torch.Tensor:
+    """[1, length] tokens: the start of the first held-out stdlib file, in the model's tokenizer."""
+    tokenizer = tokenizer_of(model)
+    if tokenizer is None:
+        raise ValueError(f"{model.config.name_or_path} has no tokenizer: pass --random for token-id prompts")
+    text = build_corpus(stdlib_files())["heldout"]["text"][0]
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"][:length]
+    return torch.tensor([ids], dtype=torch.long)
+
+
+def job_overrides(job: Path) -> dict:
+    """The overrides Hydra recorded for a job folder ({} without .hydra/overrides.yaml)."""
+    path = job / ".hydra" / "overrides.yaml"
+    if not path.is_file():
+        return {}
+    return parse_overrides(OmegaConf.to_container(OmegaConf.load(path), resolve=False))  # "x=${y}" stays text
+
+
+def parse_overrides(lines: list[str]) -> dict:
+    """["proposer=draft", "+x=3", "prompt=[1,2]"] -> {"proposer": "draft", "x": 3, "prompt": "[1,2]"}."""
+    columns = {}
+    for o in OverridesParser.create().parse_overrides(lines):
+        value = o.value()
+        scalar = value is None or isinstance(value, (str, int, float, bool))
+        columns[o.get_key_element().lstrip("+")] = value if scalar else o.get_value_element_as_str()
+    return columns
+
+
+def head_setup(cfg: DictConfig):
+    """What a head-training experiment starts from: (its settings, root, token streams, the
+    instantiated train settings, the frozen target), with the experiment's thread count set."""
+    exp = cfg.experiment
+    if exp.num_threads is not None:
+        torch.set_num_threads(exp.num_threads)
+    root = Path(exp.root)
+    _, streams = tokenizer_and_streams(exp, root)
+    return exp, root, streams, instantiate(exp.train), load_causal_lm(exp.target)

@@ -1,0 +1,133 @@
+"""The decoding methods a measurement times side by side: ours (plain or with a proposer) and transformers'
+own generate (plain, assisted, prompt lookup), each a runner prompt -> (tokens, seconds, forwards, stats).
+
+A library of experiments.compare and experiments.bench_hf; not an entry point.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import inspect
+import time
+from collections.abc import Callable
+
+import torch
+import transformers
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+from experiments.common import emitted, option, timed_generate
+from framework.core.sampling import SamplingConfig
+from framework.lm.target import HFTarget
+
+HF_METHODS = ("hf_plain", "hf_assisted", "hf_pld", "hf_pld_matched")
+
+
+HF_ATTENTION = ("sdpa", "eager")
+
+
+ASSISTANT_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+
+
+_PLD = inspect.signature(PromptLookupCandidateGenerator.__init__).parameters
+
+
+HF_PLD_DEFAULTS = {"num_tokens": _PLD["num_output_tokens"].default, "max_ngram": _PLD["max_matching_ngram_size"].default}
+
+
+class ForwardCounter:
+    """Counts a module's forward calls (a pre-hook: every call of model(...), whatever calls it)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.calls = 0
+        model.register_forward_pre_hook(self._hook)
+
+    def _hook(self, module, args) -> None:
+        self.calls += 1
+
+
+def _sync(model: torch.nn.Module) -> None:
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def hf_sampling(sampling: SamplingConfig) -> dict:
+    """generate() kwargs for the same law. Only temperature is mapped: transformers orders its
+    warpers its own way, so top-k / top-p / min-p / penalties are refused rather than approximated."""
+    if (sampling.top_k, sampling.top_p, sampling.min_p, sampling.repetition_penalty) != (0, 1.0, 0.0, 1.0):
+        raise ValueError(f"only temperature maps to transformers' sampling here, got {sampling}")
+    if sampling.greedy:
+        return {"do_sample": False}
+    return {"do_sample": True, "temperature": sampling.temperature, "top_k": 0, "top_p": 1.0}
+
+
+def assistant_schedule(assistant: torch.nn.Module) -> dict:
+    """The assistant settings transformers will use: its generation config with transformers'
+    global defaults filled in, as AssistedCandidateGenerator does. The confidence threshold adapts
+    within a call (a ROC fit) only when scikit-learn is installed."""
+    config = copy.deepcopy(assistant.generation_config)
+    defaults = getattr(config, "_get_default_generation_params", dict)()  # older releases hold them in __init__
+    config.update(**defaults, defaults_only=True)
+    return {**{k: getattr(config, k) for k in ASSISTANT_KEYS},
+            "threshold_adapts": importlib.util.find_spec("sklearn") is not None}
+
+
+def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants: dict):
+    """name -> run(prompt [1, L], sampling) -> (new tokens, seconds, forwards, GenerationStats or None)."""
+    ours_model, hf_model = instantiate(cfg.target), instantiate(cfg.target)
+    if hf_model is ours_model:
+        raise ValueError("cfg.target must build a fresh model per instantiate (transformers needs its own copy)")
+    target = HFTarget(ours_model)  # switches ours_model to the speculum_tree attention
+    hf_attention = hf_model.config._attn_implementation
+    if hf_attention not in HF_ATTENTION:
+        raise ValueError(f"transformers' copy runs {hf_attention!r} attention, expected one of {HF_ATTENTION}")
+    ours_calls, hf_calls = ForwardCounter(ours_model), ForwardCounter(hf_model)
+    tokens = cfg.experiment.max_new_tokens
+    settings = {"hf_attention": hf_attention, "ours_attention": ours_model.config._attn_implementation,
+                "hf_pld": variants, "transformers": transformers.__version__, "torch": torch.__version__}
+    assistant = None
+    if "hf_assisted" in methods:
+        node = option("proposer", cfg.experiment.assistant, cfg, "experiment.assistant")
+        if "draft_model" not in node:
+            raise ValueError(f"experiment.assistant={cfg.experiment.assistant!r} has no draft_model to lend transformers")
+        assistant = instantiate(node.draft_model)  # its own instance: our proposer's copy runs speculum_tree
+        settings["assistant"] = {"config": cfg.experiment.assistant, **assistant_schedule(assistant)}
+
+    def ours(make_proposer) -> Callable:
+        def run(prompt: torch.Tensor, sampling: SamplingConfig):
+            before = ours_calls.calls
+            _sync(ours_model)
+            out, seconds = timed_generate(target, make_proposer() if make_proposer else None, prompt, cfg, sampling, tokens)
+            return emitted(out), seconds, ours_calls.calls - before, out.stats
+        return run
+
+    def hf(extra: dict) -> Callable:
+        def run(prompt: torch.Tensor, sampling: SamplingConfig):
+            ids = prompt.to(next(hf_model.parameters()).device)
+            before = hf_calls.calls
+            torch.manual_seed(cfg.seed)  # transformers samples from torch's global generator
+            _sync(hf_model)
+            start = time.perf_counter()
+            out = hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens,
+                                    min_new_tokens=tokens, eos_token_id=None,
+                                    pad_token_id=hf_model.generation_config.pad_token_id, **hf_sampling(sampling), **extra)
+            new = out[0, ids.shape[1]:].tolist()  # .tolist() waits for the device
+            return new, time.perf_counter() - start, hf_calls.calls - before, None
+        return run
+
+    def lookup(name: str) -> dict:
+        return {"prompt_lookup_num_tokens": variants[name]["num_tokens"], "max_matching_ngram_size": variants[name]["max_ngram"]}
+
+    runners = {"hf_plain": lambda: hf({}), "hf_assisted": lambda: hf({"assistant_model": assistant}),
+               "hf_pld": lambda: hf(lookup("hf_pld")), "hf_pld_matched": lambda: hf(lookup("hf_pld_matched")),
+               "ours_plain": lambda: ours(None)}
+    built = {m: runners[m]() if m in runners else ours(instantiate(proposers[m])) for m in methods}
+    return built, settings, ours_model
+
+
+def full_length_only(cfg: DictConfig) -> None:
+    if cfg.eos_token_id is not None:
+        raise ValueError("every method runs to max_new_tokens here (transformers' EOS is off too): leave eos_token_id null")
