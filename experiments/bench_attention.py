@@ -1,22 +1,23 @@
 """Tree attention on a GPU: the Triton kernel against SDPA with a dense mask and eager attention.
 
     python -m experiments.bench_attention                 # bf16, 32 query / 8 KV heads, head dim 128
-    python -m experiments.bench_attention --json out.json
+    python -m experiments.bench_attention json=out.json
 
 Rows: prefixes of 1k, 8k and 32k tokens x trees of 16, 64 and 128 nodes (random topologies,
-batch 1). Each method is timed with CUDA events (median of --reps after --warmup calls) in the
+batch 1). Each method is timed with CUDA events (median of reps after warmup calls) in the
 same run; bandwidth counts the bytes that must move at least once (K and V of the whole
-sequence, Q and the output), so it is comparable with the HBM peak (--peak-gbs).
+sequence, Q and the output), so it is comparable with the HBM peak (peak_gbs).
 Needs CUDA; prints a clear message and exits 2 without it. Runs in about a minute on an H200.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 
+import hydra
 import torch
+from omegaconf import DictConfig
 
 from framework.core import files
 from framework.core.tree_mask import TreeMask
@@ -50,21 +51,11 @@ def eager(q, k, v, dense, scale, group):
     return (torch.softmax(scores, -1).to(q.dtype) @ v)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prefixes", type=int, nargs="+", default=[1024, 8192, 32768])
-    parser.add_argument("--trees", type=int, nargs="+", default=[16, 64, 128])
-    parser.add_argument("--q-heads", type=int, default=32)
-    parser.add_argument("--kv-heads", type=int, default=8)
-    parser.add_argument("--head-dim", type=int, default=128)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--peak-gbs", type=float, default=4800.0, help="HBM peak for the %% column (H200: 4.8 TB/s)")
-    parser.add_argument("--json", metavar="PATH")
-    args = parser.parse_args(argv)
+@hydra.main(config_path="../conf", config_name="bench_attention", version_base="1.3")
+def main(args: DictConfig) -> None:
     if not torch.cuda.is_available():
         print("bench_attention needs a CUDA GPU; none is visible here.", file=sys.stderr)
-        return 2
+        raise SystemExit(2)
     from framework.lm.tree_attention_triton import tree_attention_triton
 
     device, dtype = torch.device("cuda"), torch.bfloat16
@@ -99,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{100 * row['peak_frac']:.0f}% | {row['sdpa_over_triton']:.2f}x | {diff:.1e} |", flush=True)
     if args.json:
         files.write_json(args.json, rows)
-    return 0
+    return
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

@@ -1,21 +1,22 @@
 """Benchmark: the target's forward through torch.compile against eager, same run, interleaved.
 
     python -m experiments.bench_compile                 # zoo target, plain decoding and a draft chain, 64 tokens
-    python -m experiments.bench_compile --new-tokens 128 --rounds 5 --json compile.json
+    python -m experiments.bench_compile new_tokens=128 rounds=5 json=compile.json
 
 Both targets hold their own copy of the same weights. Compile time: the first (warm-up)
-generation of the compiled target minus the eager one's. Then --rounds interleaved rounds of each
+generation of the compiled target minus the eager one's. Then rounds interleaved rounds of each
 setting; the figure is the median seconds per generation and eager / compiled (> 1: compile wins).
 The texts must agree (greedy), else the run says so.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
+import hydra
 import torch
+from omegaconf import DictConfig
 
 from experiments.common import heldout_prompt
 from framework.core import files
@@ -26,16 +27,8 @@ from framework.zoo.checkpoints import load_causal_lm
 from proposers.draft_model import DraftModelProposer
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--target", default="target")
-    ap.add_argument("--draft", default="draft")
-    ap.add_argument("--prompt", type=int, default=64)
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
+@hydra.main(config_path="../conf", config_name="bench_compile", version_base="1.3")
+def main(args: DictConfig) -> None:
     torch.set_num_threads(args.threads)
     draft = load_causal_lm(args.draft)
     targets = {"eager": HFTarget(load_causal_lm(args.target)), "compiled": HFTarget(load_causal_lm(args.target), compile=True)}

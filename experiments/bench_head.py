@@ -1,9 +1,9 @@
 """What one draft step costs on this machine, in units of one target forward (one thread).
 
     python -m experiments.bench_head                       # the zoo target, draft and EAGLE heads
-    python -m experiments.bench_head --heads eagle eagle3 --repeats 50
+    python -m experiments.bench_head heads=[eagle,eagle3] repeats=50
 
-After one prefill of a `--prompt`-token random prompt, calls are timed interleaved (each case once
+After one prefill of a `prompt`-token random prompt, calls are timed interleaved (each case once
 per round, so a noisy machine slows them alike; median of the rounds):
 - target: forward_tree with 1 node (a plain decoding step) and with 32 nodes;
 - draft model: one forward of 1 and 8 tokens through Hugging Face's model call (CachedLM);
@@ -13,11 +13,12 @@ per round, so a noisy machine slows them alike; median of the rounds):
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
+import hydra
 import torch
+from omegaconf import DictConfig
 
 from framework.core.proposer import DecodeState
 from framework.core.randomness import TorchSource
@@ -45,13 +46,8 @@ def interleaved(cases: dict, repeats: int) -> dict[str, float]:
     return {name: 1e3 * statistics.median(t) for name, t in times.items()}
 
 
-@torch.no_grad()
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--heads", nargs="*", default=["eagle"])
-    parser.add_argument("--prompt", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=30)
-    args = parser.parse_args()
+@hydra.main(config_path="../conf", config_name="bench_head", version_base="1.3")
+def main(args: DictConfig) -> None:
     torch.set_num_threads(1)
     model, draft = load_causal_lm("target"), load_causal_lm("draft")
     prompt = torch.randint(model.config.vocab_size, (1, args.prompt), generator=torch.Generator().manual_seed(0))

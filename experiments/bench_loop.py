@@ -1,36 +1,37 @@
 """Benchmark: the decoding loop's own overhead, tree-forward cost, and draft-model speedup (CPU).
 
-    python -m experiments.bench_loop                       # defaults below; ~25 s with --threads 1 on 2 cores
-    python -m experiments.bench_loop --threads 1 --json loop.json   # on a busy shared machine
+    python -m experiments.bench_loop                       # defaults below; ~25 s with threads 1 on 2 cores
+    python -m experiments.bench_loop threads=1 json=loop.json   # on a busy shared machine
 
 Torch's default thread count collapses when other processes hold the cores (forwards 30-100x
-slower, ms per call swinging run to run): on a shared machine pass --threads 1.
+slower, ms per call swinging run to run): on a shared machine pass threads 1.
 
-Models: the embedded zoo by default (--target / --draft: zoo names or any local HF checkpoint
-folders, loaded in float32), with the first --prompt tokens of the first held-out stdlib file as
-the prompt. --random uses random-weight llamas instead (--vocab, --hidden, --layers; the draft has
---draft-layers; matrices drawn with std --init-std so that next-token laws are peaked) and a
+Models: the embedded zoo by default (target / draft: zoo names or any local HF checkpoint
+folders, loaded in float32), with the first prompt tokens of the first held-out stdlib file as
+the prompt. random uses random-weight llamas instead (vocab, hidden, layers; the draft has
+draft_layers; matrices drawn with std init_std so that next-token laws are peaked) and a
 random prompt. "self-draft" drafts with an exact copy of the target (acceptance ~100%): the best
 case for the machinery, with a draft as costly as the target.
 
 0. Forward cost of the draft against the target: ms per one-token forward (a plain decoding
-   step after a --tree-prompt token prefill), interleaved; the ratio is the figure that decides
+   step after a tree_prompt token prefill), interleaved; the ratio is the figure that decides
    whether a draft can pay (deployed drafts cost 0.05-0.1 of their target; goal <= 1/8).
 1. Loop time outside model forwards: verify_s + other_s per step (goal <= 10% of the step).
-2. `forward_tree` ms per call after a --tree-prompt token prefill, for the first N nodes of a
+2. `forward_tree` ms per call after a tree_prompt token prefill, for the first N nodes of a
    full binary tree (breadth first), N = 0 (root alone) .. 64; ratio to N = 1 (root + 1 node).
    After each call the pending slots are dropped, so every call sees the same cache.
-3. Tokens per forward and wall-clock speedup (median of --repeats runs) of a gamma-4 iid chain
+3. Tokens per forward and wall-clock speedup (median of repeats runs) of a gamma-4 iid chain
    against plain decoding of the same target, at temperature 1 and greedy.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
+import hydra
 import torch
+from omegaconf import DictConfig, OmegaConf
 
 from experiments.common import heldout_prompt
 from framework.core import files
@@ -44,30 +45,6 @@ from proposers.draft_model import DraftModelProposer
 from proposers.search.tree_cost import forward_tree_cost, prefilled, time_forwards
 
 TREE_SIZES = (0, 1, 8, 32, 64)
-
-
-def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--target", default="target", help="zoo name or HF checkpoint folder of the target")
-    ap.add_argument("--draft", default="draft", help="zoo name or HF checkpoint folder of the draft")
-    ap.add_argument("--random", action="store_true", help="random-weight llamas instead of checkpoints")
-    ap.add_argument("--vocab", type=int, default=8192)
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--kv-heads", type=int, default=2)
-    ap.add_argument("--draft-layers", type=int, default=1)
-    ap.add_argument("--init-std", type=float, default=0.3)
-    ap.add_argument("--prompt", type=int, default=64, help="prompt length for generation")
-    ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--gamma", type=int, default=4)
-    ap.add_argument("--repeats", type=int, default=3, help="generation runs per setting (median)")
-    ap.add_argument("--tree-prompt", type=int, default=256, help="prefill length before forward_tree timing")
-    ap.add_argument("--tree-repeats", type=int, default=30, help="forward_tree calls per size (median)")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", type=str, default=None, help="also write the results here")
-    return ap.parse_args()
 
 
 def random_model(args, layers: int, seed: int):
@@ -130,8 +107,8 @@ def bench_forward_ratio(args, target_model, draft_model) -> dict:
     return {**ms, "ratio": ms["draft"] / ms["target"]}
 
 
-def main() -> None:
-    args = parse_args()
+@hydra.main(config_path="../conf", config_name="bench_loop", version_base="1.3")
+def main(args: DictConfig) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.random:
@@ -199,7 +176,7 @@ def main() -> None:
                  "ms/token", "speedup vs plain"], rows))
 
     if args.json:
-        files.write_json(args.json, {"args": vars(args), "tree_forward_ms": tree_ms, "forward_ratio": ratio,
+        files.write_json(args.json, {"args": OmegaConf.to_container(args), "tree_forward_ms": tree_ms, "forward_ratio": ratio,
                                      "generation": {str(t): runs for t, runs in gen_results.items()}}, indent=1)
 
 

@@ -1,6 +1,6 @@
 """What a step pays for its tree's facts: a shape built fresh each step vs a static shape built once.
 
-    python -m experiments.bench_tree
+    python -m experiments.bench_tree                 # 200 steps per shape, one thread
 
 Per step the loop reads the tree's depths and ancestor mask (the target's forward), the mask again
 (the sampling law along each path, with penalties), the children table and the path table (the
@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import time
 
+import hydra
 import torch
+from omegaconf import DictConfig
 
 from framework.core.sampling import seen_along_tree
 from framework.core.tree import CandidateTree
@@ -36,14 +38,15 @@ def per_step_ms(make_tree, seen: torch.Tensor, steps: int = 200) -> float:
     return (time.perf_counter() - start) / steps * 1e3
 
 
-def main() -> None:
-    torch.set_num_threads(1)
+@hydra.main(config_path="../conf", config_name="bench_tree", version_base="1.3")
+def main(args: DictConfig) -> None:
+    torch.set_num_threads(args.threads)
     seen = torch.zeros(1, 64, dtype=torch.bool)
     print("| tree | fresh shape each step (ms) | static shape (ms) | ratio |\n|---|---:|---:|---:|")
     for name, shape in SHAPES.items():
         tokens = torch.zeros(1, shape.num_nodes, dtype=torch.long)
-        fresh = per_step_ms(lambda: CandidateTree(tokens, shape.parents.clone()), seen)
-        static = per_step_ms(lambda: CandidateTree(tokens, shape), seen)
+        fresh = per_step_ms(lambda: CandidateTree(tokens, shape.parents.clone()), seen, args.steps)
+        static = per_step_ms(lambda: CandidateTree(tokens, shape), seen, args.steps)
         print(f"| {name} | {fresh:.3f} | {static:.3f} | {fresh / static:.1f}x |")
 
 

@@ -1,21 +1,21 @@
 """Benchmark: batched verifications per second of the lossless verifier, on CPU or a GPU.
 
     python -m experiments.bench_verifier                     # V = 8192, 1e5 verifications per setting
-    python -m experiments.bench_verifier --total 20000 --threads 1 --json bench.json
-    python -m experiments.bench_verifier --device cuda       # + the compiled Triton paths, timed
+    python -m experiments.bench_verifier total=20000 threads=1 json=bench.json
+    python -m experiments.bench_verifier device=cuda       # + the compiled Triton paths, timed
 
 Settings: a chain of 4 and a 32-node binary tree, each with "point" and "iid" children (on a GPU
 also "wor", and each setting on every path: PyTorch, the Triton tree path, the fused Triton chain
 path on chains).
 Inputs are one prebuilt batch per shape (p and q: softmax of random logits, scale 3, float32),
-verified again and again until --total verifications are done (the last call takes a slice).
+verified again and again until total verifications are done (the last call takes a slice).
 Timing uses validate=False, as an engine would; the chain/iid setting is also timed with
 validate=True and the ratio (with / without) is printed as a side figure.
 
 Then ragged chains (verifiers.adapters.ragged_chains: the flat fields walked where they lie) against
 verify on the same rows already padded to one shape: the cost of raggedness (goal <= 1.2x).
 
-Then the input checks' cost beside the verification they guard, at an engine's vocabulary (--check-vocab),
+Then the input checks' cost beside the verification they guard, at an engine's vocabulary (check_vocab),
 and trees held as sibling links (SGLang's layout) at 1,024 requests: ordering them, and the whole
 linked_trees call against flat_trees on the same trees already in order.
 
@@ -23,16 +23,17 @@ Then the Triton paths (verifiers/triton_rules.py for trees, verifiers/triton_cha
 on a small batch of every shape and kind: their tokens against the PyTorch verifier's on the same
 injected uniforms. On CPU they run under the Triton interpreter (TRITON_INTERPRET=1, set here if
 unset), which runs each program in Python: a correctness check, its time no speed figure.
---no-triton skips them.
+no_triton skips them.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
+import hydra
 import torch
+from omegaconf import DictConfig
 
 from framework.core import files
 from framework.core.randomness import ReplaySource
@@ -252,20 +253,18 @@ def triton_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--total", type=int, default=100_000, help="verifications per setting")
-    parser.add_argument("--vocab", type=int, default=8192, help="vocabulary size V")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    parser.add_argument("--device", default="cpu", help="cpu, or cuda: the Triton paths compiled and timed beside PyTorch")
-    parser.add_argument("--check-vocab", type=int, default=256_000, help="vocabulary of the input checks' cost figure")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as a JSON list")
-    parser.add_argument("--no-triton", action="store_true", help="skip the Triton paths")
-    args = parser.parse_args(argv)
+@hydra.main(config_path="../conf", config_name="bench_verifier", version_base="1.3")
+def main(args: DictConfig) -> None:
+    if not run(args):
+        raise SystemExit(1)
+
+
+def run(args: DictConfig) -> bool:
+    """Prints the tables (and writes args.json); True when every Triton path gave the PyTorch tokens."""
     device = torch.device(args.device)
     on_gpu = device.type == "cuda"
     if on_gpu and os.environ.get("TRITON_INTERPRET") == "1":
-        raise SystemExit("--device cuda times compiled kernels: unset TRITON_INTERPRET")
+        raise SystemExit("device=cuda times compiled kernels: unset TRITON_INTERPRET")
     if not on_gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # read when the kernels are decorated, at import
     if args.threads is not None:
@@ -314,8 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n" + triton_table(triton_rows))
     if args.json:
         files.write_json(args.json, rows + [validated] + triton_rows)
-    return 0 if all(r["matches_pytorch"] for r in triton_rows) else 1
+    return all(r["matches_pytorch"] for r in triton_rows)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

@@ -117,7 +117,7 @@ def heldout_prompt(model, length: int) -> torch.Tensor:
     """[1, length] tokens: the start of the first held-out stdlib file, in the model's tokenizer."""
     tokenizer = tokenizer_of(model)
     if tokenizer is None:
-        raise ValueError(f"{model.config.name_or_path} has no tokenizer: pass --random for token-id prompts")
+        raise ValueError(f"{model.config.name_or_path} has no tokenizer: pass random=true for token-id prompts")
     text = build_corpus(stdlib_files())["heldout"]["text"][0]
     ids = tokenizer(text, add_special_tokens=False)["input_ids"][:length]
     return torch.tensor([ids], dtype=torch.long)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path

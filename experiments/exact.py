@@ -1,13 +1,13 @@
 """Exact harness table: every lossless case against the target's own law, plus the lossy baseline.
 
     python -m experiments.exact            # the default matrix (~10 s)
-    python -m experiments.exact --all      # adds the heavy cases (minutes)
+    python -m experiments.exact all=true      # adds the heavy cases (minutes)
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
+import hydra
+from omegaconf import DictConfig
 
 from framework.harness.cases import exact_cases
 from framework.harness.exact import Pipeline
@@ -15,10 +15,8 @@ from framework.harness.report import cases_table, run_case
 from verifiers import typical_verifier
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--all", action="store_true", help="include the heavy cases")
-    args = parser.parse_args(argv)
+@hydra.main(config_path="../conf", config_name="exact", version_base="1.3")
+def main(args: DictConfig) -> None:
     cases = exact_cases(heavy=args.all)
     results = [run_case(case) for case in cases]
     print("## Lossless verifier: exact law of the first D tokens vs the target's\n")
@@ -30,8 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     passed = sum(r.passed for r in results)
     caught = sum(not r.passed for r in lossy_results)
     print(f"\nlossless: {passed}/{len(results)} cases exact; typical acceptance: fails {caught}/{len(lossy_results)}")
-    return 0 if passed == len(results) and caught > 0 else 1
+    if not (passed == len(results) and caught > 0):
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -12,8 +12,10 @@ witness measures, against the mutant's own clean rule.
 
 from __future__ import annotations
 
-import argparse
 import sys
+
+import hydra
+from omegaconf import DictConfig
 
 from framework.harness.cases import exact_cases
 from framework.harness.exact import Pipeline
@@ -22,10 +24,8 @@ from framework.harness.mutants import mutants
 from framework.harness.report import mutants_table, run_case, run_mutant
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--full", action="store_true", help="run every case for every mutant (worst TV over all)")
-    args = parser.parse_args(argv)
+@hydra.main(config_path="../conf", config_name="mutants", version_base="1.3")
+def main(args: DictConfig) -> None:
     cases = exact_cases()
     clean_failures = [r for r in map(run_case, cases) if not r.passed]
     # the token rule's mutants share the clean pipeline just run on every case: no need to run it again per case
@@ -47,9 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"mutants caught: {total - len(survivors)}/{total} ({production} in production code)")
     if clean_failures or survivors:
         print("FAILED:", [r.case for r in clean_failures], survivors, file=sys.stderr)
-        return 1
-    return 0
+        raise SystemExit(1)
+    return
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

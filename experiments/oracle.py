@@ -1,8 +1,8 @@
 """Each verification rule's expected accepted length against the best any lossless verifier can reach.
 
     python -m experiments.oracle                  # V = 3, chains of 2 and 3, iid trees; 3 law seeds each
-    python -m experiments.oracle --vocab 2 --seeds 5
-    python -m experiments.oracle --kind wor       # siblings drawn without replacement (point: top-k trees)
+    python -m experiments.oracle vocab=2 seeds=5
+    python -m experiments.oracle kind=wor       # siblings drawn without replacement (point: top-k trees)
 
 The bound is a linear program over every coupling of the drafted tree with the target's stream
 (framework/harness/oracle.py); each rule's figure enumerates every draw and coin of the real code.
@@ -11,8 +11,10 @@ Both are exact: the table needs no sampling error.
 
 from __future__ import annotations
 
-import argparse
 import warnings
+
+import hydra
+from omegaconf import DictConfig
 
 from framework.harness.oracle import ToyLaws, best_acceptance, rule_acceptance
 from verifiers import LOSSLESS
@@ -25,12 +27,8 @@ SHAPES = {"chain2": [-1, 0], "chain3": [-1, 0, 1], "root2 (iid)": [-1, -1], "roo
 RULES = {"token": LOSSLESS, "block": BlockVerifier(), "traversal": TraversalVerifier(), "multidraft": multidraft_verifier()}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--vocab", type=int, default=3)
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--kind", choices=("iid", "wor", "point"), default="iid", help="how the trees' children are drawn")
-    args = parser.parse_args(argv)
+@hydra.main(config_path="../conf", config_name="oracle", version_base="1.3")
+def main(args: DictConfig) -> None:
     warnings.simplefilter("ignore")  # block's "trees go to the token rule": the table says it
     print("| shape | seed | best lossless (LP) | " + " | ".join(f"{r} (share of best)" for r in RULES) + " |")
     print("|---|---:|---:|" + "---:|" * len(RULES))
@@ -40,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
             best = best_acceptance(parents, laws, args.kind)
             cells = [rule_acceptance(rule, parents, laws, args.kind) for rule in RULES.values()]
             print(f"| {name.replace('iid', args.kind)} | {seed} | {best:.4f} | " + " | ".join(f"{c:.4f} ({c / best:.3f})" for c in cells) + " |")
-    return 0
+    return
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

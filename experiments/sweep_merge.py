@@ -1,7 +1,7 @@
 """One table of a Hydra multirun sweep: every job's overrides beside its figures.
 
-    python -m experiments.sweep_merge multirun/2026-12-01/10-00-00        # one sweep (or all of multirun/)
-    python -m experiments.sweep_merge multirun/2026-12-01/10-00-00 --all  # nested figures in the table too
+    python -m experiments.sweep_merge folder=multirun/2026-12-01/10-00-00           # one sweep (or all of multirun/)
+    python -m experiments.sweep_merge folder=multirun/2026-12-01/10-00-00 all=true  # nested figures in the table too
 
 A job folder is one holding `.hydra/overrides.yaml` (Hydra writes it before the job runs) or a
 result.json (experiments.run and experiments.categories write one per job). A job without a result
@@ -13,14 +13,14 @@ basic sweeper, with its overrides; the number of trials of a search). Prints a m
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 from pathlib import Path
 
+import hydra
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from experiments.common import job_overrides, parse_overrides
 from framework.core import files
@@ -158,20 +158,21 @@ def write_csv(rows: list[dict], path: Path) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m experiments.sweep_merge", description=__doc__.splitlines()[0])
-    parser.add_argument("folder", type=Path, help="a multirun sweep folder (multirun/<date>/<time>) or any folder above it")
-    parser.add_argument("--all", action="store_true", help="nested figures (stats:...) in the printed table too")
-    args = parser.parse_args(argv)
+@hydra.main(config_path="../conf", config_name="sweep_merge", version_base="1.3")
+def main(args: DictConfig) -> None:
     try:
-        rows = collect(args.folder)
+        print(report(Path(args.folder), nested=args.all))
     except ValueError as e:
-        parser.error(str(e))
-    print(table(rows, nested=args.all))
+        raise SystemExit(f"experiments.sweep_merge: {e}") from None
+
+
+def report(folder: Path, nested: bool = False) -> str:
+    """The table of a sweep's jobs, and a line on what failed; writes sweep.csv into the folder."""
+    rows = collect(folder)
     unstarted = sum(r.get("error") == NOT_STARTED for r in rows)
     failed = sum("error" in r for r in rows) - unstarted
-    print(f"\n{len(rows)} jobs, {failed} with an error, {unstarted} never started; "
-          f"wrote {write_csv(rows, args.folder / 'sweep.csv')}")
+    return (f"{table(rows, nested=nested)}\n\n{len(rows)} jobs, {failed} with an error, {unstarted} never started; "
+            f"wrote {write_csv(rows, folder / 'sweep.csv')}")
 
 
 if __name__ == "__main__":

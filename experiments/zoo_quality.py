@@ -1,24 +1,25 @@
 """How good are the zoo models, and how well does the draft predict the target?
 
     python -m experiments.zoo_quality                       # the embedded zoo, every held-out file
-    python -m experiments.zoo_quality --target zoo_runs/target/final --draft zoo_runs/draft/final
-    python -m experiments.zoo_quality --target T --draft D --max-files 5 --json quality.json
+    python -m experiments.zoo_quality target=zoo_runs/target/final draft=zoo_runs/draft/final
+    python -m experiments.zoo_quality target=T draft=D max_files=5 json=quality.json
 
 On the held-out stdlib files: bits per character of each model, top-1 agreement of draft and
 target (teacher-forced), and greedy chain tokens per target forward for several gammas on
 code_continuation prompts. Scoring reads each file as [EOS, tokens...] (as training packs it) in
-windows of --window tokens, each token scored once: non-overlapping by default (the context
-restarts at every window boundary), or sliding with --stride (each window scores its last
+windows of window tokens, each token scored once: non-overlapping by default (the context
+restarts at every window boundary), or sliding with stride (each window scores its last
 `stride` tokens, which then see at least window - stride tokens of context).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import asdict, dataclass
 
+import hydra
 import torch
+from omegaconf import DictConfig
 
 from framework.core import files
 from framework.core.sampling import SamplingConfig
@@ -137,21 +138,8 @@ class Report:
         return "\n".join(rows)
 
 
-def main(argv: list[str] | None = None) -> Report:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target", default="target", help="zoo name or HF checkpoint folder of the target")
-    parser.add_argument("--draft", default="draft", help="zoo name or HF checkpoint folder of the draft")
-    parser.add_argument("--tokenizer", help="tokenizer folder (default: the target's folder)")
-    parser.add_argument("--max-files", type=int, help="score only the first N held-out files (sorted by path)")
-    parser.add_argument("--window", type=int, default=1024, help="tokens per scoring window (the context length)")
-    parser.add_argument("--stride", type=int, help="window start every N tokens (default: --window, non-overlapping)")
-    parser.add_argument("--gammas", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--prompts", type=int, default=10, help="code_continuation prompts for tokens/forward")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--heldout-fraction", type=float, default=0.05, help="must match training's split")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
-    parser.add_argument("--json", help="also write the report as JSON to this path")
-    args = parser.parse_args(argv)
+@hydra.main(config_path="../conf", config_name="zoo_quality", version_base="1.3")
+def main(args: DictConfig) -> None:
 
     torch.set_num_threads(args.threads)
     target, draft = load_causal_lm(args.target), load_causal_lm(args.draft)

@@ -17,10 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TOOL_FILES = ("__pycache__", ".pytest_cache", ".ruff_cache", ".egg-info")
 
 
-def repository_files() -> set[str] | None:
+def repository_files(root: Path = ROOT) -> set[str] | None:
     """Every untracked or changed path of the repository, ignored ones included (None without git)."""
     try:
-        listed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--ignored"], cwd=ROOT,
+        listed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--ignored"], cwd=root,
                                 capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None

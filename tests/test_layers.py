@@ -101,6 +101,17 @@ def entry_point_imports(root: Path = ROOT) -> list[str]:
             for _, name, _ in project_imports(tree) if name in mains and name != module]
 
 
+def test_every_entry_point_is_a_hydra_app_with_its_config():
+    """One CLI style: `python -m experiments.<name> key=value ...`, its settings in conf/<config_name>.yaml."""
+    for module, tree in entry_points().items():
+        main = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"), None)
+        assert main is not None, f"{module} has no main()"
+        hydra_main = [d for d in main.decorator_list if "hydra.main" in ast.unparse(d)]
+        assert hydra_main, f"{module}.main is not a Hydra app"
+        config = next(k.value.value for k in hydra_main[0].keywords if k.arg == "config_name")
+        assert (ROOT / "conf" / f"{config}.yaml").is_file(), f"{module}: no conf/{config}.yaml"
+
+
 def test_no_entry_point_imports_another():
     assert entry_point_imports() == []
     assert {"experiments.run", "experiments.compare", "experiments.check"} <= set(entry_points())

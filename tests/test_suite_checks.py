@@ -9,6 +9,8 @@ expression (`f(x) == f(x)`) is flagged wherever it stands: any deterministic cod
 from __future__ import annotations
 
 import ast
+import importlib.util
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -82,17 +84,16 @@ def test_the_checker_finds_both_kinds():
     assert self_comparisons(planted) == [11]
 
 
-def test_the_write_guard_sees_a_file_written_into_the_repository():
-    """tests/conftest.py fails the run when a test leaves a file in the repository: a planted one shows."""
-    from conftest import ROOT, repository_files
-
-    before = repository_files()
-    if before is None:
+def test_the_write_guard_sees_a_file_written_into_a_repository(tmp_path):
+    """tests/conftest.py fails the run when a test leaves a file in the repository: a planted one shows
+    (in a repository of its own, so that no other test process sees it)."""
+    spec = importlib.util.spec_from_file_location("suite_conftest", TESTS / "conftest.py")  # not tests/zoo's
+    guard = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(guard)
+    repository_files = guard.repository_files
+    if subprocess.run(["git", "init", "-q", str(tmp_path)], capture_output=True).returncode != 0:
         pytest.skip("no git here: the guard is off")
-    stray = ROOT / "stray_output_of_a_test.json"
-    try:
-        stray.write_text("{}")
-        assert any("stray_output_of_a_test.json" in line for line in repository_files() - before)
-    finally:
-        stray.unlink()
-    assert repository_files() == before
+    (tmp_path / "kept.txt").write_text("committed")
+    before = repository_files(tmp_path)
+    (tmp_path / "stray_output_of_a_test.json").write_text("{}")
+    assert [line for line in repository_files(tmp_path) - before] == ["?? stray_output_of_a_test.json"]

@@ -22,8 +22,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from experiments.categories import overall
-from experiments.sweep_merge import collect
-from experiments.sweep_merge import main as merge
+from experiments.sweep_merge import collect, report
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 TINY_SWEEP = ["models=tiny", "proposer=draft,none", "prompt=[1,2,3]", "max_new_tokens=4",
@@ -132,8 +131,7 @@ def test_a_crashed_job_is_a_row_with_its_error(tmp_path, capsys):
     assert rows[1]["proposer"] == "none" and "no result.json" in rows[1]["error"]
     assert rows[2]["proposer"] == "draft" and "unreadable result.json" in rows[2]["error"]
 
-    merge([str(sweep)])
-    printed = capsys.readouterr().out
+    printed = report(sweep)
     assert "| 2 | none | b |  | no result.json" in printed and "3 jobs, 2 with an error, 0 never started" in printed
     with (sweep / "sweep.csv").open() as f:
         written = list(csv.DictReader(f))
@@ -148,9 +146,8 @@ def test_a_folder_without_jobs_is_named(tmp_path, capsys):
         collect(tmp_path / "empty")
     with pytest.raises(ValueError, match="not a folder"):
         collect(tmp_path / "missing")
-    with pytest.raises(SystemExit) as exit_:
-        merge([str(tmp_path / "missing")])
-    assert exit_.value.code == 2 and "not a folder" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="not a folder"):
+        report(tmp_path / "missing")
 
 
 def test_jobs_a_killed_sweep_never_started_are_rows(tmp_path, capsys):
@@ -166,8 +163,7 @@ def test_jobs_a_killed_sweep_never_started_are_rows(tmp_path, capsys):
     rows = collect(sweep)
     missing = [(r["proposer"], r["max_new_tokens"]) for r in rows if r.get("error", "").startswith("never started")]
     assert missing == [("none", 4), ("none", 8), ("none", 16)] and len(rows) == 6
-    merge([str(sweep)])
-    assert "6 jobs, 0 with an error, 3 never started" in capsys.readouterr().out
+    assert "6 jobs, 0 with an error, 3 never started" in report(sweep)
 
 
 def test_a_result_written_by_another_job_is_named(tmp_path):

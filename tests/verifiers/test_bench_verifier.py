@@ -1,17 +1,24 @@
 """The verifier benchmark runs end to end on a tiny setting, the Triton interpreter check included."""
 
 import json
+from pathlib import Path
 
 import torch
+from hydra import compose, initialize_config_dir
 
 from experiments import bench_verifier
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def test_bench_verifier_smoke(tmp_path):
     out = tmp_path / "bench.json"
     threads = torch.get_num_threads()
     try:
-        assert bench_verifier.main(["--total", "32", "--vocab", "64", "--check-vocab", "128", "--threads", "1", "--json", str(out)]) == 0
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            args = compose(config_name="bench_verifier",
+                           overrides=["total=32", "vocab=64", "check_vocab=128", "threads=1", f"json={out}"])
+        assert bench_verifier.run(args)
     finally:
         torch.set_num_threads(threads)
     rows = json.loads(out.read_text())
