@@ -6,17 +6,20 @@
     python -m experiments.compare experiment.publish=<run folder>/compare.md   # docs/results.md and the README table
     python -m experiments.compare -m 'experiment.methods=[proposer]' proposer=draft proposer.gamma=2,4,6 \
         hydra/launcher=joblib && python -m experiments.compare experiment.merge=multirun/<date>/<time>
+    python -m experiments.compare experiment=categories proposer=draft_tree   # Spec-Bench style, one method, timing only
+    python -m experiments.compare experiment=bench_hf    # beside transformers' generate, against its plain decoding
 
 Methods: the proposer configs of conf/proposer (all of them that run on the target when
 experiment.methods is null: the others are listed as skipped, with why), plus transformers' own
 `hf_assisted` (assistant_model = the draft of proposer config experiment.assistant) and
 `hf_prompt_lookup` (its prompt lookup at its defaults), and `proposer`: the run's own proposer
 group with its command-line overrides (what a sweep over tree settings varies; a merged sweep names
-each job's overrides). Cells: method x sampling x category.
+each job's overrides); also `plain`, `hf_plain` and `hf_pld_matched` when listed. Cells: method x sampling
+x category. The presets in conf/experiment (compare_smoke, categories, bench_hf) are settings of this run.
 
-Per prompt and sampling, plain decoding of the same target runs once, then every method still to
-run, in turn (the first rotating): a method's speedup is the plain time of its own passes over
-its time, so a rerun that fills in missing cells is interleaved too. Each run is appended to
+Per prompt and sampling, the baseline (experiment.baseline: our plain decoding, or transformers') runs once,
+then every method still to run, in turn (the first rotating): a method's speedup is the baseline's time of
+its own passes over its time, and its step cost one of its forwards in baseline forwards, so a rerun that fills in missing cells is interleaved too. Each run is appended to
 <run folder>/records.jsonl as it finishes: a rerun of the same command (the run folder is fixed,
 see conf/compare.yaml) skips what is there, a failing run is recorded with its error and the
 rest goes on. The lossless check per (method, sampling): the first speculated token after the
@@ -37,10 +40,10 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from experiments.common import CONF, option, torch_threads, verifier_of
+from experiments.common import CONF, job_record, option, torch_threads, verifier_of, write_json
 from experiments.compare_report import aggregate, markdown, merge, publish, write_outputs
 from experiments.first_tokens import first_tokens, plot, summarise
-from experiments.methods import HF_PLD_DEFAULTS, build_methods, full_length_only
+from experiments.methods import HF_PLD_DEFAULTS, build_methods, full_length_only, hf_sampling
 from framework.core import files
 from framework.core.sampling import SamplingConfig
 from framework.engine import generate
@@ -48,8 +51,13 @@ from framework.lm.target import HFTarget
 from framework.lm.text import encode_prompt, tokenizer_of
 from framework.zoo.prompts import CATEGORIES, stdlib_prompt_sets
 
-HF_ROWS = {"hf_assisted": "hf_assisted", "hf_prompt_lookup": "hf_pld"}  # our row -> bench_hf's runner
-PLAIN = "ours_plain"
+# Rows that are not a conf/proposer config -> their runner (experiments.methods): plain decoding of ours and
+# of transformers, transformers' assisted generation and its prompt lookup (at its defaults; matched: at our
+# prompt lookup's settings). By default a run takes the two speculative ones.
+RUNNERS = {"plain": "ours_plain", "hf_plain": "hf_plain", "hf_assisted": "hf_assisted", "hf_prompt_lookup": "hf_pld",
+           "hf_pld_matched": "hf_pld_matched"}
+DISCOVERED = ("hf_assisted", "hf_prompt_lookup")
+BASELINES = ("plain", "hf_plain")  # experiment.baseline: the per-prompt reference of every speedup
 OWN = "proposer"  # the method that is the run's own proposer group (e.g. -m proposer.gamma=2,4)
 ALL = "all"  # the summary rows' category: every category's runs together
 CUSTOM = "prompts"  # the one category of experiment.prompts (token ids, for targets without a tokenizer)
@@ -65,7 +73,7 @@ def sampling_configs() -> list[str]:
 
 @dataclass
 class Plan:
-    methods: list[str]  # row names: proposer config names and HF_ROWS keys
+    methods: list[str]  # row names: proposer config names and RUNNERS keys
     proposers: dict[str, DictConfig]  # proposer config name -> its node
     samplings: dict[str, SamplingConfig]
     categories: list[str]
@@ -77,10 +85,12 @@ def plan(cfg: DictConfig) -> Plan:
     exp = cfg.experiment
     known = proposer_configs()
     listed = exp.methods is not None
-    methods = list(exp.methods) if listed else known + list(HF_ROWS)
-    wrong = [m for m in methods if m not in known and m not in HF_ROWS and m != OWN]
+    methods = list(exp.methods) if listed else known + list(DISCOVERED)
+    wrong = [m for m in methods if m not in known and m not in RUNNERS and m != OWN]
     if wrong:
-        raise ValueError(f"unknown methods {wrong} in experiment.methods (have {known + list(HF_ROWS)} and {OWN!r})")
+        raise ValueError(f"unknown methods {wrong} in experiment.methods (have {known + list(RUNNERS)} and {OWN!r})")
+    if exp.baseline not in BASELINES:
+        raise ValueError(f"experiment.baseline must be one of {list(BASELINES)}, got {exp.baseline!r}")
     if OWN in methods and cfg.proposer is None:
         raise ValueError(f"experiment.methods: {OWN!r} is the run's own proposer group, but proposer=none")
     categories = [CUSTOM] if exp.prompts is not None else list(exp.categories)
@@ -91,6 +101,9 @@ def plan(cfg: DictConfig) -> Plan:
     if wrong:
         raise ValueError(f"unknown samplings {wrong} in experiment.samplings (have {sampling_configs()})")
     samplings = {s: instantiate(option("sampling", s, cfg, "experiment.samplings")) for s in exp.samplings}
+    if RUNNERS[exp.baseline].startswith("hf_"):  # every speedup needs it: refused here, before any work (a
+        for law in samplings.values():         # method's row that cannot run a sampling is recorded with its error)
+            hf_sampling(law)
     proposers = {m: option("proposer", m, cfg, "experiment.methods") for m in methods if m in known}
     if OWN in methods:  # the composed group, command-line overrides included: what a sweep varies
         proposers[OWN] = cfg.proposer
@@ -116,9 +129,11 @@ def fingerprint(cfg: DictConfig) -> str:
     """What a stored record must share with this run to be reused."""
     exp = cfg.experiment
     return json.dumps({"target": OmegaConf.to_container(cfg.target, resolve=True), "seed": cfg.seed,
-                       "max_new_tokens": exp.max_new_tokens, "threads": exp.num_threads,
+                       "max_new_tokens": exp.max_new_tokens, "threads": exp.num_threads, "baseline": exp.baseline,
                        "prompts": OmegaConf.to_container(exp.prompts) if exp.prompts is not None else None,
-                       "verifier": OmegaConf.to_container(cfg.verifier, resolve=True) if cfg.get("verifier") else None},
+                       "verifier": OmegaConf.to_container(cfg.verifier, resolve=True) if cfg.get("verifier") else None,
+                       # the run's own proposer group is one row name whatever its settings: its records are its settings'
+                       "own": OmegaConf.to_container(cfg.proposer, resolve=True) if OWN in (exp.methods or []) else None},
                       sort_keys=True)  # a token-id workload is not named by its category and index
 
 
@@ -154,7 +169,7 @@ def attempt(runner, prompt, law) -> dict:
     return out
 
 
-def timed_cells(plan: Plan, runners: dict, prompts: dict, records: Records) -> None:
+def timed_cells(plan: Plan, runners: dict, prompts: dict, records: Records, baseline: str) -> None:
     groups = [(c, s, i) for c in plan.categories for s in plan.samplings for i in range(len(prompts[c]))]
     turn = 0
     for category, sampling, index in tqdm(groups, desc="compare", unit="prompt"):
@@ -162,15 +177,15 @@ def timed_cells(plan: Plan, runners: dict, prompts: dict, records: Records) -> N
         if not missing:
             continue
         prompt, law = prompts[category][index], plan.samplings[sampling]
-        plain = attempt(runners[PLAIN], prompt, law)
+        plain = attempt(runners[RUNNERS[baseline]], prompt, law)
         records.add({"id": f"plain/{sampling}/{category}/{index}/{turn}", "method": "plain", "sampling": sampling,
                      "category": category, "prompt": index, **plain})
         order = missing[turn % len(missing):] + missing[: turn % len(missing)]
         turn += 1
         for method in order:
-            out = attempt(runners[HF_ROWS.get(method, f"ours_{method}")], prompt, law)
+            out = attempt(runners[RUNNERS.get(method, f"ours_{method}")], prompt, law)
             if "error" not in out and "error" not in plain:
-                out["plain_seconds"] = plain["seconds"]
+                out["plain_seconds"], out["plain_forwards"] = plain["seconds"], plain["forwards"]
                 out["same_as_plain"] = out["tokens"] == plain["tokens"] if law.greedy else None
             elif "error" in plain:
                 out.setdefault("error", f"plain decoding failed: {plain['error']}")
@@ -181,6 +196,8 @@ def timed_cells(plan: Plan, runners: dict, prompts: dict, records: Records) -> N
 def lossless_checks(cfg: DictConfig, plan: Plan, model, records: Records, out: Path) -> None:
     """G-test of the first speculated token per (method, sampling), ours only; a plot of each."""
     check = cfg.experiment.check
+    if not check.samples:  # a preset that times only (experiment=categories, bench_hf)
+        return
     prompt = encode_prompt(cfg.prompt, tokenizer_of(model))
     checked = cfg.prompt if isinstance(cfg.prompt, str) else list(cfg.prompt)  # text or token ids
     for method in plan.proposers:
@@ -213,6 +230,16 @@ def workload(cfg: DictConfig, plan: Plan, tokenizer) -> dict[str, list[torch.Ten
     return {c: [encode_prompt(t, tokenizer) for t in sets[c]["prompt"][: exp.per_category]] for c in plan.categories}
 
 
+def warm_up(runners: dict, prompts: dict, samplings: dict, rounds: int) -> None:
+    """Untimed rounds of every runner on the first prompt (the first call of a model pays for its
+    allocations; transformers' first generate for its setup)."""
+    prompt = next(iter(prompts.values()))[0]
+    for _ in range(rounds):
+        for law in samplings.values():
+            for runner in runners.values():
+                attempt(runner, prompt, law)
+
+
 def run(cfg: DictConfig) -> dict:
     full_length_only(cfg)
     with torch_threads(cfg.experiment.num_threads):
@@ -231,29 +258,44 @@ def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
     probe(the_plan, probe_model, next(iter(prompts.values()))[0][:, :8], listed=exp.methods is not None)
     del probe_model
     runners, settings, model = build_methods(
-        cfg, [PLAIN, *(HF_ROWS.get(m, f"ours_{m}") for m in the_plan.methods)],
-        {f"ours_{m}": node for m, node in the_plan.proposers.items()}, {"hf_pld": dict(HF_PLD_DEFAULTS)})
+        cfg, list(dict.fromkeys([RUNNERS[exp.baseline], *(RUNNERS.get(m, f"ours_{m}") for m in the_plan.methods)])),
+        {f"ours_{m}": node for m, node in the_plan.proposers.items()}, pld_variants(cfg))
     records = Records(out / "records.jsonl", fingerprint(cfg))
-    timed_cells(the_plan, runners, prompts, records)
+    warm_up(runners, prompts, the_plan.samplings, exp.warmup)
+    timed_cells(the_plan, runners, prompts, records, exp.baseline)
     lossless_checks(cfg, the_plan, model, records, out)
     rows = aggregate(the_plan.methods, the_plan.samplings, the_plan.categories, records.done.values())
     summary = aggregate(the_plan.methods, the_plan.samplings, [ALL], [{**r, "category": ALL} for r in records.done.values()])
     result = {"rows": rows, "summary": summary, "skipped": the_plan.skipped, "settings": settings,
-              "config": OmegaConf.to_container(cfg, resolve=True)}
+              "baseline": exp.baseline, "config": OmegaConf.to_container(cfg, resolve=True)}
     write_outputs(result, out)
+    one = [r for r in summary if r["speedup"] is not None]
+    # result.json, as every job writes one: what experiments.sweep_merge tabulates and a sweeper's objective
+    write_json(cfg.output_dir, "result.json", {**job_record(), "config": result["config"],
+                                               "speedup": one[0]["speedup"] if len(one) == 1 else None,
+                                               "summary": {f"{r['method']}/{r['sampling']}": r["speedup"] for r in one}})
     return result
 
 
+def pld_variants(cfg: DictConfig) -> dict:
+    """transformers' prompt lookup at its defaults, and matched to our prompt lookup's settings."""
+    matched = option("proposer", cfg.experiment.pld_matched, cfg, "experiment.pld_matched")
+    return {"hf_pld": dict(HF_PLD_DEFAULTS),
+            "hf_pld_matched": {"num_tokens": int(matched.num_tokens), "max_ngram": int(matched.max_ngram)}}
+
+
 @hydra.main(config_path="../conf", config_name="compare", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> float | None:
     if cfg.experiment.merge is not None:  # a finished -m sweep's folder: one table of its jobs, nothing run
         print(markdown(merge(Path(cfg.experiment.merge))))
         return
     if cfg.experiment.publish is not None:  # a finished run's compare.md: the results page and the README's table
         publish(Path(cfg.experiment.publish))
         return
-    run(cfg)
+    result = run(cfg)
     print((Path(cfg.output_dir) / "compare.md").read_text())
+    timed = [r for r in result["summary"] if r["speedup"] is not None]
+    return timed[0]["speedup"] if len(timed) == 1 else None  # one cell: the objective of hydra/sweeper=tune_draft
 
 
 if __name__ == "__main__":

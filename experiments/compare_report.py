@@ -20,7 +20,7 @@ from framework.core import files
 
 BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
 SPLIT = ("draft_s", "target_s", "verify_s", "other_s")
-COLUMNS = ["method", "sampling", "category", "tokens_per_forward", "speedup", "tokens_per_s", "mean_accepted",
+COLUMNS = ["method", "sampling", "category", "tokens_per_forward", "speedup", "step_cost", "tokens_per_s", "mean_accepted",
            "prompts", "greedy_identical", "lossless_check", "check_samples", "check_detectable_tv", "check_p",
            *(f"{k[:-2]}_frac" for k in SPLIT), "seconds", "plain_seconds", "errors"]
 
@@ -42,6 +42,7 @@ def aggregate(methods: list[str], samplings, categories: list[str], records: Ite
                 errors = sorted({r["error"] for r in cell if "error" in r})
                 seconds, plain = sum(r["seconds"] for r in ok), sum(r["plain_seconds"] for r in ok)
                 tokens, forwards = sum(r["new_tokens"] for r in ok), sum(r["forwards"] for r in ok)
+                plain_forwards = sum(r.get("plain_forwards", 0) for r in ok)
                 steps, accepted = sum(r.get("steps", 0) for r in ok), sum(r.get("accepted", 0) for r in ok)
                 split = {k: sum(r.get("split", {}).get(k, 0.0) for r in ok) for k in SPLIT}
                 loop = sum(split.values())
@@ -51,6 +52,9 @@ def aggregate(methods: list[str], samplings, categories: list[str], records: Ite
                     "method": method, "sampling": sampling, "category": category, "prompts": len(ok),
                     "tokens_per_forward": tokens / forwards if forwards else None,
                     "speedup": plain / seconds if seconds else None,
+                    # one forward of the method in forwards of the baseline: the speedup is at most
+                    # tokens per forward / step cost
+                    "step_cost": (seconds / forwards) / (plain / plain_forwards) if forwards and plain and plain_forwards else None,
                     "tokens_per_s": tokens / seconds if seconds else None,
                     "mean_accepted": accepted / steps if steps else None,
                     "greedy_identical": f"{sum(same)}/{len(same)}" if same else None,
@@ -90,9 +94,9 @@ def markdown(result: dict) -> str:
 
 
 def cell_table(rows: list[dict]) -> str:
-    lines = ["| method | sampling | category | tokens/forward | speedup | tokens/s | mean accepted | greedy identical "
-             "| lossless check (N, detectable TV) | draft / target / verify / other |",
-             "|---|---|---|---:|---:|---:|---:|---|---|---|"]
+    lines = ["| method | sampling | category | tokens/forward | speedup | step cost | tokens/s | mean accepted | "
+             "greedy identical | lossless check (N, detectable TV) | draft / target / verify / other |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|---|---|"]
     for r in rows:
         check = r["lossless_check"] or "-"
         if r["check_samples"]:
@@ -100,7 +104,7 @@ def cell_table(rows: list[dict]) -> str:
         split = " / ".join(fmt(r[f"{k[:-2]}_frac"] and 100 * r[f"{k[:-2]}_frac"], 0) for k in SPLIT)
         speed = f"{fmt(r['speedup'])}x" if r["speedup"] is not None else "-"
         row = (f"| {r['method']} | {r['sampling']} | {r['category']} | {fmt(r['tokens_per_forward'])} | {speed} | "
-               f"{fmt(r['tokens_per_s'], 1)} | {fmt(r['mean_accepted'])} | {r['greedy_identical'] or '-'} | {check} | {split} |")
+               f"{fmt(r.get('step_cost'))} | {fmt(r['tokens_per_s'], 1)} | {fmt(r['mean_accepted'])} | {r['greedy_identical'] or '-'} | {check} | {split} |")
         lines.append(row + (f" error: {r['errors']}" if r["errors"] else ""))
     return "\n".join(lines) + "\n"
 

@@ -1,7 +1,7 @@
 """The decoding methods a measurement times side by side: ours (plain or with a proposer) and transformers'
 own generate (plain, assisted, prompt lookup), each a runner prompt -> (tokens, seconds, forwards, stats).
 
-A library of experiments.compare and experiments.bench_hf; not an entry point.
+A library of experiments.compare (and its presets experiment=bench_hf, categories); not an entry point.
 """
 
 from __future__ import annotations

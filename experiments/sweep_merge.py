@@ -4,7 +4,7 @@
     python -m experiments.sweep_merge folder=multirun/2026-12-01/10-00-00 all=true  # nested figures in the table too
 
 A job folder is one holding `.hydra/overrides.yaml` (Hydra writes it before the job runs) or a
-result.json (experiments.run and experiments.categories write one per job). A job without a result
+result.json (experiments.run and experiments.compare write one per job). A job without a result
 (it crashed, or is still running) is a row with an `error`, never dropped; so is a job the sweep planned
 but never started (killed before it): the sweep's multirun.yaml says what was planned (every job of the
 basic sweeper, with its overrides; the number of trials of a search). Prints a markdown table and writes

@@ -96,7 +96,7 @@ def test_discovery_skips_the_configs_that_do_not_fit_the_target(tmp_path):
 @pytest.mark.slow  # composes every proposer config (~5 s)
 def test_discovery_lists_every_config(tmp_path):
     plan = compare.plan(load(tmp_path))
-    assert set(plan.methods) == {*compare.proposer_configs(), *compare.HF_ROWS}
+    assert set(plan.methods) == {*compare.proposer_configs(), *compare.DISCOVERED}
 
 
 @pytest.mark.parametrize("override, message", [
