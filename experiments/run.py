@@ -3,7 +3,7 @@
     python -m experiments.run                                        # zoo target + zoo draft, temperature 1
     python -m experiments.run proposer=draft_tree sampling=t07 'prompt="def parse(text):"'
     python -m experiments.run -m proposer=none,draft,draft_tree sampling=greedy,t1
-    python -m experiments.run target.path=/my/hf/checkpoint proposer.draft_model.path=/my/hf/draft
+    python -m experiments.run target.path=/my/hf/checkpoint models.draft.path=/my/hf/draft
     python -m experiments.run models=tiny proposer=draft   # random weights, ids
 
 Hydra builds every object (target model, proposer factory, sampling law) from conf/; this file
