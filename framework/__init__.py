@@ -1,7 +1,14 @@
-"""Speculum core: types, sampling, randomness, the target adapter, the loop and the harness.
+"""Speculum's framework: the layers under the verifiers and the proposers, and the ones above them.
 
-The target adapter and the loop load lazily: importing the types (as verifiers do) pulls in
-neither transformers nor the engine.
+    framework.core     trees, sampling laws, random sources, the Proposer and Target roles (torch only)
+    framework.lm       KV slots, the cached LM, tree attention, HFTarget, text
+    framework.zoo      the embedded model family
+    framework.engine   the loop (generate, Decoder)
+    framework.harness  the proofs
+
+(docs/design.md section 1; tests/test_layers.py keeps the order). This package re-exports the public
+names scripts use (framework.CandidateTree, framework.HFTarget, framework.generate, ...); the engine and
+the target load on first use, since importing `framework` must not pull the layers above `verifiers`.
 """
 
 from importlib import import_module

@@ -1,4 +1,5 @@
-"""Proposers: one module per method; each returns a CandidateTree whose kind tells how it chose."""
+"""Proposers: a package per family (medusa, eagle, ngram, rest; search and common beside them), the draft
+model and the mix as modules; each returns a CandidateTree whose kind tells how it chose."""
 
 from proposers.draft_model import DraftModelProposer
 from proposers.eagle.head import EagleHead
