@@ -209,7 +209,7 @@ def test_compare_killed_mid_record_reruns_to_every_cell(tmp_path, die_at_record)
 
 
 def start_run(folder: Path, *overrides: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "experiments.run", "target=tiny_llama", "proposer=draft",
+    return subprocess.Popen([sys.executable, "-m", "experiments.run", "models=tiny", "proposer=draft",
                              "prompt=[1,2,3]", "experiment.warmup=0", "experiment.repeats=1", *overrides],
                             cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -229,7 +229,7 @@ def test_a_sweep_killed_midway_shows_the_jobs_it_never_started(tmp_path):
     from experiments.sweep_merge import collect
 
     sweep = tmp_path / "sweep"
-    child = subprocess.Popen([sys.executable, "-m", "experiments.run", "-m", "target=tiny_llama", "proposer=draft",
+    child = subprocess.Popen([sys.executable, "-m", "experiments.run", "-m", "models=tiny", "proposer=draft",
                               "prompt=[1,2,3]", "experiment.warmup=0", "experiment.repeats=1",
                               "max_new_tokens=4,5,6,7,8,9", f"hydra.sweep.dir={sweep}"], cwd=tmp_path,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
