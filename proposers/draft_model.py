@@ -73,7 +73,7 @@ class DraftModelProposer:
         tree_attention.use_tree_attention(draft_model, backend)
         self.lm = CachedLM(draft_model, tree_backend=backend)
         node_depth = self.shape.depth
-        self.levels = [torch.nonzero(node_depth == d).flatten() for d in range(1, int(node_depth.max()) + 1)]
+        self.levels = self.shape.levels
         if not bool((node_depth[1:] >= node_depth[:-1]).all()):
             raise ValueError("the tree's nodes must come in level order (a cut keeps a prefix of them)")
         self.unread = self.levels[-1]  # nodes of the last proposed tree that have no draft KV yet

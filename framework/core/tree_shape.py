@@ -52,7 +52,11 @@ def row_paths(parents: torch.Tensor) -> list[list[int]]:
 
 def ancestor_mask(parents: torch.Tensor) -> torch.Tensor:
     """mask[i, j]: row j is row i or one of its ancestors, rows 0 = root.  # [N+1, N+1] bool"""
-    paths = row_paths(parents)
+    return mask_of(row_paths(parents))
+
+
+def mask_of(paths: list[list[int]]) -> torch.Tensor:
+    """The ancestor mask from each row's path (row_paths)."""
     rows = [row for row, path in enumerate(paths) for _ in range(len(path) + 1)]
     cols = [col for path in paths for col in (0, *(i + 1 for i in path))]
     mask = torch.zeros(len(paths), len(paths), dtype=torch.bool)
@@ -70,11 +74,14 @@ def children_lists(parents: torch.Tensor) -> list[list[int]]:
 
 def children_table(parents: torch.Tensor) -> torch.Tensor:
     """table[row, k]: node index of the k-th child of row (0 = root), -1 padded.  # [N+1, C]"""
-    kids = children_lists(parents)
-    width = max(1, max(len(k) for k in kids))
-    table = torch.full((len(kids), width), -1, dtype=torch.long)
-    for row, k in enumerate(kids):
-        table[row, : len(k)] = torch.tensor(k, dtype=torch.long)
+    return padded(children_lists(parents))
+
+
+def padded(lists: list[list[int]]) -> torch.Tensor:
+    """Lists of node indices as one table [len, longest (at least 1)], -1 padded."""
+    table = torch.full((len(lists), max(1, max(map(len, lists)))), -1, dtype=torch.long)
+    for row, items in enumerate(lists):
+        table[row, : len(items)] = torch.tensor(items, dtype=torch.long)
     return table
 
 
@@ -135,9 +142,14 @@ class TreeShape:
         return [(self.depth == d).nonzero().flatten() for d in range(1, self.max_depth + 1)]
 
     @cached_property
+    def root_paths(self) -> list[list[int]]:
+        """Per row (0 = root, i + 1 = node i): the node indices on its path from the root, itself last."""
+        return row_paths(self.parents)
+
+    @cached_property
     def ancestors(self) -> torch.Tensor:
         """[N+1, N+1] bool, row 0 = root: row i sees row j iff j is i or one of its ancestors."""
-        return ancestor_mask(self.parents)
+        return mask_of(self.root_paths)
 
     @cached_property
     def child_lists(self) -> list[list[int]]:
@@ -147,15 +159,12 @@ class TreeShape:
     @cached_property
     def children(self) -> torch.Tensor:
         """[N+1, C] node index of the k-th child of each row (0 = root), -1 padded."""
-        return children_table(self.parents)
+        return padded(self.child_lists)
 
     @cached_property
     def path_table(self) -> torch.Tensor:
         """[N+1, max(depth, 1)] the node indices from the root to each row (0 = root), -1 padded."""
-        table = torch.full((self.num_nodes + 1, max(self.max_depth, 1)), -1, dtype=torch.long)
-        for row, path in enumerate(row_paths(self.parents)):
-            table[row, : len(path)] = torch.tensor(path, dtype=torch.long)
-        return table
+        return padded(self.root_paths)
 
     @cached_property
     def paths(self) -> list[list[int]]:
