@@ -78,6 +78,7 @@ class Plan:
     samplings: dict[str, SamplingConfig]
     categories: list[str]
     skipped: dict[str, str]  # discovered proposer configs that do not run on the target -> why
+    pld: dict[str, dict]  # transformers' prompt-lookup rows -> their num_tokens / max_ngram
 
 
 def plan(cfg: DictConfig) -> Plan:
@@ -107,7 +108,7 @@ def plan(cfg: DictConfig) -> Plan:
     proposers = {m: option("proposer", m, cfg, "experiment.methods") for m in methods if m in known}
     if OWN in methods:  # the composed group, command-line overrides included: what a sweep varies
         proposers[OWN] = cfg.proposer
-    return Plan(methods, proposers, samplings, categories, {})
+    return Plan(methods, proposers, samplings, categories, {}, pld_variants(cfg, methods))
 
 
 def probe(plan: Plan, model, prompt: torch.Tensor, listed: bool) -> None:
@@ -259,7 +260,7 @@ def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
     del probe_model
     runners, settings, model = build_methods(
         cfg, list(dict.fromkeys([RUNNERS[exp.baseline], *(RUNNERS.get(m, f"ours_{m}") for m in the_plan.methods)])),
-        {f"ours_{m}": node for m, node in the_plan.proposers.items()}, pld_variants(cfg))
+        {f"ours_{m}": node for m, node in the_plan.proposers.items()}, the_plan.pld)
     records = Records(out / "records.jsonl", fingerprint(cfg))
     warm_up(runners, prompts, the_plan.samplings, exp.warmup)
     timed_cells(the_plan, runners, prompts, records, exp.baseline)
@@ -277,11 +278,17 @@ def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
     return result
 
 
-def pld_variants(cfg: DictConfig) -> dict:
-    """transformers' prompt lookup at its defaults, and matched to our prompt lookup's settings."""
-    matched = option("proposer", cfg.experiment.pld_matched, cfg, "experiment.pld_matched")
-    return {"hf_pld": dict(HF_PLD_DEFAULTS),
-            "hf_pld_matched": {"num_tokens": int(matched.num_tokens), "max_ngram": int(matched.max_ngram)}}
+def pld_variants(cfg: DictConfig, methods: list[str]) -> dict:
+    """transformers' prompt lookup at its defaults, and (when hf_pld_matched runs) matched to the settings of
+    our prompt-lookup config experiment.pld_matched."""
+    variants = {"hf_pld": dict(HF_PLD_DEFAULTS)}
+    if "hf_pld_matched" in methods:
+        matched = option("proposer", cfg.experiment.pld_matched, cfg, "experiment.pld_matched")
+        if "num_tokens" not in matched or "max_ngram" not in matched:
+            raise ValueError(f"experiment.pld_matched={cfg.experiment.pld_matched!r} is not a prompt lookup config "
+                             "(it needs num_tokens and max_ngram)")
+        variants["hf_pld_matched"] = {"num_tokens": int(matched.num_tokens), "max_ngram": int(matched.max_ngram)}
+    return variants
 
 
 @hydra.main(config_path="../conf", config_name="compare", version_base="1.3")

@@ -57,6 +57,8 @@ def test_the_preset_covers_every_proposer_and_transformers():
 def test_planted_errors_fail_before_timing(tmp_path):
     with pytest.raises(ValueError, match=r"unknown methods \['hf_beam'\]"):
         compare.run(load(*TINY, "experiment.methods=[hf_plain,hf_beam]", f"output_dir={tmp_path}"))
+    with pytest.raises(ValueError, match="experiment.pld_matched='draft' is not a prompt lookup config"):
+        compare.run(load(*TINY, "experiment.methods=[hf_pld_matched]", "experiment.pld_matched=draft", f"output_dir={tmp_path}"))
     with pytest.raises(ValueError, match="experiment.baseline must be one of"):
         compare.run(load(*TINY, "experiment.baseline=hf_beam", f"output_dir={tmp_path}"))
     with pytest.raises(ValueError, match="only temperature"):  # the baseline, transformers' plain decoding, cannot
