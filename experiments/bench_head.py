@@ -28,8 +28,8 @@ from framework.core.tree_shape import TreeShape
 from framework.lm.cached_lm import CachedLM
 from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import load_causal_lm
-from proposers.eagle.head import load_head
 from proposers.eagle.proposer import EagleProposer, HeadReader
+from proposers.heads import load_head
 
 
 def interleaved(cases: dict, repeats: int) -> dict[str, float]:
@@ -68,12 +68,12 @@ def main(args: DictConfig) -> None:
     for name in args.heads:
         head = load_head(name)
         hf = HFTarget(model)
-        hf.provide_hidden(head.config.target_layers)
+        proposer = EagleProposer(head, None, top_k=8, depth=5, budget=32)
+        proposer.prefill(prompt, hf)  # first, as the engine does: it settles the layers the head reads
+        hf.provide_hidden(proposer.hidden_layers)
         out = hf.prefill(prompt)
         state = DecodeState(prompt[0, -1:], torch.zeros(1, model.config.vocab_size, dtype=torch.bool),
                             SamplingConfig(temperature=0.0), TorchSource(0), None, out.hidden, torch.tensor([args.prompt]))
-        proposer = EagleProposer(head, None, top_k=8, depth=5, budget=32)
-        proposer.prefill(prompt, hf)
         root = proposer.catch_up(state)  # the prompt is in the head's cache from here on
         for m in (1, 8):
             cases[f"{name} head read, {m} node(s)"] = (

@@ -28,6 +28,7 @@ class FirstCandidates:
 
     def prefill(self, input_ids, target):
         self.inner.prefill(input_ids, target)
+        self.hidden_layers = self.inner.hidden_layers  # settled against the target at its prefill
 
     def propose(self, state):
         tree = self.inner.propose(state)

@@ -2,8 +2,8 @@
 
 1. Trains the head against the frozen target on the corpus's train split (resumable, under
    experiment.root/<run>): EAGLE-1 (last layer, feature regression + token loss) or EAGLE-3
-   (fused low/middle/high layers, token loss, training-time test), as the experiment says; with
-   experiment.warm_start, from a trained head's weights.
+   (fused low/middle/high layers, its own draft vocabulary of the train split's most frequent
+   tokens, token loss, training-time test), as the experiment says: the published architectures.
 2. Measures it on validation and held-out text of two kinds (corpus windows, and the target's own
    continuations of prompts): per depth and rank, how often the head's candidate, drafting a chain
    fed the text, is the target's own next token; top-1 against the text.
@@ -13,7 +13,8 @@
    thread. Each setting scores tokens per forward / (forward_tree cost at its node count + the
    head's measured time per step); the best static tree and dynamic setting are kept as `auto`.
 4. Writes the head (bf16 safetensors + config), eagle_tree.json and measurements.json to
-   experiment.export (what proposer=eagle, eagle2 and eagle3 load with models=zoo).
+   experiment.export (what proposer=eagle, eagle2 and eagle3 load with models=zoo); with
+   experiment.export_speculators, the head again in vLLM's speculators layout.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import resolve_checkpoint
 from framework.zoo.continuations import cached_continuations
 from framework.zoo.train import fixed_windows
-from proposers.eagle.head import TREE_FILE, EagleHead
+from proposers.eagle.head import TREE_FILE, Eagle3Head, EagleHead
 from proposers.eagle.proposer import EagleProposer
-from proposers.eagle.training import accuracy, train_head
+from proposers.eagle.training import accuracy, draft_vocabulary, train_head
 from proposers.search.tree_cost import forward_tree_cost
 from proposers.search.tree_search import grow_tree, interpolate
 
@@ -68,10 +69,13 @@ def score_settings(target, makers: dict, prompts, new_tokens: int, cost: dict[in
 def run(cfg: DictConfig) -> Path | None:
     exp, root, streams, settings, target = head_setup(cfg)  # settings: EagleTrainConfig
     h = exp.head
-    head = EagleHead.for_target(target, tuple(h.target_layers), num_heads=h.num_heads, num_kv_heads=h.num_kv_heads,
-                                intermediate_size=h.intermediate_size)
-    if exp.get("warm_start"):  # a trained head to start from (EAGLE-3 from EAGLE-1: see docs/methods.md)
-        head.warm_start(EagleHead.load(exp.warm_start))
+    head = EagleHead.for_target(target, h.architecture, h.target_layers, num_heads=h.num_heads,
+                                num_kv_heads=h.num_kv_heads, intermediate_size=h.intermediate_size,
+                                **({"draft_vocab_size": h.draft_vocab_size} if h.get("draft_vocab_size") else {}))
+    if isinstance(head, Eagle3Head) and h.get("draft_vocab_size"):
+        tokens, covered = draft_vocabulary(streams["train"], h.draft_vocab_size, head.config.vocab_size)
+        head.set_vocabulary(tokens)
+        print(f"draft vocabulary: {h.draft_vocab_size} tokens cover {covered:.3f} of the train split")
     head = train_head(target, head, streams, root / exp.run, settings)
     if head is None:
         print("stopped at the time limit (call again to resume)")
@@ -106,10 +110,12 @@ def run(cfg: DictConfig) -> Path | None:
     print(f"kept: static tree of {best_static} nodes; dynamic top_k {top_k}, depth {depth}, budget {budget}")
 
     out = Path(exp.export)
-    head.save(out, extra={"target": str(resolve_checkpoint(exp.target).name), "train": asdict(settings),
-                          "warm_start": exp.get("warm_start")})
+    head.save(out, extra={"target": str(resolve_checkpoint(exp.target).name), "train": asdict(settings)})
     files.write_json(out / TREE_FILE, {"choices": searched.choices[:best_static], "budget": budget,
                                        "top_k": top_k, "depth": depth, "cost_ms": cost}, indent=1)
     files.write_json(out / "measurements.json", {"acceptance": tables, "static": static, "dynamic": dynamic,
                                                  "searched_expected_tokens": searched.expected_tokens}, indent=1)
+    if exp.get("export_speculators"):  # the same head in vLLM's speculators layout, read back by a test
+        head.save(exp.export_speculators, format="speculators", embedding=target.get_input_embeddings().weight,
+                  verifier=str(exp.export_speculators_verifier), speculative_tokens=depth)
     return out

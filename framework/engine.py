@@ -121,11 +121,11 @@ class Decoder:
         if copies > 1 and input_ids.shape[0] != 1:
             raise ValueError("prefill copies need a single-row prompt")
         start = _clock(self.target.device)
+        if self.proposer is not None:  # first: a proposer may settle its needs against the target here
+            self.proposer.prefill(input_ids, self.target)
         # needs are declared, not wired (and a target reused from an earlier run computes no more)
         self.target.provide_hidden(self.proposer.hidden_layers if self.proposer is not None else ())
         out = self.target.prefill(input_ids)
-        if self.proposer is not None:
-            self.proposer.prefill(input_ids, self.target)
         logits, hidden = out.logits[:, -1], out.hidden  # hidden [B, L, layers, H]: every prompt position
         seen = seen_tokens(input_ids.to(self.target.device), self.target.vocab_size)
         if copies > 1:

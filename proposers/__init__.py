@@ -4,6 +4,7 @@ model and the mix as modules; each returns a CandidateTree whose kind tells how 
 from proposers.draft_model import DraftModelProposer
 from proposers.eagle.head import EagleHead
 from proposers.eagle.proposer import EagleProposer
+from proposers.heads import load_head
 from proposers.medusa.heads import MedusaHeads
 from proposers.medusa.proposer import MedusaProposer
 from proposers.mix import MixProposer
@@ -13,5 +14,5 @@ from proposers.rest.proposer import RestProposer
 
 __all__ = [
     "DraftModelProposer", "EagleProposer", "EagleHead", "MedusaProposer", "MedusaHeads", "LookaheadProposer",
-    "PromptLookupProposer", "MixProposer", "RestProposer",
+    "PromptLookupProposer", "MixProposer", "RestProposer", "load_head",
 ]

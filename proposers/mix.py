@@ -42,19 +42,24 @@ class MixProposer:
         if len(self.weights) != len(self.parts) or min(self.weights) <= 0:
             raise ValueError(f"weights must be one positive number per part, got {list(self.weights)} for {len(self.parts)} parts")
         self.budget = budget
-        layers: list[int] = []
-        for part in self.parts:
-            layers += [layer for layer in part.hidden_layers if layer not in layers]
-        self.hidden_layers = tuple(layers)
-        self.layer_index = [[layers.index(layer) for layer in part.hidden_layers] for part in self.parts]
+        self.gather_layers()
         self.couples_rows = True  # one merged shape for the rows
         self.trees: list[CandidateTree] = []
         self.part_paths: list[list[list[tuple]]] = []
         self.side_parts: list[tuple[int, int]] = []  # (part index, side rows) of this step
 
+    def gather_layers(self) -> None:
+        """Every part's target layers, each once; a part reads its own through layer_index."""
+        layers: list[int] = []
+        for part in self.parts:
+            layers += [layer for layer in part.hidden_layers if layer not in layers]
+        self.hidden_layers = tuple(layers)
+        self.layer_index = [[layers.index(layer) for layer in part.hidden_layers] for part in self.parts]
+
     def prefill(self, input_ids: torch.Tensor, target) -> None:
         for part in self.parts:
             part.prefill(input_ids, target)
+        self.gather_layers()  # a part may settle its layers against the target at prefill
 
     def part_state(self, state: DecodeState, j: int) -> DecodeState:
         """The state with the target's hidden states cut to the layers part j asked for."""

@@ -4,6 +4,8 @@ from pathlib import Path
 
 # Triton kernels run on CPU only in interpreter mode; this must be set before any @triton.jit runs.
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# No test reaches a hub: a path that is not a local folder must fail, not download (set before transformers loads).
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -30,7 +30,9 @@ class DecodeState:
 
 
 class Proposer(Protocol):
-    hidden_layers: tuple[int, ...]  # target hidden layers it reads (HF hidden_states indices; -1 = last, post-norm)
+    # target hidden layers it reads (HF hidden_states indices; -1 = last, post-norm); read after its
+    # prefill, which runs before the target's, so a proposer may settle them against the target
+    hidden_layers: tuple[int, ...]
     # True when B > 1 rows share a tree shape chosen from every row's draft values (a confidence
     # cut, a dynamic tree): each row's law stays exact, but a row's tree depends on the others.
     couples_rows: bool

@@ -27,7 +27,8 @@ def save_head(module: torch.nn.Module, folder: str | Path, fields: dict, config_
 
     folder = Path(folder)
     with files.replacing(folder / weights_file) as temporary:  # each file whole; the config, read first, last
-        save_file({k: v.detach().to(dtype).contiguous() for k, v in module.state_dict().items()}, temporary)
+        save_file({k: v.detach().to(dtype if v.is_floating_point() else v.dtype).contiguous()  # maps stay integers
+                   for k, v in module.state_dict().items()}, temporary)
     files.write_json(folder / config_file, fields)
     return folder
 
@@ -41,3 +42,33 @@ def read_head(path: str | Path, config_file: str, weights_file: str, what: str, 
         raise FileNotFoundError(f"no {what} at {folder} (expected {config_file} and {weights_file}); "
                                 f"train it with `{command}`")
     return folder, json.loads((folder / config_file).read_text()), load_file(folder / weights_file)
+
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def weight_files(folder: Path, names: tuple[str, ...] = WEIGHT_FILES) -> list[Path]:
+    """The weight files of a published folder: the first of `names` present, its shards for an index."""
+    for name in names:
+        path = folder / name
+        if path.is_file():
+            if name.endswith(".index.json"):
+                shards = sorted(set(json.loads(path.read_text())["weight_map"].values()))
+                return [folder / shard for shard in shards]
+            return [path]
+    raise FileNotFoundError(f"no weights in {folder} (looked for {', '.join(names)})")
+
+
+def read_weights(files: list[Path], keep=lambda key: True) -> dict[str, torch.Tensor]:
+    """The tensors whose key `keep` accepts, from safetensors or torch pickles (weights only, never code);
+    a full model's other tensors are not read."""
+    from safetensors import safe_open
+
+    state = {}
+    for path in files:
+        if path.suffix == ".safetensors":
+            with safe_open(str(path), framework="pt") as f:
+                state.update({k: f.get_tensor(k) for k in f.keys() if keep(k)})
+        else:
+            state.update({k: v for k, v in torch.load(path, map_location="cpu", weights_only=True).items() if keep(k)})
+    return state

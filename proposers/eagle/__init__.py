@@ -1,6 +1,3 @@
-"""EAGLE-1/2/3: a one-layer head drafts autoregressively on the target's features."""
-
-from proposers.eagle.head import EagleHead
-from proposers.eagle.proposer import EagleProposer
-
-__all__ = ["EagleHead", "EagleProposer"]
+"""EAGLE-1/2/3: a one-layer head drafts autoregressively on the target's features (head, layers,
+proposer, tree, training; published.py and speculators.py read and write the published layouts).
+Public names come from `proposers`."""

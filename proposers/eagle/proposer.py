@@ -10,12 +10,15 @@ came from the target. Each step:
 3. commit drops every drafted slot: the accepted ones come back at the next catch-up with the
    target's true features.
 Per step the head runs `depth` forwards (the catch-up reads the root; the deepest level is never
-read). Tokens go through the target's own embedding and lm_head. Children are chosen by the
-draft's values only, so the tree is `point`: lossless through the shared verifier.
+read). Tokens go through the target's embedding (an EAGLE-3 head of another width: its own);
+logits through the target's lm_head (EAGLE-1) or the head's own over its draft vocabulary
+(EAGLE-3: -inf elsewhere, so such tokens are never proposed). Children are chosen by the draft's
+values only, so the tree is `point`: lossless through the shared verifier.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -27,13 +30,14 @@ from framework.lm import tree_attention
 from framework.lm.slot_cache import SlotCache
 from proposers.eagle.head import EagleHead
 from proposers.eagle.tree import dynamic_tree, static_tree
+from proposers.heads import load_head
 from verifiers.tree_verifier import Verification
 
 
 class EagleProposer:
     def __init__(
         self,
-        head: EagleHead,
+        head: EagleHead | str | Path,
         choices: Sequence[Sequence[int]] | str | None = None,
         top_k: int | str = 8,
         depth: int | str = 5,
@@ -42,7 +46,11 @@ class EagleProposer:
     ):
         """choices: a static tree of rank paths (EAGLE-1); None grows a dynamic tree (EAGLE-2) of
         top_k children per beam node, `depth` deep, `budget` nodes at most. Any of them may be
-        "auto": the setting the training run measured best for this head (eagle_tree.json beside it)."""
+        "auto": the setting the training run measured best for this head (eagle_tree.json beside it).
+        head: a head, or a folder in any layout proposers.load_head reads (ours, SafeAILab's, SpecForge's, speculators)."""
+        head = load_head(head) if isinstance(head, (str, Path)) else head
+        if not isinstance(head, EagleHead):
+            raise ValueError(f"EAGLE needs an EAGLE head, got {type(head).__name__} (a Medusa folder?)")
         settings = {"choices": choices, "top_k": top_k, "depth": depth, "budget": budget}
         for key in [k for k, v in settings.items() if v == "auto"]:
             if key not in head.searched:
@@ -58,7 +66,9 @@ class EagleProposer:
         self.top_k, self.depth, self.budget = top_k, depth, int(budget)
         tree_attention.resolve_backend(backend, torch.device("cpu"))  # a bad name fails here, not mid-forward
         self.head, self.backend = head.eval(), backend
-        self.hidden_layers = head.config.target_layers  # what it reads from the target
+        # what it reads from the target; a head stating no layers (published EAGLE-3 without ids)
+        # takes the default for the target's depth at prefill, which the engine runs before asking
+        self.hidden_layers = head.config.target_layers or ()
         self.couples_rows = self.shape is None  # a dynamic tree's shape is shared by the rows
         self.cache = SlotCache()
         self.pending = torch.zeros(0, 0, dtype=torch.long)  # [B, P] tokens of the positions to catch up, before the root
@@ -66,8 +76,9 @@ class EagleProposer:
     def prefill(self, input_ids: torch.Tensor, target) -> None:
         model = target.lm.model
         self.head.check_target(model)
+        self.hidden_layers = self.head.config.layers_for(model.config.num_hidden_layers)
         self.head.to(device=target.device, dtype=target.dtype)
-        self.embed, self.lm_head = model.get_input_embeddings(), model.get_output_embeddings()
+        self.embed, self.lm_head = self.head.embedding(model.get_input_embeddings()), model.get_output_embeddings()
         self.cache.reset(input_ids.shape[0], target.device)
         self.pending = input_ids[:, 1:].to(target.device)  # x[t+1] for prompt positions t < L-1; then the root
 
@@ -77,7 +88,7 @@ class EagleProposer:
             raise ValueError("EAGLE needs the target's hidden states of the committed positions: the target did not return them")
         root_feature = self.catch_up(state)  # [B, H]
         reader = HeadReader(self, root_feature)
-        root_logits = self.lm_head(root_feature)  # [B, V]
+        root_logits = self.head.logits(root_feature, self.lm_head)  # [B, V]
         if self.shape is not None:
             tokens, parents = static_tree(reader.read, root_logits, self.shape)
         else:
@@ -132,4 +143,4 @@ class HeadReader:
         for m, node in enumerate(nodes):
             self.features[node], self.sees[node] = out[:, m], mask[m]
         self.slots += M
-        return self.p.lm_head(out)  # [B, M, V]
+        return self.p.head.logits(out, self.p.lm_head)  # [B, M, V]

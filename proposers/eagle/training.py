@@ -9,14 +9,15 @@ predicts x[t+2+j]. Its attention sees what it would see when drafting a chain fr
 step-0 keys of positions <= t (features from the target) and its own chain (steps 1..j at t).
 EAGLE-1 is the one-step case with a feature regression: smooth-L1(o_t, target's last hidden
 state at t+1) plus a weighted token loss, with uniform noise on the input features. EAGLE-3 uses
-the token loss only, unrolled. Token loss: KL(target law || head law). Step j weighs decay**j.
+the token loss only, unrolled. Token loss: KL(target law || head law) over the head's draft
+vocabulary (EAGLE-3: the target's law restricted to it and renormalised, as SpecForge trains).
+Step j weighs decay**j.
 Resumable: <out>/checkpoint.pt holds the head, its optimiser and the data generator.
 """
 
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -50,7 +51,6 @@ class EagleTrainConfig:
     save_every: int = 25
     ranks: int = 10
     device: str = "auto"
-    attention: str = "sdpa"  # the head's attention while training (dense masks); decoding uses the tree attention
     time_limit_s: float | None = None
     seed: int = 0
 
@@ -68,6 +68,18 @@ def unroll_mask(n: int, step: int, device=None) -> torch.Tensor:
     causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
     own = torch.eye(n, dtype=torch.bool, device=device)
     return torch.cat([causal] + [own] * step, dim=1)
+
+
+def draft_vocabulary(tokens: torch.Tensor, size: int, vocab_size: int) -> tuple[torch.Tensor, float]:
+    """EAGLE-3's draft vocabulary: the `size` most frequent target tokens of the training stream,
+    in increasing order (what d2t/t2d encode), and the share of the stream's tokens they cover."""
+    counts = torch.bincount(tokens.flatten().long(), minlength=vocab_size)[:vocab_size]
+    top = counts.topk(size).indices
+    return top.sort().values, float(counts[top].sum() / counts.sum())
+
+
+def head_layers(head: EagleHead, target) -> tuple[int, ...]:
+    return head.config.layers_for(target.config.num_hidden_layers)
 
 
 def unroll(head: EagleHead, embed, features: torch.Tensor, blocks: torch.Tensor, steps: int,
@@ -96,23 +108,15 @@ def unroll_losses(head, embed, lm_head, features, last_hidden, logits, blocks, c
     losses = []
     for j, out in enumerate(unroll(head, embed, features, blocks, cfg.unroll, cfg.noise, generator)):
         rows = n - j  # positions t <= T-2-j
-        pred = lm_head(out[:, :rows]).float().log_softmax(-1)
-        teacher = logits[:, 1 + j :].log_softmax(-1)  # z[t+1+j]
+        pred = head.draft_logits(out[:, :rows], lm_head).float().log_softmax(-1)
+        teacher = logits[:, 1 + j :]  # z[t+1+j]
+        ids = head.draft_ids()
+        teacher = (teacher if ids is None else teacher[..., ids]).log_softmax(-1)
         loss = cfg.token_weight * F.kl_div(pred.flatten(0, 1), teacher.flatten(0, 1), log_target=True, reduction="batchmean")
         if cfg.feature_weight:
             loss = loss + cfg.feature_weight * F.smooth_l1_loss(out[:, :rows].float(), last_hidden[:, 1 + j :])
         losses.append(loss)
     return torch.stack(losses)
-
-
-@contextmanager
-def attention_implementation(head: EagleHead, name: str):
-    config = head.layer.self_attn.config
-    saved, config._attn_implementation = config._attn_implementation, name
-    try:
-        yield
-    finally:
-        config._attn_implementation = saved
 
 
 @torch.no_grad()
@@ -121,17 +125,17 @@ def accuracy(head: EagleHead, target, windows: torch.Tensor, ranks: int, depth: 
     """Drafting a chain from every position t >= start, fed the text's tokens: per depth d,
     accept[d][r] = P(the head's rank-r token == the target's own greedy token there), the
     per-depth, per-rank acceptance the tree search reads; and top-1 agreement with the text."""
-    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    embed, lm_head = head.embedding(target.get_input_embeddings()), target.get_output_embeddings()
     hits = torch.zeros(depth, ranks, dtype=torch.float64)
     text_hits, count = torch.zeros(depth, dtype=torch.float64), torch.zeros(depth, dtype=torch.float64)
     device = next(target.parameters()).device
     for first in range(0, len(windows), batch):
         blocks = windows[first : first + batch].to(device)
-        features, _, logits = target_features(target, blocks, head.config.target_layers)
+        features, _, logits = target_features(target, blocks, head_layers(head, target))
         n = blocks.shape[1] - 1
         for j, out in enumerate(unroll(head, embed, features, blocks, depth)):
             rows = slice(start, n - j - 1)  # t <= T-3-j: the text's token x[t+2+j] exists
-            ranked = lm_head(out[:, rows]).topk(ranks, dim=-1).indices  # [B, P, R]
+            ranked = head.logits(out[:, rows], lm_head).topk(ranks, dim=-1).indices  # [B, P, R]
             greedy = logits[:, start + 1 + j : n].argmax(-1)  # z[t+1+j]
             truth = blocks[:, start + 2 + j :]
             hits[j] += (ranked == greedy[..., None]).flatten(0, 1).double().sum(0).cpu()
@@ -148,7 +152,7 @@ def train_head(target, head: EagleHead, streams: dict[str, torch.Tensor], out_di
     out_dir.mkdir(parents=True, exist_ok=True)
     device = resolve_device(cfg.device)
     target = target.to(device).eval().requires_grad_(False)
-    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    embed, lm_head = head.embedding(target.get_input_embeddings()), target.get_output_embeddings()
     head = head.to(device).train()
     optim = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -169,30 +173,29 @@ def train_head(target, head: EagleHead, streams: dict[str, torch.Tensor], out_di
 
     weights = torch.tensor([cfg.decay**j for j in range(cfg.unroll)], device=device)
     bar = tqdm(total=cfg.steps, initial=step, desc="eagle head")
-    with attention_implementation(head, cfg.attention):
-        while step < cfg.steps:
-            blocks = batch_of(streams["train"], cfg.batch_size, cfg.block_size, generator).to(device)
-            features, last_hidden, logits = target_features(target, blocks, head.config.target_layers)
-            for group in optim.param_groups:
-                group["lr"] = lr_at(step, cfg)
-            per_step = unroll_losses(head, embed, lm_head, features, last_hidden, logits, blocks, cfg, generator)
-            loss = (weights * per_step).sum()
-            optim.zero_grad(set_to_none=True)
-            loss.backward()
-            optim.step()
-            step += 1
-            row = {"step": step, "loss": per_step.detach().cpu().tolist()}
-            bar.update(1)
-            bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
-            if step % cfg.eval_every == 0 or step == cfg.steps:
-                head.eval()
-                row["valid_top1_target"] = accuracy(head, target, valid, 1, cfg.eval_depth)["top1_target"]
-                head.train()
-                tqdm.write(f"step {step}: valid top-1 (target's token) per depth "
-                           f"{[round(x, 3) for x in row['valid_top1_target']]}")
-            log.append(row)
-            if save_or_stop(step, cfg, save, start):
-                bar.close()
-                return None
+    while step < cfg.steps:
+        blocks = batch_of(streams["train"], cfg.batch_size, cfg.block_size, generator).to(device)
+        features, last_hidden, logits = target_features(target, blocks, head_layers(head, target))
+        for group in optim.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        per_step = unroll_losses(head, embed, lm_head, features, last_hidden, logits, blocks, cfg, generator)
+        loss = (weights * per_step).sum()
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        optim.step()
+        step += 1
+        row = {"step": step, "loss": per_step.detach().cpu().tolist()}
+        bar.update(1)
+        bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            head.eval()
+            row["valid_top1_target"] = accuracy(head, target, valid, 1, cfg.eval_depth)["top1_target"]
+            head.train()
+            tqdm.write(f"step {step}: valid top-1 (target's token) per depth "
+                       f"{[round(x, 3) for x in row['valid_top1_target']]}")
+        log.append(row)
+        if save_or_stop(step, cfg, save, start):
+            bar.close()
+            return None
     bar.close()
     return head.eval()

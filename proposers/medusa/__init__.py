@@ -1,6 +1,2 @@
-"""Medusa: extra heads on the target's last hidden state draft a static tree in one step."""
-
-from proposers.medusa.heads import MedusaHeads
-from proposers.medusa.proposer import MedusaProposer
-
-__all__ = ["MedusaHeads", "MedusaProposer"]
+"""Medusa: extra heads on the target's last hidden state draft a static tree in one step (heads,
+proposer, training; published.py reads and writes FasterDecoding's layouts). Public names come from `proposers`."""

@@ -3,8 +3,10 @@
 Head k (0-based) reads the post-norm hidden state h_t that produced token t+1 and predicts token
 t+k+2: the node at depth k+1 of the tree whose root is token t+1. Each head is a residual SiLU
 block (zero-initialised, so it starts as the identity) and a linear map to the vocabulary,
-initialised from the target's lm_head. Saved as safetensors plus a config that records the
-target's sizes, so heads refuse a target they were not trained for.
+initialised from the target's lm_head. Medusa "version 2" heads (TGI's) keep only the blocks and
+read through the target's own lm_head (own_lm_heads False). Saved as safetensors plus a config
+that records the target's sizes, so heads refuse a target they were not trained for; the
+published layouts are read and written by proposers/medusa/published.py.
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ from framework.lm.models import sizes_stated
 from proposers.common.head_files import head_folder, read_head, save_head
 
 CONFIG_FILE, WEIGHTS_FILE, TREE_FILE = "medusa_config.json", "medusa_heads.safetensors", "medusa_tree.json"
+WRITERS: dict = {}  # published layouts: format -> writer(heads, folder, dtype), from proposers/medusa/published.py
 
 
 @dataclass(frozen=True)
 class MedusaConfig:
     hidden_size: int
-    vocab_size: int
+    vocab_size: int | None  # None: heads through the target's lm_head, for any vocabulary
     num_heads: int = 4
     num_blocks: int = 1  # residual blocks per head
+    own_lm_heads: bool = True  # False: Medusa "version 2", logits through the target's lm_head
 
     def __post_init__(self) -> None:
         if self.num_heads < 1 or self.num_blocks < 0:
@@ -53,11 +57,14 @@ class MedusaHeads(nn.Module):
         self.blocks = nn.ModuleList(
             nn.Sequential(*(ResidualBlock(H) for _ in range(config.num_blocks))) for _ in range(config.num_heads)
         )
-        self.lm_heads = nn.ModuleList(nn.Linear(H, V, bias=False) for _ in range(config.num_heads))
+        self.lm_heads = nn.ModuleList(nn.Linear(H, V, bias=False) for _ in range(config.num_heads if config.own_lm_heads else 0))
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [..., H] -> logits [..., K, V]."""
-        return torch.stack([head(block(hidden)) for block, head in zip(self.blocks, self.lm_heads)], dim=-2)
+    def forward(self, hidden: torch.Tensor, lm_head: nn.Module | None = None) -> torch.Tensor:
+        """hidden [..., H] -> logits [..., K, V]; lm_head: the target's, which "version 2" heads read through."""
+        if not self.config.own_lm_heads and lm_head is None:
+            raise ValueError("these Medusa heads read through the target's lm_head: pass it")
+        heads = self.lm_heads if self.config.own_lm_heads else [lm_head] * self.config.num_heads
+        return torch.stack([head(block(hidden)) for block, head in zip(self.blocks, heads)], dim=-2)
 
     @classmethod
     def for_target(cls, model, num_heads: int = 4, num_blocks: int = 1) -> MedusaHeads:
@@ -70,13 +77,19 @@ class MedusaHeads(nn.Module):
 
     def check_target(self, hidden_size: int, vocab_size: int) -> None:
         c = self.config
-        if (c.hidden_size, c.vocab_size) != (hidden_size, vocab_size):
+        if (c.hidden_size, c.vocab_size or vocab_size) != (hidden_size, vocab_size):
             raise ValueError(
                 f"Medusa heads were trained for a target with hidden size {c.hidden_size} and vocabulary "
                 f"{c.vocab_size}, but this target has hidden size {hidden_size} and vocabulary {vocab_size}"
             )
 
-    def save(self, folder: str | Path, dtype: torch.dtype = torch.bfloat16, extra: dict | None = None) -> Path:
+    def save(self, folder: str | Path, dtype: torch.dtype = torch.bfloat16, extra: dict | None = None,
+             format: str = "speculum") -> Path:
+        """Our layout, or a published one (WRITERS, filled by proposers/medusa/published.py)."""
+        if format != "speculum":
+            if format not in WRITERS:
+                raise ValueError(f"unknown Medusa format {format!r} (have speculum, {', '.join(WRITERS)})")
+            return WRITERS[format](self, folder, dtype)
         return save_head(self, folder, {**asdict(self.config), **(extra or {})}, CONFIG_FILE, WEIGHTS_FILE, dtype)
 
     @classmethod
@@ -90,11 +103,6 @@ class MedusaHeads(nn.Module):
 
 def heads_folder(path: str | Path) -> Path:
     return head_folder(path, CONFIG_FILE)
-
-
-def load_heads(path: str | Path, dtype: str = "float32") -> MedusaHeads:
-    """For Hydra: heads from a folder (or the embedded zoo's), in the target's dtype."""
-    return MedusaHeads.load(path, getattr(torch, dtype))
 
 
 def load_choices(path: str | Path) -> list[tuple[int, ...]]:

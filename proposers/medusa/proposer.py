@@ -16,6 +16,7 @@ the hidden state arrives with each DecodeState.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -25,6 +26,7 @@ from framework.core.proposer import DecodeState
 from framework.core.sampling import SamplingConfig, process_logits
 from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
+from proposers.heads import load_head
 from proposers.medusa.heads import MedusaHeads
 from verifiers.tree_verifier import Verification
 
@@ -35,13 +37,17 @@ class MedusaProposer:
 
     def __init__(
         self,
-        heads: MedusaHeads,
+        heads: MedusaHeads | str | Path,
         choices: Sequence[Sequence[int]] | None = None,
         kind: str = "point",
         sampling: SamplingConfig | None = None,
     ):
         """choices: the tree as rank paths (default: a chain of one node per head).
-        sampling: the law the heads draw from for iid/wor (default: the target's)."""
+        sampling: the law the heads draw from for iid/wor (default: the target's).
+        heads: heads, or a folder in any layout proposers.load_head reads (ours, Medusa-1, version 2, Medusa-2)."""
+        heads = load_head(heads) if isinstance(heads, (str, Path)) else heads
+        if not isinstance(heads, MedusaHeads):
+            raise ValueError(f"Medusa needs Medusa heads, got {type(heads).__name__} (an EAGLE folder?)")
         if kind not in ("point", "iid", "wor"):
             raise ValueError(f"kind must be point, iid or wor, got {kind!r}")
         choices = [tuple(c) for c in choices] if choices is not None else [(0,) * d for d in range(1, heads.config.num_heads + 1)]
@@ -60,12 +66,13 @@ class MedusaProposer:
         if self.ranks > target.vocab_size:
             raise ValueError(f"the tree takes rank {self.ranks - 1} but the vocabulary has {target.vocab_size} tokens")
         self.heads.to(device=target.device, dtype=target.dtype)
+        self.lm_head = target.lm.model.get_output_embeddings()  # "version 2" heads read through it
 
     @torch.no_grad()
     def propose(self, state: DecodeState) -> CandidateTree:
         if state.target_hidden is None:
             raise ValueError("Medusa needs the target's last hidden state: the target did not return it")
-        logits = self.heads(state.target_hidden[:, -1])  # [B, K, V]
+        logits = self.heads(state.target_hidden[:, -1], self.lm_head)  # [B, K, V]
         if self.kind == "point":
             ranked = top_tokens(logits.flatten(0, 1), self.ranks).view(*logits.shape[:2], self.ranks)  # [B, K, R]
             return CandidateTree.by_rank(self.shape, ranked)

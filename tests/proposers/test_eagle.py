@@ -24,8 +24,11 @@ CHOICES = [(0,), (1,), (0, 0), (1, 0), (0, 1), (0, 0, 0)]
 
 
 def head_for(model, layers=(-1,), seed=0, scale=1.0):
+    """EAGLE-1 for the last layer; otherwise EAGLE-3 fusing `layers`, over 3/4 of the vocabulary."""
     c = model.config
-    return random_head(c.hidden_size, c.vocab_size, c.num_hidden_layers, layers, seed=seed, scale=scale,
+    eagle1 = tuple(layers) == (-1,)
+    return random_head(c.hidden_size, c.vocab_size, c.num_hidden_layers, layers, "eagle" if eagle1 else "eagle3",
+                       None if eagle1 else c.vocab_size * 3 // 4, seed=seed, scale=scale,
                        dtype=str(next(model.parameters()).dtype).removeprefix("torch."))
 
 
@@ -40,7 +43,7 @@ def dynamic(head):
 @pytest.mark.parametrize("arch", [a if a in ("llama", "gpt2") else pytest.param(a, marks=pytest.mark.slow) for a in ARCHS])
 def test_greedy_identity(arch):
     target = tiny_random_model(arch, seed=3, dtype="float64", init_std=0.3)
-    for layers in ((-1,), (0, 1, -1)):  # EAGLE-1's last layer; EAGLE-3-style fusion of three
+    for layers in ((-1,), (0, 1, -1)):  # EAGLE-1's last layer; EAGLE-3's fusion of three
         head = head_for(target, layers)
         for make in (static(head), dynamic(head)):
             report = greedy_identity(target, make, torch.tensor([[4, 9, 2]]), 24)
@@ -91,7 +94,7 @@ def test_head_reads_the_targets_features_of_every_committed_position(layers):
     decoder.prefill(prompts)
     for _ in range(10):
         decoder.step()
-    embed = target.get_input_embeddings()
+    embed = head.embedding(target.get_input_embeddings())
     accepted = torch.stack([r.num_accepted for r in proposer.results])  # [steps, B]
     assert len(set(accepted.sum(0).tolist())) > 1 or bool((accepted[:, 0] != accepted[:, 1]).any())
     for b in range(2):
@@ -193,20 +196,23 @@ def test_save_and_load_round_trip(tmp_path):
     assert math.isclose(sum(p.numel() for p in loaded.parameters()), sum(p.numel() for p in head.parameters()))
 
 
-def test_warm_start_begins_as_the_source_head():
-    """An EAGLE-3 head warm-started from an EAGLE-1 head computes the same outputs at first."""
+@pytest.mark.parametrize("make", [static, dynamic])
+def test_eagle3_never_proposes_a_token_outside_its_draft_vocabulary(make):
+    """Its logits are -inf off the draft vocabulary (t2d False): no such token in any tree, B = 2."""
     target = tiny_random_model("llama", seed=3, dtype="float64", init_std=0.3)
-    source, fused = head_for(target, (-1,)), head_for(target, (0, 1, -1), seed=5)
-    fused.warm_start(source)
-    blocks = torch.tensor([[5, 9, 1, 33, 7, 2]])
-    with torch.no_grad():
-        states = target(blocks, output_hidden_states=True).hidden_states
-        want = unroll(source, target.get_input_embeddings(), states[-1][:, :, None], blocks, 2)
-        got = unroll(fused, target.get_input_embeddings(), torch.stack([states[0], states[1], states[-1]], 2), blocks, 2)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b)
-    with pytest.raises(ValueError, match="one of them must be the source's one layer"):
-        head_for(target, (0, 1)).warm_start(source)
+    head = head_for(target, (0, 1, 2), scale=3.0)
+    trees = []
+
+    class Keeping(EagleProposer):
+        def propose(self, state):
+            trees.append(super().propose(state))
+            return trees[-1]
+
+    proposer = Keeping(head, CHOICES if make is static else None, top_k=3, depth=3, budget=7)
+    generate(HFTarget(target), proposer, torch.tensor([[4, 9, 2], [7, 1, 1]]), 16)
+    proposed = torch.cat([t.tokens.flatten() for t in trees])
+    assert proposed.numel() > 50 and bool(head.t2d[proposed].all())
+    assert int(head.t2d.sum()) == 48 and not bool(head.t2d.all())
 
 
 def test_auto_settings_come_from_the_head():
