@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from eagle_recording import Recording
 
 from framework.core.proposer import DecodeState
 from framework.core.randomness import TorchSource
@@ -63,23 +64,6 @@ def test_batched_rows_each_decode_as_alone():
         accepted = out.stats.per_row(2)  # [steps, B], -1 once a row finished and left the batch
         both = (accepted >= 0).all(1)
         assert bool((accepted[both, 0] != accepted[both, 1]).any())  # the rows did accept different counts
-
-
-class Recording(EagleProposer):
-    """Keeps, per step, the root and the head's output at the root's position, and each commit."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.roots, self.results = [], []
-
-    def catch_up(self, state):
-        out = super().catch_up(state)
-        self.roots.append((state.root.clone(), out.clone()))
-        return out
-
-    def commit(self, result):
-        self.results.append(result)
-        super().commit(result)
 
 
 @pytest.mark.parametrize("layers", [(-1,), (0, 2)])

@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 import torch
+from eagle_recording import Recording
 from published_fixtures import eagle1_folder, eagle1_reference, eagle3_folder, eagle3_reference, load_state
 
 from framework.core.randomness import TorchSource
@@ -68,21 +69,6 @@ def test_an_embedding_that_is_not_the_targets_is_refused(tmp_path):
         generate(HFTarget(TARGET), EagleProposer(head, CHOICES), TOKENS, 4)
     same = load_head(eagle1_folder(tmp_path / "same", TARGET, embedding=TARGET.get_input_embeddings().weight.float()))
     generate(HFTarget(TARGET), EagleProposer(same, CHOICES), TOKENS, 4)  # fp32 copy of the fp64 target: accepted
-
-
-class Recording(EagleProposer):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.roots, self.results = [], []
-
-    def catch_up(self, state):
-        out = super().catch_up(state)
-        self.roots.append((state.root.clone(), out.clone()))
-        return out
-
-    def commit(self, result):
-        self.results.append(result)
-        super().commit(result)
 
 
 def fused_reference(kind, state, hidden, layers):
