@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from framework.zoo.checkpoints import find_folder
+from framework.zoo.checkpoints import find_folder, torch_dtype
 from proposers.common.head_files import WEIGHT_FILES
 from proposers.eagle import published as eagle_published
 from proposers.eagle import speculators
@@ -33,36 +33,35 @@ from proposers.medusa.heads import MedusaHeads
 LOOKED_FOR = (EAGLE_CONFIG, MEDUSA_CONFIG, "config.json (with " + ", ".join(medusa_published.HEAD_FILES + WEIGHT_FILES) + ")")
 
 
-def layout(folder: Path) -> str:
-    """The name of the folder's layout (the table above)."""
+def layout(folder: Path) -> tuple[str, dict]:
+    """The name of the folder's layout (the table above) and its config.json (empty for ours)."""
     if (folder / EAGLE_CONFIG).is_file():
-        return "speculum-eagle"
+        return "speculum-eagle", {}
     if (folder / MEDUSA_CONFIG).is_file():
-        return "speculum-medusa"
+        return "speculum-medusa", {}
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"no head at {folder}: looked for {', '.join(LOOKED_FOR)}")
     config = json.loads((folder / "config.json").read_text())
     if "speculators_config" in config:
-        return "speculators"
+        return "speculators", config
     if "medusa_num_heads" in config:
-        return "medusa" if any((folder / f).is_file() for f in medusa_published.HEAD_FILES) else "medusa2"
+        return "medusa" if any((folder / f).is_file() for f in medusa_published.HEAD_FILES) else "medusa2", config
     if "draft_vocab_size" in config or any("Eagle3" in a for a in config.get("architectures") or ()):
-        return "eagle3"
-    return "eagle"
+        return "eagle3", config
+    return "eagle", config
 
 
 def load_head(path: str | Path, dtype: str | torch.dtype = "float32", layer_ids: str | None = None):
     """The head at `path` (EagleHead or MedusaHeads), in `dtype`. layer_ids: which stack wrote an EAGLE-3
     config's eagle_aux_hidden_state_layer_ids ("sglang"/"specforge": output of layer id; "vllm"/
     "speculators": before layer id); by default the layout's own (SafeAILab/SpecForge: sglang)."""
-    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    dtype = torch_dtype(dtype) if isinstance(dtype, str) else dtype
     found = (find_folder(path, marker) for marker in (EAGLE_CONFIG, MEDUSA_CONFIG, "config.json"))
     folder = next((f for f in found if f is not None), Path(path).expanduser())
     if not folder.is_dir():
         raise FileNotFoundError(f"no head at {Path(path).expanduser()}: the folder does not exist "
                                 f"(looked for {', '.join(LOOKED_FOR)})")
-    kind = layout(folder)
-    config = json.loads((folder / "config.json").read_text()) if (folder / "config.json").is_file() else {}
+    kind, config = layout(folder)
     readers = {
         "speculum-eagle": lambda: EagleHead.load(folder),
         "speculum-medusa": lambda: MedusaHeads.load(folder),

@@ -41,12 +41,18 @@ def resolve_checkpoint(path: str | Path) -> Path:
                      f"embedded zoo models: {zoo or 'none found'}")
 
 
+def torch_dtype(name: str) -> torch.dtype:
+    """torch.float32 for "float32"; a name that is no torch dtype is refused, named."""
+    if not isinstance(getattr(torch, name, None), torch.dtype):
+        raise ValueError(f"dtype {name!r} is not a torch dtype (e.g. float32, bfloat16, float64)")
+    return getattr(torch, name)
+
+
 def load_causal_lm(path: str | Path, dtype: str = "float32", device: str = "cpu") -> transformers.PreTrainedModel:
     """AutoModelForCausalLM in eval mode; config.name_or_path keeps the folder (its tokenizer)."""
-    if not isinstance(getattr(torch, dtype, None), torch.dtype):
-        raise ValueError(f"dtype {dtype!r} is not a torch dtype (e.g. float32, bfloat16, float64)")
+    torch_dtype(dtype)  # before any file is read
     folder = resolve_checkpoint(path)
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=getattr(torch, dtype))
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch_dtype(dtype))
     return model.to(device).eval()
 
 

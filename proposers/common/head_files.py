@@ -27,10 +27,20 @@ def save_head(module: torch.nn.Module, folder: str | Path, fields: dict, config_
 
     folder = Path(folder)
     with files.replacing(folder / weights_file) as temporary:  # each file whole; the config, read first, last
-        save_file({k: v.detach().to(dtype if v.is_floating_point() else v.dtype).contiguous()  # maps stay integers
-                   for k, v in module.state_dict().items()}, temporary)
+        save_file(stored_tensors(module, dtype), temporary)
     files.write_json(folder / config_file, fields)
     return folder
+
+
+def stored_tensors(module: torch.nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The state dict as written: floats in `dtype`, integer and boolean maps (d2t, t2d) as they are."""
+    return {k: v.detach().to(dtype if v.is_floating_point() else v.dtype).contiguous().cpu()
+            for k, v in module.state_dict().items()}
+
+
+def renamed(state: dict[str, torch.Tensor], old: str, new: str) -> dict[str, torch.Tensor]:
+    """The same tensors, keys starting with `old` starting with `new` instead (a layout's module names)."""
+    return {(new + k[len(old):] if k.startswith(old) else k): v for k, v in state.items()}
 
 
 def read_head(path: str | Path, config_file: str, weights_file: str, what: str, command: str) -> tuple[Path, dict, dict]:

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from framework.core import files
-from proposers.common.head_files import read_weights, weight_files
+from proposers.common.head_files import read_weights, renamed, stored_tensors, weight_files
 from proposers.eagle.head import WRITERS, Eagle3Head, EagleConfig, EagleHead, build_head, embedding_fingerprint
 
 # hidden_states index = id + offset, by the stack that wrote the ids
@@ -80,8 +80,7 @@ def read_eagle1(folder: Path, config: dict) -> EagleHead:
 def read_eagle3(folder: Path, config: dict, convention: str = "sglang") -> EagleHead:
     """SafeAILab's and SpecForge's EAGLE-3 draft (midlayer.*); ids in SGLang's convention unless told."""
     refuse_unsupported(config, folder)
-    state = read_weights(weight_files(folder))
-    state = {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in state.items()}
+    state = renamed(read_weights(weight_files(folder)), "layers.0.", "midlayer.")  # some converters' names
     sizes = llama_sizes(config)
     draft_vocab = config.get("draft_vocab_size") or sizes["vocab_size"]
     target_hidden = config.get("target_hidden_size")
@@ -92,12 +91,17 @@ def read_eagle3(folder: Path, config: dict, convention: str = "sglang") -> Eagle
     econfig = EagleConfig("eagle3", target_layers=layer_ids(ids, convention),
                           draft_vocab_size=draft_vocab if draft_vocab != sizes["vocab_size"] else None,
                           target_hidden_size=target_hidden if target_hidden != sizes["hidden_size"] else None, **sizes)
-    if draft_vocab == sizes["vocab_size"]:  # EAGLE deletes the maps then; an identity map may be present
-        state.pop("d2t", None), state.pop("t2d", None)
-        state.update(d2t=torch.zeros(draft_vocab, dtype=torch.long), t2d=torch.ones(draft_vocab, dtype=torch.bool))
+    if draft_vocab == sizes["vocab_size"]:
+        state = with_identity_maps(state, draft_vocab)
     own_embedding = econfig.target_hidden_size is not None
     ignored = () if own_embedding else ("embed_tokens.weight",)
     return build_head(econfig, {k: v for k, v in state.items() if k not in ignored}, where=folder)
+
+
+def with_identity_maps(state: dict, vocab_size: int) -> dict:
+    """A draft over the whole vocabulary: EAGLE deletes d2t/t2d then (an identity map may be left); ours holds identity maps."""
+    return {**{k: v for k, v in state.items() if k not in ("d2t", "t2d")},
+            "d2t": torch.zeros(vocab_size, dtype=torch.long), "t2d": torch.ones(vocab_size, dtype=torch.bool)}
 
 
 def draft_config(head: EagleHead) -> dict:
@@ -124,11 +128,6 @@ def output_layer_ids(head: EagleHead) -> list[int] | None:
     return [i - 1 for i in c.target_layers]
 
 
-def weights_of(head: EagleHead, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    return {k: v.detach().to(dtype if v.is_floating_point() else v.dtype).contiguous().cpu()
-            for k, v in head.state_dict().items()}
-
-
 def write_specforge(head: EagleHead, folder, dtype: torch.dtype = torch.bfloat16) -> Path:
     """An EAGLE-3 head as SpecForge exports it for SGLang (config.json + model.safetensors)."""
     if not isinstance(head, Eagle3Head):
@@ -141,7 +140,7 @@ def write_specforge(head: EagleHead, folder, dtype: torch.dtype = torch.bfloat16
         config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}
     if c.target_hidden_size is not None:
         config["target_hidden_size"] = c.target_hidden_size
-    return write_folder(folder, config, weights_of(head, dtype))
+    return write_folder(folder, config, stored_tensors(head, dtype))
 
 
 def write_eagle(head: EagleHead, folder, dtype: torch.dtype = torch.bfloat16) -> Path:
@@ -149,7 +148,7 @@ def write_eagle(head: EagleHead, folder, dtype: torch.dtype = torch.bfloat16) ->
     if head.config.architecture != "eagle":
         raise ValueError("SafeAILab's EAGLE-1 layout holds EAGLE-1/2 heads; write an EAGLE-3 head with format='specforge'")
     config = {**draft_config(head), "architectures": ["LlamaForCausalLM"], "bias": head.config.fc_bias}
-    return write_folder(folder, config, weights_of(head, dtype))
+    return write_folder(folder, config, stored_tensors(head, dtype))
 
 
 def write_folder(folder, config: dict, state: dict) -> Path:

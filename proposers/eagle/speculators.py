@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from proposers.common.head_files import read_weights, weight_files
+from proposers.common.head_files import read_weights, renamed, stored_tensors, weight_files
 from proposers.eagle.head import WRITERS, Eagle3Head, EagleConfig, EagleHead, build_head, embedding_fingerprint
 from proposers.eagle.published import (
     draft_config,
@@ -28,7 +28,7 @@ from proposers.eagle.published import (
     llama_sizes,
     output_layer_ids,
     refuse_unsupported,
-    weights_of,
+    with_identity_maps,
     write_folder,
 )
 
@@ -66,14 +66,12 @@ def read(folder: Path, config: dict, convention: str = "speculators") -> EagleHe
 
 def read_eagle3(folder: Path, config: dict, convention: str) -> EagleHead:
     sizes = layer_sizes(config, folder)
-    state = read_weights(weight_files(folder))
-    state = {("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k): v for k, v in state.items()}
+    state = renamed(read_weights(weight_files(folder)), "layers.0.", "midlayer.")
     V, draft_vocab = sizes["vocab_size"], config.get("draft_vocab_size") or sizes["vocab_size"]
     if "lm_head.weight" not in state:
         raise ValueError(f"{folder}: no lm_head.weight (speculators then slices the verifier's by t2d, which we do not)")
     if draft_vocab == V:
-        state.pop("d2t", None), state.pop("t2d", None)
-        state.update(d2t=torch.zeros(V, dtype=torch.long), t2d=torch.ones(V, dtype=torch.bool))
+        state = with_identity_maps(state, V)
     target_hidden = config.get("target_hidden_size")
     own_embedding = target_hidden not in (None, sizes["hidden_size"])
     copy = None if own_embedding else state.pop("embed_tokens.weight", None)
@@ -89,11 +87,7 @@ def read_eagle3(folder: Path, config: dict, convention: str) -> EagleHead:
 def read_eagle1(folder: Path, config: dict) -> EagleHead:
     if config.get("layernorms"):
         raise ValueError(f"{folder}: speculators' EAGLE with layernorms=true (HASS-style norms) is not supported")
-    renames = {"fusion_fc.": "fc.", "transformer.": "layers.0."}
-    state = {}
-    for key, value in read_weights(weight_files(folder)).items():
-        prefix = next((p for p in renames if key.startswith(p)), None)
-        state[renames[prefix] + key[len(prefix):] if prefix else key] = value
+    state = renamed(renamed(read_weights(weight_files(folder)), "fusion_fc.", "fc."), "transformer.", "layers.0.")
     sizes = layer_sizes(config, folder)  # its layer config carries the verifier's RoPE, which it used
     return build_head(EagleConfig("eagle", fc_bias="fc.bias" in state, **sizes), state, where=folder)
 
@@ -121,8 +115,7 @@ def write(head: EagleHead, folder, dtype: torch.dtype = torch.bfloat16, embeddin
         "target_hidden_size": c.target_hidden_size, "eagle_aux_hidden_state_layer_ids": ids,
         "norm_before_residual": False, "norm_before_fc": False, "fc_norm": False, "norm_output": False,
     }
-    state = {("layers.0." + k[len("midlayer."):] if k.startswith("midlayer.") else k): v
-             for k, v in weights_of(head, dtype).items()}
+    state = renamed(stored_tensors(head, dtype), "midlayer.", "layers.0.")
     if c.draft_vocab_size is None:
         state.pop("d2t"), state.pop("t2d")
     if embedding is not None and head.embed_tokens is None:

@@ -136,6 +136,8 @@ def test_bad_folders_are_named(tmp_path):
         load_head(empty)
     with pytest.raises(FileNotFoundError, match="looked for"):
         load_head(tmp_path / "nothing_here")
+    with pytest.raises(ValueError, match="'float33' is not a torch dtype"):
+        load_head(folder, "float33")
 
 
 @pytest.mark.parametrize("own", [True, False])
