@@ -7,11 +7,13 @@ proposed: any Proposer goes. One random source serves every coin, so a seed repr
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
+from framework.core.policy import FixedPolicy, Plan, Policy
 from framework.core.proposer import DecodeState, Proposer, SideRowProposer
+from framework.core.ragged_tree import RaggedTrees
 from framework.core.randomness import RandomSource, TorchSource
 from framework.core.sampling import SamplingConfig, mark_seen, process_logits, process_tree_logits, seen_tokens
 from framework.core.target import Target
@@ -28,6 +30,7 @@ class StepStats:
     other_s: float
     nodes: int = 0  # tree nodes verified this step
     rows: torch.Tensor | None = None  # [B'] which rows of the batch as it started these are (finished rows leave it)
+    side_rows: int = 0  # a proposer's side rows in the step's forward
 
 
 @dataclass
@@ -97,9 +100,15 @@ class Decoder:
         rng: RandomSource,
         eos_token_id: int | None = None,
         verifier: Verifier = LOSSLESS,
+        policy: Policy | None = None,
+        speculate: torch.Tensor | None = None,
     ):
+        """policy: how much to speculate each step (None: as the proposer is configured, every step).
+        speculate [B] bool: rows that may accept drafts (False: that row decodes plainly, in the same batch)."""
         self.target, self.proposer, self.sampling, self.rng = target, proposer, sampling, rng
         self.eos_token_id, self.verifier = eos_token_id, verifier
+        self.policy = policy or FixedPolicy()
+        self.speculate = None if speculate is None else torch.as_tensor(speculate).bool().cpu()
         self.stats = GenerationStats()
         self.state: DecodeState | None = None
         self.rows = torch.zeros(0, dtype=torch.long)  # the rows of the batch as it started, still in it
@@ -138,6 +147,9 @@ class Decoder:
             root = self.rng.categorical(process_logits(logits, self.sampling, seen))
         root = root.to(logits.device).expand(logits.shape[0])
         self.rows = torch.arange(root.shape[0])
+        if self.speculate is not None and self.speculate.shape != root.shape:
+            raise ValueError(f"speculate must hold one flag per row ({root.shape[0]}), got shape {tuple(self.speculate.shape)}")
+        self.policy.start(self.target, root.shape[0])
         count = torch.full((root.shape[0],), input_ids.shape[1], device=root.device)
         self.state = DecodeState(root, mark_seen(seen, root[:, None]), self.sampling, self.rng,
                                  None if hidden is None else hidden[:, -1], hidden, None if hidden is None else count)
@@ -149,15 +161,19 @@ class Decoder:
         deeper (the tokens still wanted, less the one every step emits); the context's room cuts too."""
         device = self.target.device
         t0 = _clock(device)
-        state = self.state
+        plan = self.plan()
+        state = self.state = replace(self.state, plan=plan)
         tree = self.proposer.propose(state) if self.proposer is not None else self.plain_tree(state.root.shape[0])
-        tree, kept = tree.within_depth(self.depth_limit(max_depth))
-        side = self.proposer.side_rows(tree) if isinstance(self.proposer, SideRowProposer) else None
+        tree, trimmed = self.policy.trim(tree)
+        wanted = [d for d in (max_depth, plan.depth) if d is not None]
+        tree, cut = tree.within_depth(self.depth_limit(min(wanted) if wanted else None))
+        kept = trimmed if cut is None else cut if trimmed is None else trimmed[cut]  # nodes of the proposer's tree
+        side = self.proposer.side_rows(tree) if isinstance(self.proposer, SideRowProposer) and plan.drafts else None
         t1 = _clock(device)
         out = self.target.forward_tree(state.root, tree, side)
         t2 = _clock(device)
         p = self.target_laws(out.logits, state, tree)
-        result = verify(tree, p, rng=self.rng, eos_token_id=self.eos_token_id, verifier=self.verifier, validate=False)
+        result = self.verify(tree, p)
         t3 = _clock(device)
         self.target.commit(result)
         if side is not None:
@@ -176,8 +192,27 @@ class Decoder:
             last = hidden[torch.arange(hidden.shape[0], device=hidden.device), result.num_accepted.to(hidden.device)]
         self.state = DecodeState(root, seen, self.sampling, self.rng, last, hidden, count)
         t4 = _clock(device)
-        self.stats.steps.append(StepStats(result.num_accepted, t1 - t0, t2 - t1, t3 - t2, t4 - t3, tree.num_nodes, self.rows))
+        stats = StepStats(result.num_accepted, t1 - t0, t2 - t1, t3 - t2, t4 - t3, tree.num_nodes, self.rows,
+                          0 if side is None else side.num_rows)
+        self.stats.steps.append(stats)
+        self.policy.observe(tree, result, stats)
         return emitted
+
+    def plan(self) -> Plan:
+        """The policy's plan for this step; none at all for plain decoding or when no row may speculate."""
+        if self.proposer is None or (self.speculate is not None and not bool(self.speculate.any())):
+            return Plan(depth=0)
+        return self.policy.plan()
+
+    def verify(self, tree: CandidateTree, p: torch.Tensor) -> Verification:
+        """The verifier on the tree; rows that may not speculate see none of its nodes (one token from the
+        root's law, in the same call: one draw of coins for the batch)."""
+        if self.speculate is None or bool(self.speculate.all()) or tree.num_nodes == 0:
+            return verify(tree, p, rng=self.rng, eos_token_id=self.eos_token_id, verifier=self.verifier, validate=False)
+        ragged = RaggedTrees.of_rows(tree, self.speculate)
+        result = verify(ragged, p.flatten(0, 1), rng=self.rng, eos_token_id=self.eos_token_id, verifier=self.verifier,
+                        validate=False)
+        return Verification(result.tokens, result.num_accepted, result.path)
 
     def target_laws(self, logits: torch.Tensor, state: DecodeState, tree: CandidateTree) -> torch.Tensor:
         """logits [B, N+1, V] -> the laws the verifier judges by: plain sampling's, each along its node's own
@@ -191,11 +226,14 @@ class Decoder:
         self.target.select(rows)
         if self.proposer is not None:
             self.proposer.select(rows)
+        self.policy.select(rows)
+        if self.speculate is not None:
+            self.speculate = self.speculate[rows.cpu()]
         self.rows = self.rows[rows.cpu()]
         state = self.state
         take = lambda t: None if t is None else t[rows.to(t.device)]  # noqa: E731
         self.state = DecodeState(take(state.root), take(state.seen), state.sampling, state.rng, take(state.target_hidden),
-                                 take(state.committed_hidden), take(state.committed_count))
+                                 take(state.committed_hidden), take(state.committed_count), state.plan)
 
     def depth_limit(self, wanted: int | None) -> int:
         """The deepest a tree may be this step: what is wanted, and what the context has room for."""
@@ -250,12 +288,16 @@ def generate(
     rng: RandomSource | None = None,
     verifier: Verifier = LOSSLESS,
     attention_mask: torch.Tensor | None = None,
+    policy: Policy | None = None,
+    speculate=None,
 ) -> GenerationOutput:
     """Speculative decoding (plain decoding when proposer is None). input_ids [B, L], every row a whole
-    prompt: there is no padding (an attention_mask with zeros is refused)."""
+    prompt: there is no padding (an attention_mask with zeros is refused). policy: how much to speculate
+    each step (None: as the proposer is configured; framework.control.goodput.GoodputPolicy sizes each step
+    to its expected tokens per second). speculate: one bool per row (False: that request decodes plainly)."""
     check_prompt(target, input_ids, max_new_tokens, attention_mask)
     B = input_ids.shape[0]
-    decoder = Decoder(target, proposer, sampling, rng or TorchSource(seed=seed), eos_token_id, verifier)
+    decoder = Decoder(target, proposer, sampling, rng or TorchSource(seed=seed), eos_token_id, verifier, policy, speculate)
     out = torch.full((B, max_new_tokens), -1, dtype=torch.long)
     if max_new_tokens == 0:
         return GenerationOutput(out, decoder.stats)

@@ -79,6 +79,7 @@ class DraftModelProposer:
         self.unread = self.levels[-1]  # nodes of the last proposed tree that have no draft KV yet
         self.drafted_depth = len(self.levels)  # levels in the last proposed tree
         self.deferred: torch.Tensor | None = None  # [B, K] accepted tokens the next root forward reads first
+        self.skipped: torch.Tensor | None = None  # [B, K] the same, held over a plain step (until its commit)
         self.mask = self.shape.ancestors  # [N+1, N+1]; slot of node i is i + 1 (level order)
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
@@ -91,18 +92,22 @@ class DraftModelProposer:
             )
         B, L = input_ids.shape
         self.lm.reset(B)
-        self.deferred = None
+        self.deferred = self.skipped = None
         self.lm.forward(input_ids, torch.arange(L), torch.ones(L, L, dtype=torch.bool).tril(), logits_rows=torch.tensor([L - 1]))
         self.lm.keep(torch.arange(L).expand(B, L), torch.full((B,), L))
 
     def propose(self, state: DecodeState) -> CandidateTree:
+        if not state.plan.drafts:
+            return self.plain_step(state.root)
         cfg = self.sampling or state.sampling
         B, N = state.root.shape[0], self.shape.num_nodes
         tokens = torch.zeros(B, N, dtype=torch.long, device=state.root.device)
+        scores = torch.ones(B, N + 1, device=state.root.device)  # each node's draft probability along its path (row 0: the root)
         q = torch.empty(B, N + 1, state.seen.shape[-1], dtype=torch.float64 if self.lm.dtype == torch.float64 else torch.float32, device=state.root.device)
         parents = self.shape.parents.tolist()
         fed = 0  # pending slots written (root = slot 0)
         depth = self.schedule.depth if self.schedule is not None else len(self.levels)
+        depth = min(depth, state.plan.depth) if state.plan.depth is not None else depth
         for level in range(depth):  # read the root, then each level that may have children
             rows = torch.tensor([0]) if level == 0 else self.levels[level - 1] + 1  # tree rows read now
             if level == 0:
@@ -117,6 +122,8 @@ class DraftModelProposer:
                 kids = [i for i in range(N) if parents[i] == row - 1]
                 if kids:
                     tokens[:, kids] = self.draw(law[:, m], len(kids), state.rng, cfg.greedy)
+                    drawn = law[:, m].gather(1, tokens[:, kids]).to(scores.dtype)  # [B, kids]
+                    scores[:, [k + 1 for k in kids]] = scores[:, row : row + 1] * drawn
             if self.unsure(out.logits):  # the children just drawn are the last level
                 break
         self.unread = self.levels[level]  # the last level drawn: leaves, never read by the draft
@@ -124,7 +131,15 @@ class DraftModelProposer:
         kept = int(self.unread.max()) + 1
         q[:, self.unread + 1] = 1.0 / q.shape[-1]  # leaves draw no children: a placeholder law, never read
         draft_probs = q[:, : kept + 1] if self.kind != "point" else None
-        return CandidateTree(tokens[:, :kept], self.shape.prefix(kept), draft_probs, self.kind)
+        return CandidateTree(tokens[:, :kept], self.shape.prefix(kept), draft_probs, self.kind, scores[:, 1 : kept + 1])
+
+    def plain_step(self, root: torch.Tensor) -> CandidateTree:
+        """No drafts this step (the policy's plan): the root joins the tokens the next root forward reads first."""
+        lead = self.deferred
+        self.skipped = root[:, None] if lead is None else torch.cat([lead, root[:, None].to(lead.device)], dim=1)
+        self.deferred = None
+        self.drafted_depth = 0
+        return CandidateTree(torch.zeros(root.shape[0], 0, dtype=torch.long, device=root.device), torch.zeros(0, dtype=torch.long))
 
     # Hooks, one decision each, so that the harness can plant a bug in exactly one place.
     def draft_law(self, logits: torch.Tensor, cfg: SamplingConfig, seen) -> torch.Tensor:
@@ -162,6 +177,9 @@ class DraftModelProposer:
         root forward, or, when rows lack different numbers of them, get theirs in one forward now."""
         if self.deferred is not None:
             raise RuntimeError("commit called twice without a propose between: deferred tokens were never read")
+        if self.skipped is not None:  # a plain step: nothing drafted, nothing to keep; the root waits with the rest
+            self.deferred, self.skipped = self.skipped, None
+            return
         path, accepted = result.path, result.num_accepted  # [B, D] node indices (-1 padded), [B]
         if self.schedule is not None:
             self.schedule.update(accepted, self.drafted_depth)
@@ -183,3 +201,5 @@ class DraftModelProposer:
         self.lm.select(rows)
         if self.deferred is not None:
             self.deferred = self.deferred[rows.to(self.deferred.device)]
+        if self.skipped is not None:
+            self.skipped = self.skipped[rows.to(self.skipped.device)]

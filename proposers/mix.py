@@ -79,8 +79,25 @@ class MixProposer:
             leaves = sorted(set(range(tree.num_nodes)) - set(tree.parents.tolist()))
             for row, row_paths in zip(rows, paths):
                 row.extend((row_paths[i], weight) for i in leaves)
-        self.tree = tree_from_paths(rows, self.budget, state.root.device)
+        merged = tree_from_paths(rows, self.budget, state.root.device)
+        self.tree = CandidateTree(merged.tokens, merged.shape, None, "point", self.merged_scores(merged))
         return self.tree
+
+    def merged_scores(self, merged: CandidateTree) -> torch.Tensor:
+        """[B, N] each merged node's best score among the parts that proposed it (a part without scores
+        offers its share of the merged weight)."""
+        if not merged.num_nodes:
+            return merged.scores
+        scores = merged.scores.clone()
+        paths = node_paths(merged)
+        for tree, own in zip(self.trees, self.part_paths):
+            if tree.scores is None or not tree.num_nodes:
+                continue
+            for b, row in enumerate(tree.scores.tolist()):
+                where = dict(zip(own[b], row))
+                for i, path in enumerate(paths[b]):
+                    scores[b, i] = max(float(scores[b, i]), where.get(path, 0.0))
+        return scores
 
     def side_rows(self, tree: CandidateTree) -> SideRows | None:
         parts = []

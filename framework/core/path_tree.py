@@ -4,7 +4,8 @@ The model-free proposers (prompt lookup, lookahead, REST) and the mix all find c
 continuations as token paths with a weight. Per row, the paths go into a trie whose node score is
 the summed weight of the paths through it; the best `budget` nodes are kept (a prefix scores at
 least as much as its extensions, and ties go to the shorter path, so the kept set is closed under
-ancestors). Children are ranked by score, which gives every node a rank path.
+ancestors). Children are ranked by score, which gives every node a rank path. The tree's `scores`
+are each node's share of its row's total weight (what the speculation policy calibrates).
 
 A CandidateTree has one shape for the batch: the shape is the union of the rows' rank paths (cut
 to the budget by how many rows hold a rank path, then by summed score). A row that lacks a node of
@@ -53,15 +54,22 @@ def rank_paths(nodes: list[tuple[int, ...]], score: dict[tuple[int, ...], float]
     return ranks
 
 
-def tree_from_paths(rows: Sequence[Paths], budget: int, device=None, pad_token: int = 0) -> CandidateTree:
-    """rows[b]: row b's weighted token paths -> a point tree of at most `budget` nodes ([B, N])."""
+def tree_from_paths(rows: Sequence[Paths], budget: int, device=None, pad_token: int = 0,
+                    depth: int | None = None) -> CandidateTree:
+    """rows[b]: row b's weighted token paths -> a point tree of at most `budget` nodes ([B, N]), none deeper
+    than `depth` (None: as deep as the paths)."""
     if budget < 1:
         raise ValueError(f"budget must be >= 1, got {budget}")
     per_row = []  # per row: rank path -> (token, score)
+    shares = []  # per row: rank path -> share of the row's weight
     for paths in rows:
+        paths = [(path[:depth] if depth is not None else path, weight) for path, weight in paths]
         score = trie_scores(paths)
         nodes = best_nodes(score, budget)
-        per_row.append({rank: (path[-1], score[path]) for path, rank in rank_paths(nodes, score).items()})
+        total = sum(float(w) for _, w in paths) or 1.0
+        ranked = rank_paths(nodes, score)
+        per_row.append({rank: (path[-1], score[path]) for path, rank in ranked.items()})
+        shares.append({rank: score[path] / total for path, rank in ranked.items()})
     held: dict[tuple[int, ...], tuple[int, float]] = {}  # rank path -> (rows holding it, summed score)
     for row in per_row:
         for rank, (_, s) in row.items():
@@ -73,7 +81,8 @@ def tree_from_paths(rows: Sequence[Paths], budget: int, device=None, pad_token: 
     shape = TreeShape.from_choices(shared)  # depth, then rank order: topological, siblings by rank
     ordered = sorted(set(shared), key=lambda c: (len(c), c))
     tokens = torch.tensor([fill_row(row, ordered, pad_token) for row in per_row], dtype=torch.long)
-    return CandidateTree(tokens.to(device), shape.parents, None, "point")
+    scores = torch.tensor([[share.get(rank, 0.0) for rank in ordered] for share in shares], dtype=torch.float32)
+    return CandidateTree(tokens.to(device), shape.parents, None, "point", scores.to(device))
 
 
 def fill_row(row: dict[tuple[int, ...], tuple[int, float]], ordered: list[tuple[int, ...]], pad_token: int) -> list[int]:

@@ -7,6 +7,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from framework.core.policy import Plan
 from framework.core.randomness import RandomSource
 from framework.core.sampling import SamplingConfig
 from framework.core.side_rows import SideRows
@@ -27,6 +28,10 @@ class DecodeState:
     # committed_count[b] valid rows (the last of them is target_hidden). For feature-level heads (EAGLE).
     committed_hidden: torch.Tensor | None = None  # [B, A, L, H]
     committed_count: torch.Tensor | None = None  # [B]
+    # How much this step may draft (the speculation policy's plan, framework/core/policy.py): a proposer
+    # drafts at most plan.depth levels; at depth 0 it drafts nothing and returns an empty tree, keeping
+    # its books (the root, the committed features) for the next step that drafts.
+    plan: Plan = Plan()
 
 
 class Proposer(Protocol):
@@ -42,7 +47,8 @@ class Proposer(Protocol):
         ...
 
     def propose(self, state: DecodeState) -> CandidateTree:
-        """Candidates after state.root, with the kind that says how children were chosen."""
+        """Candidates after state.root, at most state.plan.depth levels deep, with the kind that says how
+        children were chosen and, where it has them, its own scores per node (what the policy sizes by)."""
         ...
 
     def commit(self, result) -> None:

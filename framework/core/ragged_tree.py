@@ -163,6 +163,20 @@ class RaggedTrees:
         return RaggedTrees(draft_token_ids, position - 1, counts, draft_probs,
                            "point" if draft_probs is None else "iid", law_rows, bonus_token_ids.reshape(-1))
 
+    @staticmethod
+    def of_rows(tree: CandidateTree, active: torch.Tensor) -> "RaggedTrees":
+        """A shared-shape tree [B, N] whose inactive requests (active [B] False) have no nodes: they emit
+        one token from their root's law. The laws stay where they lie ([B, N+1, V] flattened)."""
+        B, N = tree.tokens.shape
+        device = tree.tokens.device
+        active = active.to(device)
+        counts = active.long() * N  # [B]
+        keep = active[:, None].expand(B, N)
+        g_request, g_position = _requests_and_positions(counts + 1)  # [T + B] root at position 0
+        law_rows = g_request * (N + 1) + g_position
+        q = None if tree.draft_probs is None else tree.draft_probs.flatten(0, 1)
+        return RaggedTrees(tree.tokens[keep], tree.parents.to(device).expand(B, N)[keep], counts, q, tree.kind, law_rows)
+
     # ---- the walk's view ------------------------------------------------------------------
 
     def global_parents(self) -> torch.Tensor:

@@ -7,7 +7,7 @@ a test may bring its own. The loop (framework.engine) knows a target only throug
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Sequence
 
 import torch
 
@@ -50,4 +50,13 @@ class Target(Protocol):
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep the batch rows `rows` [B'] of the cache, in that order."""
+        ...
+
+    def cost_key(self) -> str:
+        """Names what a forward's cost depends on (model, dtype, device, threads): measured costs are
+        cached under it (framework/control/costs.py)."""
+        ...
+
+    def forward_costs(self, sizes: Sequence[int]) -> dict[int, float]:
+        """Seconds per forward_tree of n nodes, n in sizes, at the current batch; the state unchanged."""
         ...

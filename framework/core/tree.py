@@ -37,12 +37,16 @@ class CandidateTree:
     kind:        how children were chosen: "point" (by a rule blind to the verifier's coins),
                  "iid" (independent draws from q, duplicates kept, in draw order) or
                  "wor" (draws without replacement from q, in draw order).
+    scores:      [B, N] or None: the proposer's own estimate that each node is accepted (its draft
+                 probability along the path, a match count's share). The speculation policy reads it
+                 to size the step (framework/core/policy.py); the verifier never does.
     """
 
     tokens: torch.Tensor
     parents: torch.Tensor
     draft_probs: torch.Tensor | None = None
     kind: str = "point"
+    scores: torch.Tensor | None = None
     shape: TreeShape = field(init=False, repr=False)  # the topology and its views
 
     def __post_init__(self) -> None:
@@ -68,6 +72,8 @@ class CandidateTree:
                     f"draft_probs must be [B, N+1, V] = [{b}, {n + 1}, V], "
                     f"got {tuple(self.draft_probs.shape)}"
                 )
+        if self.scores is not None and tuple(self.scores.shape) != tuple(self.tokens.shape):
+            raise ValueError(f"scores must be [B, N] = {list(self.tokens.shape)}, got {list(self.scores.shape)}")
 
     # ---- builders -------------------------------------------------------------------------
 
@@ -134,16 +140,22 @@ class CandidateTree:
             return self, None
         if self.shape.max_depth <= max_depth:
             return self, None
-        depth = self.depth()
-        kept = (depth <= max_depth).nonzero().flatten()  # [N'] a prefix of every path: parents stay earlier
+        kept = (self.depth() <= max_depth).nonzero().flatten()  # [N'] a prefix of every path: parents stay earlier
+        return self.keep_nodes(kept), kept
+
+    def keep_nodes(self, kept: torch.Tensor) -> "CandidateTree":
+        """The tree of the nodes kept [N'] (ascending indices, closed under ancestors), renumbered in order."""
         new_index = torch.full((self.num_nodes,), -1, dtype=torch.long)
         new_index[kept] = torch.arange(kept.numel())
         parents = self.parents[kept]
+        if bool((new_index[parents.clamp_min(0)][parents >= 0] < 0).any()):
+            raise ValueError("kept nodes must include every kept node's parent")
         parents = torch.where(parents >= 0, new_index[parents.clamp_min(0)], -1)
         device = self.tokens.device
         q = None if self.draft_probs is None else self.draft_probs[:, torch.cat([torch.zeros(1, dtype=torch.long), kept + 1]).to(
             self.draft_probs.device)]
-        return CandidateTree(self.tokens[:, kept.to(device)], parents, q, self.kind), kept
+        scores = None if self.scores is None else self.scores[:, kept.to(self.scores.device)]
+        return CandidateTree(self.tokens[:, kept.to(device)], parents, q, self.kind, scores)
 
     def depth(self) -> torch.Tensor:
         """[N] depth of each node (root's children: 1). Shared: do not write into it."""

@@ -64,6 +64,7 @@ class LoopCase:
     verifier: object = LOSSLESS
     proposer_factory: Callable | None = field(default=None, compare=False)
     vocab: int = 3  # 2 makes wor siblings exhaust the support: deep wor trees enumerate in a second
+    policy_factory: Callable | None = field(default=None, compare=False)  # a speculation policy per world (None: fixed)
 
     def describe(self) -> str:
         settings = ", ".join(f"{k}={v}" for k, v in self.proposer.items()) if self.proposer else "a proposer factory"
@@ -77,7 +78,7 @@ class LoopCase:
         target, draft = (tiny_random_model("llama", seed=seed, vocab_size=self.vocab, **TOY) for seed in (0, 1))
         factory = self.proposer_factory or (lambda: proposer_type(draft, **self.proposer))
         spec = exact_loop_law(target, factory, prompt, self.depth, self.sampling, verifier=verifier or self.verifier,
-                              target_factory=target_factory, decoder_type=decoder_type)
+                              target_factory=target_factory, decoder_type=decoder_type, policy_factory=self.policy_factory)
         return compare(spec, teacher_forced_law(target, prompt, self.depth, self.sampling)).tv
 
 

@@ -74,19 +74,22 @@ def exact_loop_law(
     batch_size: int = 1024,
     target_factory: Callable = HFTarget,
     decoder_type: type[Decoder] = Decoder,
+    policy_factory: Callable | None = None,
 ) -> dict[tuple[int, ...], float]:
     """Exact law of the first `depth` tokens emitted by the real loop (enumerating every coin).
 
     Worlds run side by side as batch rows and are replayed in other batches, so each world must be
     a function of its own coins. A proposer whose tree shape couples the rows (`couples_rows`: one
-    shape chosen from every row's draft values) is still exact per row, but its worlds run one at a time.
+    shape chosen from every row's draft values) is still exact per row, but its worlds run one at a time;
+    so do a policy's (it sizes one tree for the batch), each world with a policy of its own.
     """
-    if proposer_factory is not None and getattr(proposer_factory(), "couples_rows", False):
+    if policy_factory is not None or (proposer_factory is not None and getattr(proposer_factory(), "couples_rows", False)):
         batch_size = 1
 
     def run(rng) -> list[tuple[int, ...]]:
         proposer = proposer_factory() if proposer_factory else None
-        decoder = decoder_type(target_factory(target_model), proposer, sampling, rng, eos_token_id, verifier)
+        policy = policy_factory() if policy_factory else None
+        decoder = decoder_type(target_factory(target_model), proposer, sampling, rng, eos_token_id, verifier, policy)
         return run_first_tokens(decoder, prompt, rng.batch_size, depth, expand=False, on_finished=rng.retire)
 
     return enumerate_law(run, batch_size)
@@ -207,11 +210,11 @@ class GreedyReport:
 
 def greedy_identity(
     target_model, proposer_factory: ProposerFactory, prompt: torch.Tensor, max_new_tokens: int,
-    eos_token_id: int | None = None, verifier: Verifier = LOSSLESS,
+    eos_token_id: int | None = None, verifier: Verifier = LOSSLESS, policy=None,
 ) -> GreedyReport:
     greedy = SamplingConfig(temperature=0)
     base = generate(HFTarget(target_model), None, prompt, max_new_tokens, greedy, eos_token_id=eos_token_id).tokens[0].tolist()
     spec = generate(HFTarget(target_model), proposer_factory(), prompt, max_new_tokens, greedy, eos_token_id=eos_token_id,
-                    verifier=verifier).tokens[0].tolist()
+                    verifier=verifier, policy=policy).tokens[0].tolist()
     diff = next((i for i, (a, b) in enumerate(zip(base, spec)) if a != b), None)
     return GreedyReport(base == spec, diff, base, spec)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import statistics
+import time
+from typing import Sequence
+
 import torch
 
 from framework.core.side_rows import SideRows, forward_mask
 from framework.core.target import TargetOutput
 from framework.core.tree import CandidateTree
+from framework.core.tree_shape import TreeShape
 from framework.lm import tree_attention
 from framework.lm.cached_lm import CachedLM
 from verifiers.tree_verifier import Verification
@@ -86,3 +92,36 @@ class HFTarget:
     def select(self, rows: torch.Tensor) -> None:
         """Keep the batch rows `rows` [B'] (repeats: copies of one prefill; fewer: finished rows leave)."""
         self.lm.select(rows)
+
+    def cost_key(self) -> str:
+        """What a measured forward cost holds for: this architecture and configuration, dtype, device,
+        attention back end and thread count (not the weights' values: they change no cost)."""
+        model = self.lm.model
+        config = hashlib.sha256(model.config.to_json_string(use_diff=False).encode()).hexdigest()[:16]
+        device = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else self.device.type
+        return f"{type(model).__name__}/{config}/{self.dtype}/{device}/{model.config._attn_implementation}/{torch.get_num_threads()}"
+
+    @torch.no_grad()
+    def forward_costs(self, sizes: Sequence[int], repeats: int = 3) -> dict[int, float]:
+        """Seconds per forward_tree of n nodes (prefixes of a breadth-first binary tree) at the current
+        batch and context, the cache left as it was: the median of `repeats` after one warm-up round,
+        sizes interleaved call by call so that a noisy machine slows them alike."""
+        binary = TreeShape.full(2, 7).parents  # 254 nodes: any prefix is a tree
+        if max(sizes) > binary.numel():
+            raise ValueError(f"forward costs are measured up to {binary.numel()} nodes, asked for {max(sizes)}")
+        B = int(self.lm.length.shape[0])
+        root = torch.zeros(B, dtype=torch.long, device=self.device)
+        trees = {n: CandidateTree(torch.zeros(B, n, dtype=torch.long, device=self.device), binary[:n]) for n in sizes}
+        times: dict[int, list[float]] = {n: [] for n in sizes}
+        for rep in range(repeats + 1):
+            for n, tree in trees.items():
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                start = time.perf_counter()
+                self.forward_tree(root, tree)
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                if rep:
+                    times[n].append(time.perf_counter() - start)
+                self.lm.drop_pending()
+        return {n: statistics.median(t) for n, t in times.items()}

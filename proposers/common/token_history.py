@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from framework.core.tree import CandidateTree
+
 
 class TokenHistory:
     def __init__(self):
@@ -52,6 +54,11 @@ class TextProposer:
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
         self.history.prefill(input_ids)
+
+    def plain_step(self, root: torch.Tensor) -> CandidateTree:
+        """No drafts this step (the policy's plan): the root is still noted, for commit."""
+        self.history.note_root(root)
+        return CandidateTree(torch.zeros(root.shape[0], 0, dtype=torch.long, device=root.device), torch.zeros(0, dtype=torch.long))
 
     def commit(self, result) -> None:
         self.history.commit(result)

@@ -72,6 +72,7 @@ class EagleProposer:
         self.couples_rows = self.shape is None  # a dynamic tree's shape is shared by the rows
         self.cache = SlotCache()
         self.pending = torch.zeros(0, 0, dtype=torch.long)  # [B, P] tokens of the positions to catch up, before the root
+        self.backlog: list[tuple] = []  # the committed positions of plain steps, not yet read by the head
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
         model = target.lm.model
@@ -80,28 +81,43 @@ class EagleProposer:
         self.head.to(device=target.device, dtype=target.dtype)
         self.embed, self.lm_head = self.head.embedding(model.get_input_embeddings()), model.get_output_embeddings()
         self.cache.reset(input_ids.shape[0], target.device)
+        self.backlog = []
         self.pending = input_ids[:, 1:].to(target.device)  # x[t+1] for prompt positions t < L-1; then the root
 
     @torch.no_grad()
     def propose(self, state: DecodeState) -> CandidateTree:
         if state.committed_hidden is None:
             raise ValueError("EAGLE needs the target's hidden states of the committed positions: the target did not return them")
+        if not state.plan.drafts:  # a plain step: the committed positions wait for the next step that drafts
+            self.backlog.append(self.committed(state))
+            return CandidateTree(torch.zeros(state.root.shape[0], 0, dtype=torch.long, device=state.root.device),
+                                 torch.zeros(0, dtype=torch.long))
         root_feature = self.catch_up(state)  # [B, H]
         reader = HeadReader(self, root_feature)
         root_logits = self.head.logits(root_feature, self.lm_head)  # [B, V]
+        depth = self.depth if state.plan.depth is None else min(self.depth, state.plan.depth)
         if self.shape is not None:
-            tokens, parents = static_tree(reader.read, root_logits, self.shape)
+            shape = self.shape.prefix(int((self.shape.depth <= depth).sum()))  # whole levels: the shape is level-ordered
+            tokens, parents, scores = static_tree(reader.read, root_logits, shape)
         else:
-            tokens, parents = dynamic_tree(reader.read, root_logits, self.top_k, self.depth, self.budget)
-        return CandidateTree(tokens, parents, None, "point")
+            tokens, parents, scores = dynamic_tree(reader.read, root_logits, self.top_k, depth, self.budget)
+        return CandidateTree(tokens, parents, None, "point", scores)
+
+    def committed(self, state: DecodeState) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The positions the target committed at its last forward: hidden [B, A, L, H], each one's next token
+        [B, A] (the accepted tokens, then the root) and how many each row has [B] (left-aligned)."""
+        hidden, count = state.committed_hidden, state.committed_count.to(self.cache.length.device)  # [B, A, L, H], [B]
+        A = hidden.shape[1]
+        spare = torch.zeros(self.pending.shape[0], 1, dtype=torch.long, device=self.pending.device)
+        tokens = torch.cat([self.pending[:, : A - 1], spare], dim=1)  # [B, A]
+        return hidden, tokens.scatter(1, (count - 1)[:, None], state.root[:, None].to(tokens.device)), count
 
     def catch_up(self, state: DecodeState) -> torch.Tensor:
-        """Feed the newly committed positions (ragged per row, right-padded); keep them; return the
-        head's output at each row's last one, the root's position [B, H]."""
-        hidden, count = state.committed_hidden, state.committed_count.to(self.cache.length.device)  # [B, A, L, H], [B]
+        """Feed the newly committed positions (ragged per row, right-padded), with those of plain steps
+        before; keep them; return the head's output at each row's last one, the root's position [B, H]."""
+        hidden, tokens, count = left_aligned(self.backlog + [self.committed(state)])
+        self.backlog = []
         B, A = hidden.shape[:2]
-        tokens = torch.cat([self.pending[:, : A - 1], torch.zeros_like(self.pending[:, :1])], dim=1)  # [B, A]
-        tokens = tokens.scatter(1, (count - 1)[:, None], state.root[:, None].to(tokens.device))
         depth = torch.arange(A)
         out = self.head(self.embed(tokens), self.head.fused(hidden.to(self.lm_head.weight.dtype)),
                         self.cache.positions(depth), self.cache.cache, **self.attention(torch.ones(A, A, dtype=torch.bool).tril()))
@@ -118,6 +134,20 @@ class EagleProposer:
     def select(self, rows: torch.Tensor) -> None:
         self.cache.select(rows)
         self.pending = self.pending[rows.to(self.pending.device)]
+        self.backlog = [tuple(t[rows.to(t.device)] for t in part) for part in self.backlog]
+
+
+def left_aligned(parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ragged runs of positions (hidden [B, A, L, H], tokens [B, A], count [B], each left-aligned), one after
+    another per row -> one left-aligned run (hidden, tokens, count)."""
+    if len(parts) == 1:
+        return parts[0]
+    hidden = torch.cat([h for h, _, _ in parts], dim=1)
+    tokens = torch.cat([t for _, t, _ in parts], dim=1)
+    valid = torch.cat([torch.arange(t.shape[1], device=c.device)[None, :] < c[:, None] for _, t, c in parts], dim=1)  # [B, A']
+    order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)  # the valid positions first, in their order
+    hidden = hidden.gather(1, order.to(hidden.device).view(*order.shape, 1, 1).expand(-1, -1, *hidden.shape[2:]))
+    return hidden, tokens.gather(1, order.to(tokens.device)), valid.sum(1)
 
 
 class HeadReader:

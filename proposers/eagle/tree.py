@@ -26,27 +26,39 @@ from framework.core.tree_shape import TreeShape
 Reader = Callable[[list[int], list[int], torch.Tensor, list[int]], torch.Tensor]
 
 
-def static_tree(read: Reader, root_logits: torch.Tensor, shape: TreeShape) -> tuple[torch.Tensor, TreeShape]:
-    """root_logits [B, V] -> (tokens [B, N], the shape) of the given tree of ranks."""
+def static_tree(read: Reader, root_logits: torch.Tensor,
+                shape: TreeShape) -> tuple[torch.Tensor, TreeShape, torch.Tensor]:
+    """root_logits [B, V] -> (tokens [B, N], the shape, scores [B, N]: each node's draft probability along its path)
+    of the given tree of ranks."""
     parents, ranks, depth = shape.parents.tolist(), shape.ranks.tolist(), shape.depth.tolist()
     width = max(ranks) + 1
     tokens: list[torch.Tensor] = [None] * len(parents)  # type: ignore[list-item]
-    top = {-1: root_logits.topk(width, dim=-1).indices}  # per read node: its ranked children [B, width]
+    scores: list[torch.Tensor] = [None] * len(parents)  # type: ignore[list-item]
+    top = {-1: ranked_children(root_logits, width)}  # per read node: its ranked children and their probabilities
     for level in range(1, max(depth) + 1):
         for i in (i for i in range(len(parents)) if depth[i] == level):
-            tokens[i] = top[parents[i]][:, ranks[i]]
+            children, probs = top[parents[i]]
+            tokens[i] = children[:, ranks[i]]
+            scores[i] = probs[:, ranks[i]] * (scores[parents[i]] if parents[i] >= 0 else 1.0)
         readers = sorted({p for i, p in enumerate(parents) if depth[i] == level + 1})
         if readers:
             logits = read(readers, [parents[i] for i in readers], torch.stack([tokens[i] for i in readers], 1),
                           [level] * len(readers))
-            ranked = logits.topk(width, dim=-1).indices  # [B, M, width]
-            top.update({node: ranked[:, m] for m, node in enumerate(readers)})
-    return torch.stack(tokens, dim=1), shape
+            children, probs = ranked_children(logits, width)  # [B, M, width]
+            top.update({node: (children[:, m], probs[:, m]) for m, node in enumerate(readers)})
+    return torch.stack(tokens, dim=1), shape, torch.stack(scores, dim=1)
+
+
+def ranked_children(logits: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [..., V] -> the `width` most likely tokens [..., width] and their draft probabilities."""
+    probs, tokens = logits.float().softmax(-1).topk(width, dim=-1)
+    return tokens, probs
 
 
 def dynamic_tree(read: Reader, root_logits: torch.Tensor, top_k: int, depth: int,
-                 budget: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """root_logits [B, V] -> (tokens [B, N], parents [N]) with N <= budget (EAGLE-2)."""
+                 budget: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """root_logits [B, V] -> (tokens [B, N], parents [N], scores [B, N]: each node's draft probability along
+    its path) with N <= budget (EAGLE-2)."""
     score, token = root_logits.float().log_softmax(-1).topk(top_k, dim=-1)  # [B, k]
     parents, tokens, scores = [torch.full((top_k,), -1)], [token], [score]  # per depth: [n], [B, n], [B, n]
     levels = [torch.ones(top_k, dtype=torch.long)]
@@ -73,4 +85,5 @@ def dynamic_tree(read: Reader, root_logits: torch.Tensor, top_k: int, depth: int
     index[kept] = torch.arange(kept.numel())
     kept_parents = parents_all[kept]
     kept_parents = torch.where(kept_parents >= 0, index[kept_parents.clamp_min(0)], -1)
-    return torch.cat(tokens, dim=1)[:, kept.to(root_logits.device)], kept_parents
+    kept = kept.to(root_logits.device)
+    return torch.cat(tokens, dim=1)[:, kept], kept_parents, torch.cat(scores, dim=1)[:, kept].exp()

@@ -72,22 +72,37 @@ class MedusaProposer:
     def propose(self, state: DecodeState) -> CandidateTree:
         if state.target_hidden is None:
             raise ValueError("Medusa needs the target's last hidden state: the target did not return it")
+        shape = self.shape if state.plan.depth is None else self.shape.prefix(int((self.depth <= state.plan.depth).sum()))
+        if shape.num_nodes == 0:  # a plain step: no head is read
+            return CandidateTree(torch.zeros(state.root.shape[0], 0, dtype=torch.long, device=state.root.device), shape)
         logits = self.heads(state.target_hidden[:, -1], self.lm_head)  # [B, K, V]
         if self.kind == "point":
             ranked = top_tokens(logits.flatten(0, 1), self.ranks).view(*logits.shape[:2], self.ranks)  # [B, K, R]
-            return CandidateTree.by_rank(self.shape, ranked)
+            tree = CandidateTree.by_rank(shape, ranked)
+            probs = logits.float().softmax(-1).gather(2, ranked)  # [B, K, R]
+            chosen = probs[:, shape.depth - 1, shape.ranks.to(probs.device)]  # [B, N] each node's own head probability
+            return CandidateTree(tree.tokens, shape, None, "point", along_paths(chosen, shape))
         cfg = replace(self.sampling or state.sampling, repetition_penalty=1.0)
         laws = process_logits(logits, cfg)  # [B, K, V]: head d's law, for every node at depth d
-        row_depth = torch.cat([torch.zeros(1, dtype=torch.long), self.depth]).clamp_max(laws.shape[1] - 1)
+        row_depth = torch.cat([torch.zeros(1, dtype=torch.long), self.depth[: shape.num_nodes]]).clamp_max(laws.shape[1] - 1)
         q = laws[:, row_depth]  # [B, N+1, V]: row i draws the children at depth(i) + 1
-        tokens = torch.zeros(logits.shape[0], self.shape.num_nodes, dtype=torch.long, device=logits.device)
-        for row, kids in enumerate(self.shape.child_lists):
+        tokens = torch.zeros(logits.shape[0], shape.num_nodes, dtype=torch.long, device=logits.device)
+        for row, kids in enumerate(shape.child_lists):
             if kids:
                 tokens[:, kids] = draw_children(q[:, row], len(kids), self.kind, state.rng)
-        return CandidateTree(tokens, self.shape, q, self.kind)
+        drawn = q[:, shape.parents + 1].gather(2, tokens[..., None]).squeeze(2).float()  # [B, N] each node's q
+        return CandidateTree(tokens, shape, q, self.kind, along_paths(drawn, shape))
 
     def commit(self, result: Verification) -> None:
         pass  # stateless: the next hidden state comes from the target
 
     def select(self, rows: torch.Tensor) -> None:
         pass  # no state per row
+
+
+def along_paths(node_probs: torch.Tensor, shape: TreeShape) -> torch.Tensor:
+    """node_probs [B, N] -> [B, N]: the product of the probabilities along each node's path."""
+    scores = node_probs.clone()
+    for level in shape.levels[1:]:
+        scores[:, level] *= scores[:, shape.parents[level]]
+    return scores

@@ -72,11 +72,13 @@ class LookaheadProposer(TextProposer):
         del tails[self.G :]
 
     def propose(self, state: DecodeState) -> CandidateTree:
+        if not state.plan.drafts:  # the window waits too: the engine asks no side rows of a plain step
+            return self.plain_step(state.root)
         rows = []
         for pool, root in zip(self.pool, self.history.note_root(state.root)):
             tails = pool.get(root, [])[: self.G]
             rows.append([(tail, self.G - rank) for rank, tail in enumerate(tails)])  # newest weighs most
-        return tree_from_paths(rows, self.G * (self.N - 1), state.root.device)
+        return tree_from_paths(rows, self.G * (self.N - 1), state.root.device, depth=state.plan.depth)
 
     def side_rows(self, tree: CandidateTree) -> SideRows | None:
         B, levels, W = self.levels.shape

@@ -30,6 +30,8 @@ class PromptLookupProposer(TextProposer):
         self.max_matches, self.budget = max_matches, budget
 
     def propose(self, state: DecodeState) -> CandidateTree:
+        if not state.plan.drafts:
+            return self.plain_step(state.root)
         rows = [continuations(ctx, self.min_ngram, self.max_ngram, self.num_tokens, self.max_matches)
                 for ctx in self.history.contexts(state.root)]
-        return tree_from_paths(rows, self.budget, state.root.device)
+        return tree_from_paths(rows, self.budget, state.root.device, depth=state.plan.depth)

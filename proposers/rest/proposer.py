@@ -44,7 +44,9 @@ class RestProposer(TextProposer):
         super().prefill(input_ids, target)
 
     def propose(self, state: DecodeState) -> CandidateTree:
+        if not state.plan.drafts:
+            return self.plain_step(state.root)
         rows = [list(self.store.continuations(ctx[-self.max_context:], self.num_tokens, self.max_matches,
                                               self.max_context, self.min_context).items())
                 for ctx in self.history.contexts(state.root)]
-        return tree_from_paths(rows, self.budget, state.root.device)
+        return tree_from_paths(rows, self.budget, state.root.device, depth=state.plan.depth)

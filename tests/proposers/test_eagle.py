@@ -125,7 +125,7 @@ def test_dynamic_tree_is_eagle2s_rerank():
     V, k, depth, budget = 6, 2, 3, 5
     table = torch.randn(V, V, generator=torch.Generator().manual_seed(0)) * 2
     root = torch.randn(1, V, generator=torch.Generator().manual_seed(1)) * 2
-    tokens, parents = dynamic_tree(lambda n, p, t, d: table[t], root, k, depth, budget)  # a bigram draft
+    tokens, parents, _ = dynamic_tree(lambda n, p, t, d: table[t], root, k, depth, budget)  # a bigram draft
     logp, lp_root = table.log_softmax(-1), root[0].log_softmax(-1)
     # brute force: drafted nodes as (path of tokens, score)
     drafted = [((int(t),), float(lp_root[t])) for t in lp_root.topk(k).indices]

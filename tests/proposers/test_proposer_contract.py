@@ -26,6 +26,8 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from experiments.check import check_exact, check_greedy
+from framework.control.goodput import GoodputPolicy
+from framework.core.policy import FixedPolicy, Plan
 from framework.core.sampling import SamplingConfig
 from framework.engine import generate
 from framework.lm.target import HFTarget
@@ -95,6 +97,19 @@ def test_the_loop_law_is_the_targets(setting, tmp_path):
     assert [r["setting"] for r in rows] == [setting.sampling] and rows[0]["passed"], rows
 
 
+@pytest.mark.parametrize("proposer", [pytest.param(p, marks=pytest.mark.slow if p == "draft" else ())
+                                      for p in PROPOSERS if p not in REPEATS])
+def test_the_loop_law_is_the_targets_under_the_goodput_policy(proposer, tmp_path):
+    """Every method with its steps planned and trimmed by the goodput policy (given costs: a clock would decide
+    differently in each replay of a world), at T = 1. The policy sizes one tree for the batch, so worlds run one
+    at a time: the draft model's chain takes half a minute (-m slow; tests/harness/test_policy_exact.py has a
+    shorter one)."""
+    others = [f"~experiment.exact.samplings.{s}" for s in SAMPLINGS if s != "t1"]
+    rows = check_exact(load(f"proposer={proposer}", "policy=goodput", *others, *shrunk(proposer, exact_depth()),
+                            f"output_dir={tmp_path}"))
+    assert [r["setting"] for r in rows] == ["t1"] and rows[0]["passed"], rows
+
+
 @pytest.mark.parametrize("proposer", PROPOSERS)
 def test_greedy_is_plain_greedy(proposer, tmp_path):
     rows = check_greedy(load(f"proposer={proposer}", "experiment.greedy.dtypes=[float64]",
@@ -121,6 +136,30 @@ def test_rows_of_a_batch_decode_as_each_alone(proposer):
     cfg = load(f"proposer={proposer}", "target.dtype=float64", config_name="config")
     model, make, greedy = instantiate(cfg.target), instantiate(cfg.proposer), SamplingConfig(temperature=0)
     batch = generate(HFTarget(model), make(), PROMPTS, 24, greedy).tokens
+    for row in range(PROMPTS.shape[0]):
+        alone = generate(HFTarget(model), None, PROMPTS[row:row + 1], 24, greedy).tokens[0]
+        assert batch[row].tolist() == alone.tolist(), (proposer, row)
+
+
+class Scripted(FixedPolicy):
+    """Plans from a script (0: a plain step): every proposer keeps its books across steps it does not draft."""
+
+    def __init__(self, depths=(0, 2, 0, 0, 1, 3, 0, 1, 1, 0)):
+        self.depths, self.step = depths, 0
+
+    def plan(self) -> Plan:
+        self.step += 1
+        return Plan(self.depths[(self.step - 1) % len(self.depths)])
+
+
+@pytest.mark.parametrize("policy", [Scripted, GoodputPolicy])
+@pytest.mark.parametrize("proposer", [p for p in PROPOSERS if p != "none"])
+def test_rows_decode_as_each_alone_under_a_policy(proposer, policy):
+    """Greedy, three rows: with plain steps between drafting ones (the script), and with the goodput
+    policy's plans and trims (its costs measured on this machine), each row emits plain greedy decoding's tokens."""
+    cfg = load(f"proposer={proposer}", "target.dtype=float64", config_name="config")
+    model, make, greedy = instantiate(cfg.target), instantiate(cfg.proposer), SamplingConfig(temperature=0)
+    batch = generate(HFTarget(model), make(), PROMPTS, 24, greedy, policy=policy()).tokens
     for row in range(PROMPTS.shape[0]):
         alone = generate(HFTarget(model), None, PROMPTS[row:row + 1], 24, greedy).tokens[0]
         assert batch[row].tolist() == alone.tolist(), (proposer, row)

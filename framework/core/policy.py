@@ -1,0 +1,75 @@
+"""The speculation policy: how much to speculate each step (docs/design.md section 13).
+
+The loop asks its policy three things. Before a step, `plan`: how many levels the proposer may draft
+(0: a plain step, the proposer only keeps its books). After the proposer, `trim`: which of the drafted
+nodes the target verifies. After the verifier, `observe`: what the step accepted and what it cost.
+Plan and trim read the committed past and the draft's own values (a tree's `scores`), never a coin of
+the step to come, so every tree the verifier sees is fixed before its coins: the law stays the
+target's (a trim chooses nodes by value, so it trims `point` trees only; an `iid`/`wor` tree keeps its
+draws and takes the plan's depth alone).
+
+`FixedPolicy` is speculation as configured: no limit, no trim. `framework.control.goodput` sizes
+every step to its expected tokens per second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from framework.core.tree import CandidateTree
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a step may draft, fixed before the step's coins."""
+
+    depth: int | None = None  # the most levels the proposer may draft: 0 = none (a plain step); None = its own setting
+    probe: bool = False  # drafted to measure (a policy's exploration), not because it is expected to pay
+
+    @property
+    def drafts(self) -> bool:
+        return self.depth is None or self.depth > 0
+
+
+class Policy(Protocol):
+    def start(self, target, batch_size: int) -> None:
+        """A generation begins on `target` (prefilled) with `batch_size` rows."""
+        ...
+
+    def plan(self) -> Plan:
+        """How much the next step may draft: from the steps before it only."""
+        ...
+
+    def trim(self, tree: CandidateTree) -> tuple[CandidateTree, torch.Tensor | None]:
+        """The nodes worth verifying, and kept [N'] (their indices in `tree`; None: all of them)."""
+        ...
+
+    def observe(self, tree: CandidateTree, result, step) -> None:
+        """The step's verified tree, its Verification and its engine.StepStats (timings, rows)."""
+        ...
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep the batch rows `rows` [B'] of any per-row state."""
+        ...
+
+
+class FixedPolicy:
+    """Speculate as the proposer is configured, every step."""
+
+    def start(self, target, batch_size: int) -> None:
+        pass
+
+    def plan(self) -> Plan:
+        return Plan()
+
+    def trim(self, tree: CandidateTree) -> tuple[CandidateTree, torch.Tensor | None]:
+        return tree, None
+
+    def observe(self, tree: CandidateTree, result, step) -> None:
+        pass
+
+    def select(self, rows: torch.Tensor) -> None:
+        pass
