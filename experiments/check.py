@@ -24,7 +24,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import verifier_of
+from experiments.common import policy_factory_of, verifier_of
 from framework.core import files
 from framework.harness.exact import compare
 from framework.harness.real import (
@@ -56,8 +56,9 @@ def check_greedy(cfg: DictConfig) -> list[dict]:
         tokenizer = tokenizer_of(target)
         for prompt in cfg.experiment.greedy.prompts:
             ids = encode_prompt(prompt, tokenizer)  # [1, L]
+            policy = policy_factory_of(cfg)
             report = greedy_identity(target, make or (lambda: None), ids, cfg.experiment.greedy.max_new_tokens,
-                                     verifier=verifier_of(cfg))
+                                     verifier=verifier_of(cfg), policy=policy() if policy else None)
             rows.append({"check": "greedy", "setting": f"{dtype} prompt={ids[0].tolist()}", "passed": report.equal,
                          "detail": "identical" if report.equal else f"first difference at token {report.first_difference}"})
     return rows
@@ -112,11 +113,13 @@ def check_exact(cfg: DictConfig) -> list[dict]:
     parts = {name: instantiate(node) for name, node in e.parts.items()
              if cfg.proposer is not None and cfg.proposer.get(name) is not None}  # a null setting stays (a dynamic tree's choices)
     factory = (lambda: make(**parts)) if make is not None else None
+    policy = policy_factory_of(cfg, **OmegaConf.to_container(e.policy_costs)) if cfg.get("policy") is not None else None
     prompt = torch.tensor([[1, 2, 0]])
     rows = []
     for name, node in e.samplings.items():
         sampling = instantiate(node)
-        result = compare(exact_loop_law(target, factory, prompt, e.depth, sampling, verifier=verifier_of(cfg)),
+        result = compare(exact_loop_law(target, factory, prompt, e.depth, sampling, verifier=verifier_of(cfg),
+                                        policy_factory=policy),
                          teacher_forced_law(target, prompt, e.depth, sampling))
         rows.append({"check": "exact", "setting": name, "passed": result.passes(1e-9),
                      "detail": f"TV={result.tv:.1e} impossible={len(result.support_violations)}"})

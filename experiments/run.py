@@ -21,7 +21,16 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import emitted, job_record, timed_generate, torch_threads, verifier_of, whole_number, write_json
+from experiments.common import (
+    emitted,
+    job_record,
+    policy_factory_of,
+    timed_generate,
+    torch_threads,
+    verifier_of,
+    whole_number,
+    write_json,
+)
 from framework.lm.target import HFTarget
 from framework.lm.text import decode, encode_prompt, tokenizer_of
 
@@ -48,10 +57,13 @@ def _run(cfg: DictConfig) -> dict:
     sampling = instantiate(cfg.sampling)
     prompt = encode_prompt(cfg.prompt, tokenizer)  # [1, L]
 
+    make_policy = policy_factory_of(cfg)
+    policy = make_policy() if make_policy is not None else None  # one for every round: what it learns, it keeps
+
     spec_s, plain_s = [], []
     for round_ in range(cfg.experiment.warmup + cfg.experiment.repeats):
         proposer = make_proposer() if make_proposer is not None else None  # fresh proposer state
-        spec, t_spec = timed_generate(target, proposer, prompt, cfg, sampling)
+        spec, t_spec = timed_generate(target, proposer, prompt, cfg, sampling, policy=policy)
         plain, t_plain = timed_generate(target, None, prompt, cfg, sampling)
         if round_ >= cfg.experiment.warmup:
             spec_s.append(t_spec)

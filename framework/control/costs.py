@@ -1,0 +1,56 @@
+"""What a step costs: the target's forward by node count and batch size, measured on the device at hand.
+
+A target's cost table is measured once per (target, device, threads, batch size) through the Target role
+(`forward_costs`) and cached in a JSON file (`$XDG_CACHE_HOME/speculum/forward_costs.json`), so a later
+run on the same machine starts from it; between measured node counts it is interpolated linearly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from framework.core import files
+
+SIZES = (0, 1, 2, 4, 8, 16, 32, 64)  # node counts measured; trees beyond 64 are extrapolated
+
+
+def default_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "speculum" / "forward_costs.json"
+
+
+@dataclass
+class CostTable:
+    """Seconds of one target forward by node count, at one batch size."""
+
+    seconds: dict[int, float]
+
+    def __post_init__(self) -> None:
+        if 0 not in self.seconds or any(s <= 0 for s in self.seconds.values()):
+            raise ValueError(f"a cost table needs a positive cost at 0 nodes and every other size, got {self.seconds}")
+        self.sizes = sorted(self.seconds)
+
+    def __call__(self, nodes: float) -> float:
+        sizes, cost = self.sizes, self.seconds
+        for lo, hi in zip(sizes, sizes[1:]):
+            if nodes <= hi:
+                return cost[lo] + (cost[hi] - cost[lo]) * (nodes - lo) / (hi - lo)
+        if len(sizes) == 1:
+            return cost[sizes[0]]
+        lo, hi = sizes[-2], sizes[-1]  # beyond the last size: the last slope goes on
+        return cost[hi] + (cost[hi] - cost[lo]) * (nodes - hi) / (hi - lo)
+
+
+def measured_costs(target, batch_size: int, cache: str | Path | None = None, sizes=SIZES) -> CostTable:
+    """The target's cost table at this batch size: from the cache, or measured now and cached."""
+    path = Path(cache) if cache is not None else default_cache()
+    key = f"{target.cost_key()}/batch{batch_size}"
+    stored = json.loads(path.read_text()) if path.exists() else {}
+    if key not in stored:
+        measured = {str(n): s for n, s in target.forward_costs(sizes).items()}
+        stored = json.loads(path.read_text()) if path.exists() else {}  # another run may have written meanwhile
+        stored[key] = measured
+        files.write_json(path, stored)
+    return CostTable({int(n): float(s) for n, s in stored[key].items()})

@@ -1,0 +1,259 @@
+"""The goodput policy: each step, speculate as much as is expected to pay in tokens per second.
+
+Units are seconds and tokens. Three things are kept online:
+- acceptance: the proposer's node scores mapped to the probability that the target accepts the node
+  (framework/control/calibration.py, per depth, per request), and per depth d the tokens a step that
+  drafted d levels got from its level d;
+- costs: the target's forward by node count at this batch size (measured once, cached:
+  framework/control/costs.py; scaled by what the steps really took), the proposer's own time per step
+  as a + b x levels drafted (a decayed least-squares fit; side rows count as the proposer's), and the
+  rest of a step (verification, bookkeeping);
+- the rate g: the tokens per second the run achieves (at least plain decoding's).
+
+plan: the depth d that maximises B x (sum of the expected tokens of levels 1..d) - g x (its extra cost);
+0 (a plain step) when nothing pays, with a probe of one level after 4, 8, ... 64 plain steps so that the
+estimates stay current. trim (point trees): the nodes by calibrated value summed over the batch's rows
+(a child never above its parent), the first n kept for the n that maximises value - g x extra target
+cost; n = 0 leaves a plain step. Maximising value - g x cost at the run's own rate g is how a ratio
+(tokens per second) is maximised step by step (Dinkelbach).
+
+Every decision reads the committed past and the draft's own scores, never a coin of the step it sizes:
+the verifier's law is the target's whatever is chosen (docs/design.md section 13). With both costs given
+(target_costs, draft_costs) no clock is read: decisions are a function of the tokens alone, as the exact
+harness needs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from framework.control.calibration import Calibration
+from framework.control.costs import CostTable, measured_costs
+from framework.core.policy import Plan
+from framework.core.tree import CandidateTree
+
+MOST_NODES = 256  # node counts whose cost is tabulated at start (beyond: interpolated on demand)
+
+
+class LineFit:
+    """y = a + b x by decayed least squares over what the steps showed (b alone while x never varied)."""
+
+    def __init__(self, decay: float = 0.95):
+        self.decay, self.sums = decay, [0.0] * 5  # n, sum x, sum x^2, sum y, sum xy
+        self.a = self.b = 0.0
+
+    def add(self, x: float, y: float) -> None:
+        x, y = float(x), float(y)
+        n, sx, sxx, sy, sxy = (self.decay * v + d for v, d in zip(self.sums, (1.0, x, x * x, y, x * y)))
+        self.sums = [n, sx, sxx, sy, sxy]
+        det = n * sxx - sx * sx
+        if det > 1e-6 * n * sxx:
+            self.b = (n * sxy - sx * sy) / det
+            self.a = (sy - self.b * sx) / n
+        else:  # one x so far: all of y is per unit of x
+            self.a, self.b = (0.0, sy / sx) if sx > 0 else (sy / n, 0.0)
+
+    def __call__(self, x):
+        """a + b x, never below 0 (x an int or a tensor)."""
+        if isinstance(x, torch.Tensor):
+            return (self.a + self.b * x).clamp_min(0.0)
+        return max(0.0, self.a + self.b * x)
+
+
+class LevelAcceptance:
+    """How often a step that drafted d levels got its level d accepted: decayed counts over every request so
+    far (slow, the prior) and per request of the batch (no decay: a request is short)."""
+
+    def __init__(self, depths: int, prior_weight: float = 6.0, decay: float = 0.99):
+        self.prior_weight, self.decay = prior_weight, decay
+        self.hits = 0.6 ** torch.arange(1, depths + 1, dtype=torch.float64)  # a prior of one step
+        self.trials = torch.ones(depths, dtype=torch.float64)
+        self.row_hits = self.row_trials = torch.zeros(0, depths, dtype=torch.float64)
+
+    def start(self, batch_size: int) -> None:
+        self.row_hits = torch.zeros(batch_size, self.hits.numel(), dtype=torch.float64)
+        self.row_trials = torch.zeros_like(self.row_hits)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.row_hits, self.row_trials = self.row_hits[rows.cpu()], self.row_trials[rows.cpu()]
+
+    def expected(self) -> torch.Tensor:
+        """[B, D] each request's expected tokens from level d; never more deep than shallow."""
+        prior = self.hits / self.trials
+        rate = (self.row_hits + self.prior_weight * prior) / (self.row_trials + self.prior_weight)
+        return rate.cummin(1).values
+
+    def update(self, accepted: torch.Tensor, depth: int) -> None:
+        """accepted [B] nodes accepted per row at a step that drafted `depth` levels."""
+        got = (accepted[:, None] >= torch.arange(1, depth + 1)).double()  # [B, d]
+        self.hits.mul_(self.decay)
+        self.trials.mul_(self.decay)
+        self.hits[:depth] += got.sum(0)
+        self.trials[:depth] += got.shape[0]
+        self.row_hits[:, :depth] += got
+        self.row_trials[:, :depth] += 1
+
+
+class GoodputPolicy:
+    def __init__(self, max_depth: int = 12, rate: float = 0.2, explore: float = 0.03,
+                 target_costs: dict | None = None, draft_costs: tuple[float, float] | None = None,
+                 cache: str | Path | None = None):
+        """max_depth: the deepest plan; rate: the weight of the newest step in the running means;
+        explore: while nothing pays, the share of time spent on one-level probes that keep the estimates current.
+        target_costs: seconds of a target forward by node count (None: measured on the target at each batch
+        size, cached in `cache`); draft_costs: the proposer's (per step, per level) seconds (None: fitted
+        from the steps). With both given the policy reads no clock."""
+        if max_depth < 1 or not 0 < rate <= 1 or not 0 < explore < 1:
+            raise ValueError(f"need max_depth >= 1, 0 < rate <= 1 and 0 < explore < 1, got {max_depth}, {rate}, {explore}")
+        self.max_depth, self.rate, self.explore = max_depth, rate, explore
+        self.given_target = None if target_costs is None else CostTable({int(k): float(v) for k, v in target_costs.items()})
+        self.given_draft = None if draft_costs is None else tuple(float(c) for c in draft_costs)
+        self.clocked = self.given_target is None or self.given_draft is None
+        self.cache = cache
+        self.calibration = Calibration(depths=max_depth)
+        self.levels = LevelAcceptance(max_depth)
+        self.level_nodes = torch.ones(max_depth, dtype=torch.float64)  # nodes verified at level d
+        self.draft_fit = LineFit()  # the proposer's seconds by levels planned
+        self.target_fit = LineFit()  # the target's seconds by the table's extra seconds for the step's nodes
+        self.rest_s = 0.0  # verification and bookkeeping of a plain step
+        self.tree_s = 0.0  # what verifying any tree adds to them
+        self.tables: dict[int, CostTable] = {}
+        self.rates: dict[int, float] = {}  # batch size -> tokens per second achieved
+        self.batch, self.started, self.table, self.curve, self.planned, self.drafted = 1, 1, None, None, Plan(0), 0
+        self.idle_s = 0.0  # plain steps' time since the last step that drafted
+        self.reach, self.reached = max_depth, False  # the deepest tree the proposer drafted (all levels until one is seen)
+
+    # ---- the costs --------------------------------------------------------------------------------
+
+    def start(self, target, batch_size: int) -> None:
+        self.batch = self.started = batch_size  # rows decoding now; the batch as it started (its table, its rate)
+        if self.given_target is not None:
+            self.table = self.given_target
+        else:
+            if batch_size not in self.tables:
+                self.tables[batch_size] = measured_costs(target, batch_size, self.cache)
+            self.table = self.tables[batch_size]
+        curve = torch.tensor([self.table(n) for n in range(MOST_NODES + 1)], dtype=torch.float64)
+        self.curve = curve.cummax(0).values - curve[0]  # [n] extra seconds of n nodes; never less for more (the table is noisy)
+        if not self.target_fit.sums[0]:  # the table itself is the first two observations
+            self.target_fit.add(0.0, curve[0])
+            self.target_fit.add(float(self.curve[8]), float(curve[0] + self.curve[8]))
+        self.levels.start(batch_size)
+        self.calibration.start(batch_size)  # the probing gap goes on from the last generation: what it learnt holds
+
+    def target_s(self, nodes) -> torch.Tensor | float:
+        """Seconds of a target forward with `nodes` (an int, or a tensor of them) at this batch size: the
+        table's shape, fitted to the steps' own times."""
+        if isinstance(nodes, torch.Tensor):
+            return self.target_fit(self.curve[nodes.clamp_max(MOST_NODES)])
+        return self.target_fit(float(self.curve[nodes]) if nodes <= MOST_NODES else self.table(nodes) - self.table(0))
+
+    def extra_s(self, nodes) -> torch.Tensor | float:
+        """What a tree of `nodes` adds to a plain step in the target and the verifier."""
+        if isinstance(nodes, torch.Tensor):
+            return self.target_s(nodes) - self.target_s(0) + torch.where(nodes > 0, self.tree_s, 0.0)
+        return self.target_s(nodes) - self.target_s(0) + (self.tree_s if nodes else 0.0)
+
+    def draft_s(self, levels):
+        """The proposer's seconds for `levels` (an int or a tensor of them)."""
+        if self.given_draft is None:
+            return self.draft_fit(levels)
+        cost = self.given_draft[0] + self.given_draft[1] * levels
+        return torch.where(levels > 0, cost, 0.0) if isinstance(levels, torch.Tensor) else (cost if levels else 0.0)
+
+    def goodput(self) -> float:
+        """g: tokens per second to beat (the run's own, and never below plain decoding's)."""
+        plain = self.batch / (self.target_s(0) + self.rest_s)
+        return max(plain, self.rates.get(self.started, 0.0))
+
+    # ---- the decisions ----------------------------------------------------------------------------
+
+    def plan(self) -> Plan:
+        g = self.goodput()
+        tokens = self.levels.expected().sum(0).cumsum(0)  # [D] the batch's tokens by the deepest level drafted
+        nodes = self.level_nodes.cumsum(0).round().long()
+        value = tokens - g * (self.draft_s(torch.arange(1, self.max_depth + 1, dtype=torch.float64)) + self.extra_s(nodes))
+        best = int(value[: self.reach + 1].argmax())  # no deeper than a level past the deepest tree drafted so far
+        probe_s = float(self.draft_s(1) + self.extra_s(int(nodes[0])))
+        if value[best] > 0:
+            self.planned = Plan(best + 1)
+        elif self.explore * self.idle_s >= probe_s:  # a probe keeps the estimates current while nothing pays
+            self.planned = Plan(1, probe=True)
+        else:
+            self.planned = Plan(0)
+        self.idle_s = 0.0 if self.planned.drafts else self.idle_s + self.target_s(0) + self.rest_s
+        return self.planned
+
+    def trim(self, tree: CandidateTree) -> tuple[CandidateTree, torch.Tensor | None]:
+        self.drafted = tree.shape.max_depth if tree.num_nodes else 0
+        if self.planned.drafts:
+            self.reach = max(self.reach, self.drafted) if self.reached else self.drafted
+            self.reached = True
+        if tree.kind != "point" or tree.scores is None or tree.num_nodes == 0 or self.planned.probe:
+            return tree, None  # iid/wor children keep their draws (the plan's depth sized them); a probe verifies all it drafted
+        value = self.node_values(tree).sum(0)  # [N] over the rows
+        order = torch.argsort(tree.depth(), stable=True)
+        order = order[torch.argsort(-value[order], stable=True)]  # best first; ties: the shallower (a parent before its child)
+        gain = torch.cat([torch.zeros(1, dtype=torch.float64), value[order].cumsum(0)])  # [N+1] by nodes kept
+        net = gain - self.goodput() * self.extra_s(torch.arange(tree.num_nodes + 1))  # [N+1]
+        n = int(net.argmax())  # the first of equals: the smaller tree
+        if n == tree.num_nodes:
+            return tree, None
+        kept = order[:n].sort().values
+        return tree.keep_nodes(kept), kept
+
+    def node_values(self, tree: CandidateTree) -> torch.Tensor:
+        """[B, N] calibrated acceptance of each node, never above its parent's."""
+        value = self.calibration.value(tree.scores, tree.depth())
+        parents = tree.parents
+        for level in tree.shape.levels[1:]:
+            value[:, level] = torch.minimum(value[:, level], value[:, parents[level]])
+        return value
+
+    # ---- what a step shows ------------------------------------------------------------------------
+
+    def observe(self, tree: CandidateTree, result, step) -> None:
+        r = self.rate
+        B = result.num_accepted.shape[0]
+        if tree.num_nodes and tree.scores is not None:
+            accepted = torch.zeros(B, tree.num_nodes + 1, dtype=torch.bool)
+            path = result.path.cpu()
+            accepted.scatter_(1, (path + 1).clamp_min(0), path >= 0)
+            self.calibration.update(tree.scores, tree.depth(), accepted[:, 1:])
+        if self.planned.drafts:
+            levels = torch.arange(1, self.planned.depth + 1)
+            nodes = (tree.depth()[None, :] == levels[:, None]).sum(1).double()  # [d]
+            self.levels.update(result.num_accepted.cpu(), self.planned.depth)
+            self.level_nodes[: levels.numel()] += r * (nodes - self.level_nodes[: levels.numel()])
+        tokens = float(result.num_accepted.sum()) + B
+        if self.clocked:
+            self.observe_costs(tree, step)
+            seconds = step.draft_s + step.target_s + step.verify_s + step.other_s
+        else:
+            seconds = self.draft_s(self.drafted if self.planned.drafts else 0) + self.target_s(0) + self.extra_s(tree.num_nodes)
+        old = self.rates.get(self.started)  # slow: the long-run rate is the bar (Dinkelbach), not the last steps'
+        self.rates[self.started] = tokens / seconds if old is None else old + 0.1 * r * (tokens / seconds - old)
+
+    def observe_costs(self, tree: CandidateTree, step) -> None:
+        """The step's timings: the target's against the table (side rows are the proposer's cost), the
+        proposer's by levels planned, the verifier's and the rest with a tree and without."""
+        n, side = tree.num_nodes, step.side_rows
+        if side:
+            if self.given_draft is None:
+                self.draft_fit.add(self.planned.depth, step.draft_s + max(step.target_s - self.target_s(n), 0.0))
+        else:
+            self.target_fit.add(float(self.curve[min(n, MOST_NODES)]), step.target_s)
+            if self.planned.drafts and self.given_draft is None:
+                self.draft_fit.add(self.planned.depth, step.draft_s)
+        rest, r = step.verify_s + step.other_s, self.rate
+        if n == 0:
+            self.rest_s += (r if self.rest_s else 1.0) * (rest - self.rest_s)
+        else:
+            self.tree_s += r * (max(rest - self.rest_s, 0.0) - self.tree_s)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.levels.select(rows)
+        self.calibration.select(rows)
+        self.batch = int(rows.numel())

@@ -1,0 +1,153 @@
+"""The goodput policy's parts on known inputs: its cost table, fits, calibration, plans and trims."""
+
+import json
+
+import pytest
+import torch
+
+from framework.control.calibration import Calibration
+from framework.control.costs import CostTable, measured_costs
+from framework.control.goodput import GoodputPolicy, LevelAcceptance, LineFit
+from framework.core.policy import Plan
+from framework.core.tree import CandidateTree
+from framework.engine import StepStats
+from verifiers import Verification
+
+COSTS = {0: 1.0, 1: 1.05, 2: 1.1, 4: 1.2, 8: 1.4, 16: 1.8, 32: 2.6, 64: 4.2}  # a forward by nodes, in plain forwards
+
+
+def test_the_cost_table_interpolates_and_extrapolates():
+    table = CostTable(COSTS)
+    assert table(0) == 1.0 and table(3) == pytest.approx(1.15) and table(128) == pytest.approx(4.2 + 1.6 * 2)
+    with pytest.raises(ValueError, match="positive cost at 0 nodes"):
+        CostTable({1: 1.0})
+
+
+class CountingTarget:
+    def __init__(self, key="model-a"):
+        self.key, self.calls = key, 0
+
+    def cost_key(self):
+        return self.key
+
+    def forward_costs(self, sizes):
+        self.calls += 1
+        return {n: 0.01 * (1 + n / 32) for n in sizes}
+
+
+def test_forward_costs_are_measured_once_per_target_and_batch_and_cached(tmp_path):
+    cache, target = tmp_path / "costs.json", CountingTarget()
+    first = measured_costs(target, 4, cache)
+    again = measured_costs(target, 4, cache)
+    assert target.calls == 1 and first.seconds == again.seconds
+    measured_costs(target, 16, cache)  # another batch size is another cost
+    other = CountingTarget("model-b")
+    measured_costs(other, 4, cache)
+    assert target.calls == 2 and other.calls == 1
+    assert set(json.loads(cache.read_text())) == {"model-a/batch4", "model-a/batch16", "model-b/batch4"}
+
+
+def test_a_line_fit_recovers_the_line_and_is_per_unit_while_x_never_varied():
+    fit = LineFit(decay=1.0)
+    fit.add(2, 0.5)
+    assert fit(4) == pytest.approx(1.0)  # one x so far: all of it per unit
+    for x in (1, 3, 5):
+        fit.add(x, 0.1 + 0.2 * x)
+    fit.add(2, 0.5)
+    assert fit.a == pytest.approx(0.1) and fit.b == pytest.approx(0.2) and fit(0) == pytest.approx(0.1)
+
+
+def test_calibration_learns_that_a_flat_draft_is_accepted_more_than_it_says():
+    cal = Calibration(depths=2)
+    cal.start(1)
+    scores, depth = torch.full((1, 4), 0.05), torch.tensor([1, 1, 1, 1])
+    before = cal.value(scores, depth)
+    assert torch.allclose(before, torch.full((1, 4), 0.05, dtype=torch.float64))  # no data: the score itself
+    for _ in range(30):  # one node of four accepted every step: 0.25 each, five times what the score says
+        cal.update(scores, depth, torch.tensor([[True, False, False, False]]))
+    after = cal.value(scores, depth)
+    assert 0.2 < float(after.mean()) < 0.3
+
+
+def test_level_acceptance_blends_the_request_with_every_request_before():
+    levels = LevelAcceptance(3)
+    levels.start(2)
+    for _ in range(20):
+        levels.update(torch.tensor([3, 0]), 3)  # row 0 accepts everything, row 1 nothing
+    rate = levels.expected()
+    assert rate[0, 0] > 0.8 and rate[1, 0] < 0.3
+    assert bool((rate[:, 1:] <= rate[:, :-1]).all())  # a deeper level never yields more
+
+
+def point_tree(scores: torch.Tensor) -> CandidateTree:
+    """A chain of point nodes with the given scores [B, N]."""
+    B, N = scores.shape
+    return CandidateTree(torch.arange(B * N).view(B, N) % 7, torch.arange(-1, N - 1), None, "point", scores)
+
+
+def policy(batch: int = 1, **kw) -> GoodputPolicy:
+    p = GoodputPolicy(target_costs=kw.pop("target_costs", COSTS), draft_costs=kw.pop("draft_costs", (0.0, 0.05)), **kw)
+    p.start(None, batch)
+    return p
+
+
+def test_trim_keeps_nodes_worth_their_cost_and_drops_the_rest():
+    p = policy()
+    p.planned = Plan(4)
+    sure = point_tree(torch.tensor([[0.99, 0.98, 0.97, 0.96]]))
+    assert p.trim(sure)[0].num_nodes == 4  # 0.96 tokens a node for 0.05 of a forward
+    unsure = point_tree(torch.tensor([[0.9, 0.01, 0.001, 0.0001]]))
+    trimmed, kept = p.trim(unsure)
+    assert trimmed.num_nodes == 1 and kept.tolist() == [0] and trimmed.scores.tolist() == [[pytest.approx(0.9)]]
+    hopeless = point_tree(torch.tensor([[0.001, 0.0005, 0.0001, 0.00001]]))
+    assert p.trim(hopeless)[0].num_nodes == 0  # a plain step
+
+
+def test_trim_leaves_drawn_children_alone():
+    p = policy()
+    p.planned = Plan(3)
+    q = torch.full((1, 4, 5), 0.2)
+    iid = CandidateTree(torch.tensor([[1, 2, 3]]), torch.tensor([-1, 0, 1]), q, "iid", torch.tensor([[1e-4, 1e-5, 1e-6]]))
+    assert p.trim(iid) == (iid, None)  # pruning a drawn child by its own value is not exact
+
+
+def test_the_same_nodes_are_trimmed_harder_at_a_larger_batch():
+    scores = torch.tensor([[0.5, 0.3, 0.2, 0.1, 0.05, 0.03, 0.02, 0.01]])
+    per_row = {}
+    for batch, scale in ((1, 1.0), (16, 6.0)):  # at 16 rows a node costs 16 rows' worth of compute
+        costs = {n: c if n == 0 else 1.0 + (c - 1.0) * scale for n, c in COSTS.items()}
+        p = policy(target_costs=costs, batch=batch)
+        p.planned = Plan(8)
+        per_row[batch] = p.trim(point_tree(scores.expand(batch, -1)))[0].num_nodes
+    assert per_row[16] < per_row[1]
+
+
+def step(accepted, nodes=0):
+    return StepStats(torch.as_tensor(accepted), 0.0, 0.0, 0.0, 0.0, nodes)
+
+
+def test_the_plan_drafts_while_it_pays_and_probes_while_it_does_not():
+    p = policy(draft_costs=(0.0, 0.4))  # a level costs 0.4 of a forward
+    tree = point_tree(torch.tensor([[0.9, 0.9]]))
+    for _ in range(30):  # every drafted level accepted: drafting pays
+        plan = p.plan()
+        p.trim(tree)
+        p.observe(tree, Verification(torch.zeros(1, 3, dtype=torch.long), torch.tensor([2]), torch.tensor([[0, 1]])), step([2], 2))
+    assert p.plan().depth >= 1
+    plans = []
+    for _ in range(200):  # nothing accepted any more
+        plan = p.plan()
+        plans.append(plan.depth)
+        tree_now = tree if plan.drafts else point_tree(torch.zeros(1, 0))
+        p.trim(tree_now)
+        path = torch.full((1, max(tree_now.num_nodes, 0)), -1)
+        p.observe(tree_now, Verification(torch.zeros(1, 1, dtype=torch.long), torch.tensor([0]), path), step([0]))
+    late = plans[100:]
+    assert late.count(0) > 80 and 0 < sum(d > 0 for d in late) < 20  # plain steps, with a few probes
+
+
+def test_bad_settings_are_named():
+    with pytest.raises(ValueError, match="0 < explore < 1"):
+        GoodputPolicy(explore=0.0)
+    with pytest.raises(ValueError, match="max_depth >= 1"):
+        GoodputPolicy(max_depth=0)
