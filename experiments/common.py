@@ -31,18 +31,29 @@ from framework.zoo.streams import tokenizer_and_streams
 from verifiers import LOSSLESS
 
 
+def policy_factory_of(cfg: DictConfig, **given):
+    """The configured speculation policy as a factory (a fresh policy per generation or world), or None (fixed).
+    given: settings for it (the exact check hands the goodput policy its costs: no clock in enumerated worlds)."""
+    node = cfg.get("policy")
+    if node is None:
+        return None
+    make = instantiate(node)
+    return (lambda: make(**given)) if given else make
+
+
 def verifier_of(cfg: DictConfig):
     """The configured verification rule (conf/verifier; the token rule where a config has none)."""
     return instantiate(cfg.verifier) if cfg.get("verifier") is not None else LOSSLESS
 
 
 def timed_generate(target: HFTarget, proposer, prompt: torch.Tensor, cfg: DictConfig, sampling,
-                   max_new_tokens: int | None = None) -> tuple[GenerationOutput, float]:
-    """generate() with cfg's seed, EOS and verifier; max_new_tokens defaults to cfg.max_new_tokens."""
+                   max_new_tokens: int | None = None, policy=None) -> tuple[GenerationOutput, float]:
+    """generate() with cfg's seed, EOS and verifier; max_new_tokens defaults to cfg.max_new_tokens; policy:
+    how much each step speculates (None: as the proposer is configured)."""
     verifier = verifier_of(cfg)
     start = time.perf_counter()
     out = generate(target, proposer, prompt, cfg.max_new_tokens if max_new_tokens is None else max_new_tokens, sampling=sampling, seed=cfg.seed,
-                   eos_token_id=cfg.eos_token_id, verifier=verifier)
+                   eos_token_id=cfg.eos_token_id, verifier=verifier, policy=policy)
     return out, time.perf_counter() - start  # generate returns CPU tokens: device work is done
 
 

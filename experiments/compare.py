@@ -14,8 +14,17 @@ experiment.methods is null: the others are listed as skipped, with why), plus tr
 `hf_assisted` (assistant_model = the draft of proposer config experiment.assistant) and
 `hf_prompt_lookup` (its prompt lookup at its defaults), and `proposer`: the run's own proposer
 group with its command-line overrides (what a sweep over tree settings varies; a merged sweep names
-each job's overrides); also `plain`, `hf_plain` and `hf_pld_matched` when listed. Cells: method x sampling
-x category. The presets in conf/experiment (compare_smoke, categories, bench_hf) are settings of this run.
+each job's overrides); also `plain`, `hf_plain` and `hf_pld_matched` when listed. Cells: method x policy x
+sampling x category x batch size. The presets in conf/experiment (compare_smoke, categories, bench_hf,
+compare_batch) are settings of this run.
+
+Batch sizes (experiment.batch_sizes): at B > 1 a timed run decodes B consecutive prompts of the category's
+set (wrapping around; experiment.prompts likewise) as one batch, each cut to the shortest's length keeping its
+last tokens (generate takes no padding), against the baseline on the same batch; transformers' runners decode
+one prompt at a time, so they have rows at B = 1 only (the report says so). Policies (experiment.policies,
+conf/policy; `fixed`: speculation as configured): one policy object per (method, policy, sampling, batch size),
+learning over that cell's prompts; a policy sizes a proposer's speculation, so plain and transformers' rows run
+under `fixed` only. Tokens per second count every row; tokens per forward are per row.
 
 Per prompt and sampling, the baseline (experiment.baseline: our plain decoding, or transformers') runs once,
 then every method still to run, in turn (the first rotating): a method's speedup is the baseline's time of
@@ -24,26 +33,29 @@ its own passes over its time, and its step cost one of its forwards in baseline 
 see conf/compare.yaml) skips what is there, a failing run is recorded with its error and the
 rest goes on. The lossless check per (method, sampling): the first speculated token after the
 check prompt, sampled N times, G-test against the target's law (experiments.first_token), with
-the total-variation error that N detects; at greedy, identity with plain decoding instead.
+the total-variation error that N detects (shown on the fixed policy's rows, the method it ran); at greedy,
+identity of every row with plain decoding's rows of the same batch instead.
 """
 
 from __future__ import annotations
 
 import json
 import traceback
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import hydra
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from experiments.common import CONF, job_record, option, torch_threads, verifier_of, write_json
-from experiments.compare_report import aggregate, markdown, merge, publish, write_outputs
+from experiments.compare_report import FIXED, aggregate, markdown, merge, publish, write_outputs
 from experiments.first_tokens import first_tokens, plot, summarise
-from experiments.methods import HF_PLD_DEFAULTS, build_methods, full_length_only, hf_sampling
+from experiments.methods import HF_METHODS, HF_PLD_DEFAULTS, build_methods, full_length_only, hf_sampling
 from framework.core import files
 from framework.core.sampling import SamplingConfig
 from framework.engine import generate
@@ -67,6 +79,38 @@ def proposer_configs() -> list[str]:
     return sorted(p.stem for p in (CONF / "proposer").glob("*.yaml") if p.stem != "none")
 
 
+def runner_of(method: str) -> str:
+    return RUNNERS.get(method, f"ours_{method}")
+
+
+def policy_configs() -> list[str]:
+    return sorted(p.stem for p in (CONF / "policy").glob("*.yaml"))
+
+
+def policy_factory(name: str, cfg: DictConfig) -> Callable | None:
+    """conf/policy/<name> instantiated: a factory of policy objects, or None for the fixed policy (generate's default)."""
+    factory = instantiate(option("policy", name, cfg, "experiment.policies"))
+    if factory is not None and not callable(factory):
+        raise ValueError(f"experiment.policies: conf/policy/{name}.yaml must build a factory (_partial_: true), "
+                         f"got a {type(factory).__name__}")
+    return factory
+
+
+def nonempty_list(exp: DictConfig, key: str) -> list:
+    value = exp[key]
+    if not isinstance(value, (ListConfig, list)) or not value:
+        raise ValueError(f"experiment.{key} must be a non-empty list, got {value!r}")
+    return list(value)
+
+
+def batch_sizes(exp: DictConfig) -> list[int]:
+    sizes = nonempty_list(exp, "batch_sizes")
+    wrong = [b for b in sizes if isinstance(b, bool) or not isinstance(b, int) or b < 1]
+    if wrong or len(set(sizes)) < len(sizes):
+        raise ValueError(f"experiment.batch_sizes must hold distinct integers >= 1, got {sizes}")
+    return sizes
+
+
 def sampling_configs() -> list[str]:
     return sorted(p.stem for p in (CONF / "sampling").glob("*.yaml"))
 
@@ -79,6 +123,17 @@ class Plan:
     categories: list[str]
     skipped: dict[str, str]  # discovered proposer configs that do not run on the target -> why
     pld: dict[str, dict]  # transformers' prompt-lookup rows -> their num_tokens / max_ngram
+    policies: dict[str, Callable | None]  # experiment.policies -> a factory of policy objects (None: fixed)
+    batch_sizes: list[int]
+
+    def runs(self, method: str, policy: str, batch: int) -> bool:
+        """A policy sizes a proposer's speculation: rows without one (plain, transformers') run fixed only;
+        transformers' runners decode one prompt at a time."""
+        return (policy == FIXED or method in self.proposers) and (batch == 1 or runner_of(method) not in HF_METHODS)
+
+    def rows(self, batch: int) -> list[tuple[str, str]]:
+        """The (method, policy) pairs timed at this batch size."""
+        return [(m, p) for m in self.methods for p in self.policies if self.runs(m, p, batch)]
 
 
 def plan(cfg: DictConfig) -> Plan:
@@ -105,10 +160,18 @@ def plan(cfg: DictConfig) -> Plan:
     if RUNNERS[exp.baseline].startswith("hf_"):  # every speedup needs it: refused here, before any work (a
         for law in samplings.values():         # method's row that cannot run a sampling is recorded with its error)
             hf_sampling(law)
+    sizes = batch_sizes(exp)
+    if RUNNERS[exp.baseline] in HF_METHODS and sizes != [1]:
+        raise ValueError(f"experiment.baseline={exp.baseline} decodes one prompt at a time: experiment.batch_sizes "
+                         f"must be [1] with it, got {sizes}")
+    wrong = [p for p in nonempty_list(exp, "policies") if p not in policy_configs()]
+    if wrong:
+        raise ValueError(f"unknown policies {wrong} in experiment.policies (have {policy_configs()})")
+    policies = {p: policy_factory(p, cfg) for p in exp.policies}
     proposers = {m: option("proposer", m, cfg, "experiment.methods") for m in methods if m in known}
     if OWN in methods:  # the composed group, command-line overrides included: what a sweep varies
         proposers[OWN] = cfg.proposer
-    return Plan(methods, proposers, samplings, categories, {}, pld_variants(cfg, methods))
+    return Plan(methods, proposers, samplings, categories, {}, pld_variants(cfg, methods), policies, sizes)
 
 
 def probe(plan: Plan, model, prompt: torch.Tensor, listed: bool) -> None:
@@ -126,72 +189,121 @@ def probe(plan: Plan, model, prompt: torch.Tensor, listed: bool) -> None:
             plan.methods.remove(name)
 
 
-def fingerprint(cfg: DictConfig) -> str:
-    """What a stored record must share with this run to be reused."""
+def fingerprint(cfg: DictConfig, batch: int = 1) -> str:
+    """What a stored record of this batch size must share with this run to be reused."""
     exp = cfg.experiment
-    return json.dumps({"target": OmegaConf.to_container(cfg.target, resolve=True), "seed": cfg.seed,
-                       "max_new_tokens": exp.max_new_tokens, "threads": exp.num_threads, "baseline": exp.baseline,
-                       "prompts": OmegaConf.to_container(exp.prompts) if exp.prompts is not None else None,
-                       "verifier": OmegaConf.to_container(cfg.verifier, resolve=True) if cfg.get("verifier") else None,
-                       # the run's own proposer group is one row name whatever its settings: its records are its settings'
-                       "own": OmegaConf.to_container(cfg.proposer, resolve=True) if OWN in (exp.methods or []) else None},
-                      sort_keys=True)  # a token-id workload is not named by its category and index
+    fields = {"target": OmegaConf.to_container(cfg.target, resolve=True), "seed": cfg.seed,
+              "max_new_tokens": exp.max_new_tokens, "threads": exp.num_threads, "baseline": exp.baseline,
+              "prompts": OmegaConf.to_container(exp.prompts) if exp.prompts is not None else None,
+              "verifier": OmegaConf.to_container(cfg.verifier, resolve=True) if cfg.get("verifier") else None,
+              # the run's own proposer group is one row name whatever its settings: its records are its settings'
+              "own": OmegaConf.to_container(cfg.proposer, resolve=True) if OWN in (exp.methods or []) else None}
+    if batch != 1:  # B = 1 keeps the key of the records made before the batch axis
+        fields["batch"] = batch
+    return json.dumps(fields, sort_keys=True)  # a token-id workload is not named by its category and index
+
+
+def record_key(cfg: DictConfig) -> Callable[[dict], str]:
+    """A record's key: the fingerprint at its batch size (a record without one is of batch size 1)."""
+    at = cache(lambda batch: fingerprint(cfg, batch))
+    return lambda record: at(record.get("batch", 1))
 
 
 class Records:
     """records.jsonl: one line per finished run or check, appended at once (nothing computed is lost; a line
     cut off by a kill is dropped on the next read, and its run made again)."""
 
-    def __init__(self, path: Path, key: str):
+    def __init__(self, path: Path, key: Callable[[dict], str]):
         self.path, self.key = path, key
-        self.done = {record["id"]: record for record in files.read_json_lines(path) if record.get("key") == key}
+        self.done = {record["id"]: record for record in files.read_json_lines(path) if record.get("key") == key(record)}
 
     def add(self, record: dict) -> None:
-        record = {**record, "key": self.key}
+        record = {**record, "key": self.key(record)}
         self.done[record["id"]] = record
         files.append_line(self.path, json.dumps(record))
 
 
-def run_id(method: str, sampling: str, category: str, index: int) -> str:
-    return f"run/{method}/{sampling}/{category}/{index}"
+@dataclass(frozen=True)
+class Unit:
+    """One timed workload: `batch` prompts of a category from its prompt `index` on, under one sampling."""
+
+    category: str
+    sampling: str
+    batch: int
+    index: int
+
+    def axes(self, policy: str) -> str:
+        """The id's tail: empty for the fixed policy at B = 1, so the records made before these axes stay valid."""
+        return (f"/policy={policy}" if policy != FIXED else "") + (f"/batch={self.batch}" if self.batch != 1 else "")
+
+    def run_id(self, method: str, policy: str = FIXED) -> str:
+        return f"run/{method}/{self.sampling}/{self.category}/{self.index}{self.axes(policy)}"
+
+    def plain_id(self, turn: int) -> str:
+        return f"plain/{self.sampling}/{self.category}/{self.index}/{turn}{self.axes(FIXED)}"
+
+    def fields(self) -> dict:
+        return {"sampling": self.sampling, "category": self.category, "prompt": self.index, "batch": self.batch}
 
 
-def attempt(runner, prompt, law) -> dict:
+class Policies:
+    """One policy object per (method, policy, sampling, batch size), made at its first use: it learns costs and
+    acceptance over that cell's prompts, never from another method or sampling."""
+
+    def __init__(self, factories: dict[str, Callable | None]):
+        self.factories, self.made = factories, {}
+
+    def of(self, method: str, policy: str, unit: Unit):
+        key = (method, policy, unit.sampling, unit.batch)
+        if key not in self.made:
+            factory = self.factories[policy]
+            self.made[key] = factory() if factory is not None else None
+        return self.made[key]
+
+
+def attempt(runner, prompt, law, policy=None) -> dict:
     try:
-        new, seconds, forwards, stats = runner(prompt, law)
+        new, seconds, forwards, stats = runner(prompt, law, policy)
     except Exception as error:  # noqa: BLE001 - recorded, the rest goes on
         return {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc(limit=3)}
-    out = {"tokens": new, "new_tokens": len(new), "seconds": seconds, "forwards": forwards}
+    out = {"tokens": new, "new_tokens": sum(len(row) for row in new), "seconds": seconds, "forwards": forwards}
     if stats is not None:
         summary = stats.summary()
-        out.update(steps=stats.target_forwards, accepted=stats.accepted_total,
+        # steps: the (step, row) pairs that decoded, so that accepted / steps is per row at any batch size
+        out.update(steps=sum(s.accepted.numel() for s in stats.steps), accepted=stats.accepted_total,
                    split={k: summary[k] for k in ("draft_s", "target_s", "verify_s", "other_s")},
                    accepted_counts=torch.cat([s.accepted.flatten() for s in stats.steps]).tolist() if stats.steps else [])
     return out
 
 
-def timed_cells(plan: Plan, runners: dict, prompts: dict, records: Records, baseline: str) -> None:
-    groups = [(c, s, i) for c in plan.categories for s in plan.samplings for i in range(len(prompts[c]))]
-    turn = 0
-    for category, sampling, index in tqdm(groups, desc="compare", unit="prompt"):
-        missing = [m for m in plan.methods if run_id(m, sampling, category, index) not in records.done]
+def timed_cells(plan: Plan, runners: dict, work: Workload, records: Records, baseline: str) -> None:
+    units = [Unit(c, s, b, i) for c in plan.categories for s in plan.samplings for b in plan.batch_sizes
+             for i in range(work.units[c])]
+    policies, turn = Policies(plan.policies), 0
+    for unit in tqdm(units, desc="compare", unit="run"):
+        missing = [(m, p) for m, p in plan.rows(unit.batch) if unit.run_id(m, p) not in records.done]
         if not missing:
             continue
-        prompt, law = prompts[category][index], plan.samplings[sampling]
+        prompt, law = work.batch(unit.category, unit.index, unit.batch), plan.samplings[unit.sampling]
         plain = attempt(runners[RUNNERS[baseline]], prompt, law)
-        records.add({"id": f"plain/{sampling}/{category}/{index}/{turn}", "method": "plain", "sampling": sampling,
-                     "category": category, "prompt": index, **plain})
+        records.add({"id": unit.plain_id(turn), "method": "plain", **unit.fields(), **plain})
         order = missing[turn % len(missing):] + missing[: turn % len(missing)]
         turn += 1
-        for method in order:
-            out = attempt(runners[RUNNERS.get(method, f"ours_{method}")], prompt, law)
+        for method, policy in order:
+            out = attempt(runners[runner_of(method)], prompt, law, policies.of(method, policy, unit))
             if "error" not in out and "error" not in plain:
                 out["plain_seconds"], out["plain_forwards"] = plain["seconds"], plain["forwards"]
-                out["same_as_plain"] = out["tokens"] == plain["tokens"] if law.greedy else None
+                out.update(greedy_identity(out["tokens"], plain["tokens"]) if law.greedy else {"same_as_plain": None})
             elif "error" in plain:
                 out.setdefault("error", f"plain decoding failed: {plain['error']}")
-            records.add({"id": run_id(method, sampling, category, index), "method": method, "sampling": sampling,
-                         "category": category, "prompt": index, **{k: v for k, v in out.items() if k != "tokens"}})
+            records.add({"id": unit.run_id(method, policy), "method": method, "policy": policy, **unit.fields(),
+                         **{k: v for k, v in out.items() if k != "tokens"}})
+
+
+def greedy_identity(rows: list[list[int]], plain: list[list[int]]) -> dict:
+    """Every row against plain decoding's row of the same batch."""
+    same = [a == b for a, b in zip(rows, plain)]
+    return {"same_as_plain": all(same) and len(rows) == len(plain), "identical_rows": sum(same)}
 
 
 def lossless_checks(cfg: DictConfig, plan: Plan, model, records: Records, out: Path) -> None:
@@ -219,26 +331,91 @@ def lossless_checks(cfg: DictConfig, plan: Plan, model, records: Records, out: P
             records.add({"id": rid, "method": method, "sampling": sampling, **record})
 
 
-def workload(cfg: DictConfig, plan: Plan, tokenizer) -> dict[str, list[torch.Tensor]]:
-    """category -> prompts [1, L]: the first per_category of each set, or experiment.prompts as token ids."""
+@dataclass
+class Workload:
+    """Per category, the prompts [1, L] its batches draw from, and how many timed units (the first ones) it has."""
+
+    pools: dict[str, list[torch.Tensor]]
+    units: dict[str, int]
+
+    def batch(self, category: str, index: int, size: int) -> torch.Tensor:
+        """[size, L]: the prompts from `index` on (wrapping around), each cut to the shortest's length keeping
+        its last tokens, where it continues (generate takes no padding). Size 1: the prompt as it is."""
+        pool = self.pools[category]
+        rows = [pool[(index + j) % len(pool)][0] for j in range(size)]
+        length = min(len(row) for row in rows)
+        return torch.stack([row[len(row) - length:] for row in rows])
+
+
+def workload(cfg: DictConfig, plan: Plan, tokenizer) -> Workload:
+    """Each category's set (its first per_category prompts start a unit each), or experiment.prompts as token ids."""
     exp = cfg.experiment
     if exp.prompts is not None:
-        return {CUSTOM: [encode_prompt(list(p), tokenizer) for p in exp.prompts]}
+        prompts = [encode_prompt(list(p), tokenizer) for p in exp.prompts]
+        return Workload({CUSTOM: prompts}, {CUSTOM: len(prompts)})
     if tokenizer is None:
         raise ValueError("the prompt sets are text: the target needs a tokenizer beside its checkpoint "
                          "(e.g. models=zoo), or give experiment.prompts as token ids")
     sets = stdlib_prompt_sets()
-    return {c: [encode_prompt(t, tokenizer) for t in sets[c]["prompt"][: exp.per_category]] for c in plan.categories}
+    pools = {c: [encode_prompt(t, tokenizer) for t in sets[c]["prompt"]] for c in plan.categories}
+    return Workload(pools, {c: min(exp.per_category, len(pools[c])) for c in plan.categories})
 
 
-def warm_up(runners: dict, prompts: dict, samplings: dict, rounds: int) -> None:
-    """Untimed rounds of every runner on the first prompt (the first call of a model pays for its
-    allocations; transformers' first generate for its setup)."""
-    prompt = next(iter(prompts.values()))[0]
+def warm_up(runners: dict, work: Workload, plan: Plan, rounds: int) -> None:
+    """Untimed rounds of every runner on the first unit at each batch size (the first call of a model pays
+    for its allocations; transformers' first generate for its setup)."""
+    category = next(iter(work.pools))
     for _ in range(rounds):
-        for law in samplings.values():
-            for runner in runners.values():
-                attempt(runner, prompt, law)
+        for batch in plan.batch_sizes:
+            prompt = work.batch(category, 0, batch)
+            for law in plan.samplings.values():
+                for name, runner in runners.items():
+                    if batch == 1 or name not in HF_METHODS:
+                        attempt(runner, prompt, law)
+
+
+def prime_policies(runners: dict, work: Workload, plan: Plan) -> None:
+    """One untimed generation per policy besides fixed and batch size, with a throwaway policy object: a policy's
+    first generation at a batch size may measure the target (goodput's cost table, cached on disk), which
+    the first timed prompt of each cell would otherwise pay for."""
+    sized = [m for m in plan.methods if m in plan.proposers]
+    factories = [f for f in plan.policies.values() if f is not None]
+    if not sized or not factories:
+        return
+    category, law = next(iter(work.pools)), next(iter(plan.samplings.values()))
+    for factory in factories:
+        for batch in plan.batch_sizes:
+            attempt(runners[runner_of(sized[0])], work.batch(category, 0, batch), law, factory())
+
+
+def table(plan: Plan, categories: list[str], records: Iterable[dict]) -> list[dict]:
+    """The rows of the cells that ran, in plan order."""
+    rows = aggregate(plan.methods, plan.samplings, categories, records, list(plan.policies), plan.batch_sizes)
+    return [r for r in rows if plan.runs(r["method"], r["policy"], r["batch"])]
+
+
+def notes(plan: Plan) -> list[str]:
+    """What the axes leave out, said beside the summary."""
+    said = []
+    hf = [m for m in plan.methods if runner_of(m) in HF_METHODS]
+    larger = [b for b in plan.batch_sizes if b > 1]
+    if hf and larger:
+        said.append(f"At batch sizes above 1 ({', '.join(map(str, larger))}): transformers' runners decode one prompt at a time, "
+                    f"so their rows ({', '.join(hf)}) are at batch size 1 only.")
+    unsized = [m for m in plan.methods if m not in plan.proposers]
+    sizing = [p for p in plan.policies if p != FIXED]
+    if unsized and sizing:
+        said.append(f"Policies other than {FIXED} ({', '.join(sizing)}) size a proposer's speculation: the rows without "
+                    f"one ({', '.join(unsized)}) run under {FIXED} only"
+                    + ("." if FIXED in plan.policies else ", which experiment.policies leaves out: they have no rows."))
+    return said
+
+
+def label(row: dict) -> str:
+    """result.json's name of a summary row: method[/policy]/sampling[/batch=B] (fixed and B = 1 unnamed, as before)."""
+    policy = [row["policy"]] if row["policy"] != FIXED else []
+    batch = [f"batch={row['batch']}"] if row["batch"] != 1 else []
+    return "/".join([row["method"], *policy, row["sampling"], *batch])
 
 
 def run(cfg: DictConfig) -> dict:
@@ -255,26 +432,27 @@ def _run(cfg: DictConfig, the_plan: Plan) -> dict:
 def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
     exp = cfg.experiment
     probe_model = instantiate(cfg.target)  # its own copy: the timed ones start fresh
-    prompts = workload(cfg, the_plan, tokenizer_of(probe_model))
-    probe(the_plan, probe_model, next(iter(prompts.values()))[0][:, :8], listed=exp.methods is not None)
+    work = workload(cfg, the_plan, tokenizer_of(probe_model))
+    probe(the_plan, probe_model, work.batch(the_plan.categories[0], 0, 1)[:, :8], listed=exp.methods is not None)
     del probe_model
     runners, settings, model = build_methods(
-        cfg, list(dict.fromkeys([RUNNERS[exp.baseline], *(RUNNERS.get(m, f"ours_{m}") for m in the_plan.methods)])),
+        cfg, list(dict.fromkeys([RUNNERS[exp.baseline], *(runner_of(m) for m in the_plan.methods)])),
         {f"ours_{m}": node for m, node in the_plan.proposers.items()}, the_plan.pld)
-    records = Records(out / "records.jsonl", fingerprint(cfg))
-    warm_up(runners, prompts, the_plan.samplings, exp.warmup)
-    timed_cells(the_plan, runners, prompts, records, exp.baseline)
+    records = Records(out / "records.jsonl", record_key(cfg))
+    warm_up(runners, work, the_plan, exp.warmup)
+    prime_policies(runners, work, the_plan)
+    timed_cells(the_plan, runners, work, records, exp.baseline)
     lossless_checks(cfg, the_plan, model, records, out)
-    rows = aggregate(the_plan.methods, the_plan.samplings, the_plan.categories, records.done.values())
-    summary = aggregate(the_plan.methods, the_plan.samplings, [ALL], [{**r, "category": ALL} for r in records.done.values()])
-    result = {"rows": rows, "summary": summary, "skipped": the_plan.skipped, "settings": settings,
-              "baseline": exp.baseline, "config": OmegaConf.to_container(cfg, resolve=True)}
+    rows = table(the_plan, the_plan.categories, records.done.values())
+    summary = table(the_plan, [ALL], [{**r, "category": ALL} for r in records.done.values()])
+    result = {"rows": rows, "summary": summary, "skipped": the_plan.skipped, "notes": notes(the_plan),
+              "settings": settings, "baseline": exp.baseline, "config": OmegaConf.to_container(cfg, resolve=True)}
     write_outputs(result, out)
     one = [r for r in summary if r["speedup"] is not None]
     # result.json, as every job writes one: what experiments.sweep_merge tabulates and a sweeper's objective
     write_json(cfg.output_dir, "result.json", {**job_record(), "config": result["config"],
                                                "speedup": one[0]["speedup"] if len(one) == 1 else None,
-                                               "summary": {f"{r['method']}/{r['sampling']}": r["speedup"] for r in one}})
+                                               "summary": {label(r): r["speedup"] for r in one}})
     return result
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import csv
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.common import job_overrides
@@ -20,52 +21,61 @@ from framework.core import files
 
 BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
 SPLIT = ("draft_s", "target_s", "verify_s", "other_s")
-COLUMNS = ["method", "sampling", "category", "tokens_per_forward", "speedup", "step_cost", "tokens_per_s", "mean_accepted",
-           "prompts", "greedy_identical", "lossless_check", "check_samples", "check_detectable_tv", "check_p",
+FIXED = "fixed"  # the policy of speculation as configured (generate's policy=None); records before the axis had it
+COLUMNS = ["method", "policy", "sampling", "category", "batch", "tokens_per_forward", "speedup", "step_cost",
+           "tokens_per_s", "mean_accepted", "prompts", "greedy_identical", "lossless_check", "check_samples", "check_detectable_tv", "check_p",
            *(f"{k[:-2]}_frac" for k in SPLIT), "seconds", "plain_seconds", "errors"]
 
 
-def aggregate(methods: list[str], samplings, categories: list[str], records: Iterable[dict]) -> list[dict]:
-    """One row per (method, sampling, category) from the run records, in plan order."""
+def aggregate(methods: list[str], samplings, categories: list[str], records: Iterable[dict],
+              policies=(FIXED,), batches=(1,)) -> list[dict]:
+    """One row per (method, policy, sampling, category, batch) from the run records, in that order (batch
+    innermost); a record without a policy or batch field is of the fixed policy at batch size 1."""
     runs, checks = defaultdict(list), {}
     for r in records:
         if r["id"].startswith("run/"):
-            runs[r["method"], r["sampling"], r["category"]].append(r)
+            runs[r["method"], r.get("policy", FIXED), r["sampling"], r["category"], r.get("batch", 1)].append(r)
         elif r["id"].startswith("check/"):
             checks[r["method"], r["sampling"]] = r
+    keys = [(m, p, s, c, b) for m in methods for p in policies for s in samplings for c in categories for b in batches]
     rows = []
-    for method in methods:
-        for sampling in samplings:
-            for category in categories:
-                cell = runs.get((method, sampling, category), [])
-                ok = [r for r in cell if "error" not in r]
-                errors = sorted({r["error"] for r in cell if "error" in r})
-                seconds, plain = sum(r["seconds"] for r in ok), sum(r["plain_seconds"] for r in ok)
-                tokens, forwards = sum(r["new_tokens"] for r in ok), sum(r["forwards"] for r in ok)
-                plain_forwards = sum(r.get("plain_forwards", 0) for r in ok)
-                steps, accepted = sum(r.get("steps", 0) for r in ok), sum(r.get("accepted", 0) for r in ok)
-                split = {k: sum(r.get("split", {}).get(k, 0.0) for r in ok) for k in SPLIT}
-                loop = sum(split.values())
-                same = [r["same_as_plain"] for r in ok if r.get("same_as_plain") is not None]
-                check = checks.get((method, sampling), {})
-                rows.append({
-                    "method": method, "sampling": sampling, "category": category, "prompts": len(ok),
-                    "tokens_per_forward": tokens / forwards if forwards else None,
-                    "speedup": plain / seconds if seconds else None,
-                    # one forward of the method in forwards of the baseline: the speedup is at most
-                    # tokens per forward / step cost
-                    "step_cost": (seconds / forwards) / (plain / plain_forwards) if forwards and plain and plain_forwards else None,
-                    "tokens_per_s": tokens / seconds if seconds else None,
-                    "mean_accepted": accepted / steps if steps else None,
-                    "greedy_identical": f"{sum(same)}/{len(same)}" if same else None,
-                    "lossless_check": check_verdict(check),
-                    "check_samples": check.get("samples"), "check_detectable_tv": check.get("detectable_tv"),
-                    "check_p": check.get("g_test_p"),
-                    **{f"{k[:-2]}_frac": (split[k] / loop if loop else None) for k in SPLIT},
-                    "seconds": seconds, "plain_seconds": plain, "errors": "; ".join(errors) or None,
-                    "accepted_hist": {str(k): v for k, v in sorted(Counter(a for r in ok for a in r.get("accepted_counts", [])).items())},
-                })
+    for key in keys:
+        method, policy, sampling = key[:3]
+        check = checks.get((method, sampling), {}) if policy == FIXED else {}  # it ran the method as configured
+        rows.append(cell_row(runs.get(key, []), check, *key))
     return rows
+
+
+def cell_row(cell: list[dict], check: dict, method: str, policy: str, sampling: str, category: str, batch: int) -> dict:
+    ok = [r for r in cell if "error" not in r]
+    errors = sorted({r["error"] for r in cell if "error" in r})
+    seconds, plain = sum(r["seconds"] for r in ok), sum(r["plain_seconds"] for r in ok)
+    tokens, forwards = sum(r["new_tokens"] for r in ok), sum(r["forwards"] for r in ok)
+    row_forwards = sum(r["forwards"] * r.get("batch", 1) for r in ok)  # a forward of B rows: B rows' steps
+    plain_forwards = sum(r.get("plain_forwards", 0) for r in ok)
+    steps, accepted = sum(r.get("steps", 0) for r in ok), sum(r.get("accepted", 0) for r in ok)
+    split = {k: sum(r.get("split", {}).get(k, 0.0) for r in ok) for k in SPLIT}
+    loop = sum(split.values())
+    greedy = [r for r in ok if r.get("same_as_plain") is not None]
+    same = sum(r.get("identical_rows", int(r["same_as_plain"])) for r in greedy)  # rows equal to plain's
+    return {
+        "method": method, "policy": policy, "sampling": sampling, "category": category, "batch": batch,
+        "prompts": sum(r.get("batch", 1) for r in ok),  # decoded: B per timed run
+        "tokens_per_forward": tokens / row_forwards if row_forwards else None,  # per row: B rows share a forward
+        "speedup": plain / seconds if seconds else None,
+        # one forward of the method in forwards of the baseline: the speedup is at most
+        # tokens per forward / step cost
+        "step_cost": (seconds / forwards) / (plain / plain_forwards) if forwards and plain and plain_forwards else None,
+        "tokens_per_s": tokens / seconds if seconds else None,  # every row's tokens
+        "mean_accepted": accepted / steps if steps else None,  # per step of a row
+        "greedy_identical": f"{same}/{sum(r.get('batch', 1) for r in greedy)}" if greedy else None,
+        "lossless_check": check_verdict(check),
+        "check_samples": check.get("samples"), "check_detectable_tv": check.get("detectable_tv"),
+        "check_p": check.get("g_test_p"),
+        **{f"{k[:-2]}_frac": (split[k] / loop if loop else None) for k in SPLIT},
+        "seconds": seconds, "plain_seconds": plain, "errors": "; ".join(errors) or None,
+        "accepted_hist": {str(k): v for k, v in sorted(Counter(a for r in ok for a in r.get("accepted_counts", [])).items())},
+    }
 
 
 def check_verdict(check: dict) -> str | None:
@@ -86,25 +96,57 @@ BY_CATEGORY = "### By category"
 
 
 def markdown(result: dict) -> str:
-    """The summary over all categories, then every cell (BY_CATEGORY); the README takes the first."""
-    text = "### By method (all categories)\n\n" + cell_table(result["summary"])
+    """The summary over all categories, then every cell (BY_CATEGORY); the README takes the first. The policy
+    and batch columns appear when a run used them (a default run's table is as it was)."""
+    every = result["summary"] + result["rows"]
+    shown = [c for c in MD_COLUMNS if c.header not in OPTIONAL or OPTIONAL[c.header](every)]
+    text = "### By method (all categories)\n\n" + cell_table(result["summary"], shown)
     if result.get("skipped"):
         text += "\nSkipped (do not run on this target): " + "; ".join(f"{k} ({v})" for k, v in result["skipped"].items()) + "\n"
-    return text + f"\n{BY_CATEGORY}\n\n" + cell_table(result["rows"])
+    text += "".join(f"\n{note}\n" for note in result.get("notes", []))
+    return text + f"\n{BY_CATEGORY}\n\n" + cell_table(result["rows"], shown)
 
 
-def cell_table(rows: list[dict]) -> str:
-    lines = ["| method | sampling | category | tokens/forward | speedup | step cost | tokens/s | mean accepted | "
-             "greedy identical | lossless check (N, detectable TV) | draft / target / verify / other |",
-             "|---|---|---|---:|---:|---:|---:|---:|---|---|---|"]
+def check_cell(r: dict) -> str:
+    check = r["lossless_check"] or "-"
+    if r["check_samples"]:
+        check += f" (N={r['check_samples']:,}, TV {r['check_detectable_tv']:.3f}, p={r['check_p']:.3f})"
+    return check
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    align: str  # the markdown alignment cell
+    cell: Callable[[dict], str]
+
+
+MD_COLUMNS = [
+    Column("method", "---", lambda r: r["method"]),
+    Column("policy", "---", lambda r: r.get("policy", FIXED)),
+    Column("sampling", "---", lambda r: r["sampling"]),
+    Column("category", "---", lambda r: r["category"]),
+    Column("batch", "---:", lambda r: str(r.get("batch", 1))),
+    Column("tokens/forward", "---:", lambda r: fmt(r["tokens_per_forward"])),
+    Column("speedup", "---:", lambda r: f"{fmt(r['speedup'])}x" if r["speedup"] is not None else "-"),
+    Column("step cost", "---:", lambda r: fmt(r.get("step_cost"))),
+    Column("tokens/s", "---:", lambda r: fmt(r["tokens_per_s"], 1)),
+    Column("mean accepted", "---:", lambda r: fmt(r["mean_accepted"])),
+    Column("greedy identical", "---", lambda r: r["greedy_identical"] or "-"),
+    Column("lossless check (N, detectable TV)", "---", check_cell),
+    Column("draft / target / verify / other", "---",
+           lambda r: " / ".join(fmt(r[f"{k[:-2]}_frac"] and 100 * r[f"{k[:-2]}_frac"], 0) for k in SPLIT)),
+]
+OPTIONAL = {  # column -> whether the rows need it
+    "policy": lambda rows: any(r.get("policy", FIXED) != FIXED for r in rows),
+    "batch": lambda rows: any(r.get("batch", 1) != 1 for r in rows),
+}
+
+
+def cell_table(rows: list[dict], columns: list[Column]) -> str:
+    lines = ["| " + " | ".join(c.header for c in columns) + " |", "|" + "|".join(c.align for c in columns) + "|"]
     for r in rows:
-        check = r["lossless_check"] or "-"
-        if r["check_samples"]:
-            check += f" (N={r['check_samples']:,}, TV {r['check_detectable_tv']:.3f}, p={r['check_p']:.3f})"
-        split = " / ".join(fmt(r[f"{k[:-2]}_frac"] and 100 * r[f"{k[:-2]}_frac"], 0) for k in SPLIT)
-        speed = f"{fmt(r['speedup'])}x" if r["speedup"] is not None else "-"
-        row = (f"| {r['method']} | {r['sampling']} | {r['category']} | {fmt(r['tokens_per_forward'])} | {speed} | "
-               f"{fmt(r.get('step_cost'))} | {fmt(r['tokens_per_s'], 1)} | {fmt(r['mean_accepted'])} | {r['greedy_identical'] or '-'} | {check} | {split} |")
+        row = "| " + " | ".join(c.cell(r) for c in columns) + " |"
         lines.append(row + (f" error: {r['errors']}" if r["errors"] else ""))
     return "\n".join(lines) + "\n"
 
@@ -116,25 +158,44 @@ def write_outputs(result: dict, out: Path) -> None:
         writer.writeheader()
         writer.writerows(result["rows"] + result["summary"])  # category "all": the summary rows
     files.write_text(out / "compare.md", markdown(result))
-    plots(result["rows"], out)
+    plots(result["rows"], result["summary"], out)
 
 
-def plots(rows: list[dict], out: Path) -> None:
+def series(row: dict) -> str:
+    """A plot's name for a (method, policy): the bare method under the fixed policy."""
+    policy = row.get("policy", FIXED)
+    return row["method"] if policy == FIXED else f"{row['method']} ({policy})"
+
+
+def plots(rows: list[dict], summary: list[dict], out: Path) -> None:
+    """Per category, accepted lengths and time split at the smallest batch size; speedup against the batch
+    size when several ran."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    methods = list(dict.fromkeys(r["method"] for r in rows))
+    smallest = min((r.get("batch", 1) for r in rows), default=1)
+    cell_plots(plt, [r for r in rows if r.get("batch", 1) == smallest], out)
+    if len({r.get("batch", 1) for r in summary}) > 1:
+        speedup_vs_batch(plt, summary, out / "speedup_vs_batch.png")
+
+
+def cell_plots(plt, rows: list[dict], out: Path) -> None:
+    methods = list(dict.fromkeys(series(r) for r in rows))
     samplings = list(dict.fromkeys(r["sampling"] for r in rows))
     categories = list(dict.fromkeys(r["category"] for r in rows))
-    by = {(r["method"], r["sampling"], r["category"]): r for r in rows}
+    by = {(series(r), r["sampling"], r["category"]): r for r in rows}  # a method may lack a policy's rows
+
+    def speedup(m: str, s: str, c: str) -> float:
+        row = by.get((m, s, c))
+        return (row and row["speedup"]) or 0.0
 
     fig, axes = plt.subplots(len(samplings), 1, figsize=(max(6, 0.9 * len(methods) * len(categories) / 2), 3.5 * len(samplings)), squeeze=False)
     width = 0.8 / max(1, len(categories))
     for ax, sampling in zip(axes[:, 0], samplings):
         for j, category in enumerate(categories):
-            values = [by[m, sampling, category]["speedup"] or 0.0 for m in methods]
+            values = [speedup(m, sampling, category) for m in methods]
             ax.bar([i + j * width for i in range(len(methods))], values, width, label=category)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(methods))], methods, rotation=45, ha="right", fontsize=8)
@@ -149,7 +210,7 @@ def plots(rows: list[dict], out: Path) -> None:
         for m in methods:
             hist = Counter()
             for c in categories:
-                hist.update({int(k): v for k, v in by[m, sampling, c]["accepted_hist"].items()})
+                hist.update({int(k): v for k, v in by.get((m, sampling, c), {}).get("accepted_hist", {}).items()})
             total = sum(hist.values())
             if total:
                 xs = sorted(hist)
@@ -167,7 +228,7 @@ def plots(rows: list[dict], out: Path) -> None:
     for k in SPLIT:
         values = []
         for m, s in cells:  # the categories' shares, weighted by their time
-            parts = [by[m, s, c] for c in categories]
+            parts = [by[m, s, c] for c in categories if (m, s, c) in by]
             total = sum(r["seconds"] for r in parts)
             values.append(sum((r[f"{k[:-2]}_frac"] or 0.0) * r["seconds"] for r in parts) / total if total else 0.0)
         ax.bar(range(len(cells)), values, bottom=bottoms, label=k[:-2])
@@ -178,6 +239,34 @@ def plots(rows: list[dict], out: Path) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     files.save_figure(fig, out / "time_split.png", dpi=110)
+    plt.close(fig)
+
+
+def speedup_vs_batch(plt, summary: list[dict], path: Path) -> None:
+    """One panel per sampling, one line per (method, policy): a method's colour, solid under the fixed policy."""
+    samplings = list(dict.fromkeys(r["sampling"] for r in summary))
+    colours = {m: f"C{i % 10}" for i, m in enumerate(dict.fromkeys(r["method"] for r in summary))}
+    batches = sorted({r.get("batch", 1) for r in summary})
+    fig, axes = plt.subplots(1, len(samplings), figsize=(6 * len(samplings), 4.5), squeeze=False)
+    for ax, sampling in zip(axes[0], samplings):
+        lines = defaultdict(list)
+        for r in summary:
+            if r["sampling"] == sampling and r["speedup"] is not None:
+                lines[r["method"], r.get("policy", FIXED)].append((r.get("batch", 1), r["speedup"]))
+        for (method, policy), points in lines.items():
+            xs, ys = zip(*sorted(points))
+            ax.plot(xs, ys, marker="o", color=colours[method], linestyle="-" if policy == FIXED else "--",
+                    label=series({"method": method, "policy": policy}))
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.minorticks_off()
+        ax.set_xticks(batches, [str(b) for b in batches])
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("speedup vs plain of the same batch")
+        ax.set_title(sampling, fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    files.save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -224,12 +313,13 @@ def merge(folder: Path) -> dict:
               if len({repr(o.get(k)) for o in overrides}) > 1]  # the settings the sweep varied
     loaded = [(", ".join(f"{k}={o[k]}" for k in varied if k in o), json.loads(j.read_text()))
               for j, o in zip(jobs, overrides)]
-    counts = Counter(r["method"] for _, result in loaded for r in result["summary"])
-    merged = {"rows": [], "summary": [], "skipped": {}, "jobs": [str(j.parent.relative_to(folder)) for j in jobs]}
+    counts = Counter(m for _, result in loaded for m in {r["method"] for r in result["summary"]})  # jobs per method
+    merged = {"rows": [], "summary": [], "skipped": {}, "notes": [], "jobs": [str(j.parent.relative_to(folder)) for j in jobs]}
     for label, result in loaded:
         for part in ("rows", "summary"):
             merged[part] += [{**r, "method": f"{r['method']} ({label})" if label and counts[r["method"]] > 1 else r["method"]}
                              for r in result[part]]
         merged["skipped"].update(result.get("skipped", {}))
+        merged["notes"] += [n for n in result.get("notes", []) if n not in merged["notes"]]
     write_outputs(merged, folder)
     return merged

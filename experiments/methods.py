@@ -1,5 +1,6 @@
 """The decoding methods a measurement times side by side: ours (plain or with a proposer) and transformers'
-own generate (plain, assisted, prompt lookup), each a runner prompt -> (tokens, seconds, forwards, stats).
+own generate (plain, assisted, prompt lookup), each a runner (prompts [B, L], sampling, policy) -> (new tokens
+per row, seconds, forwards, stats). transformers' runners decode one prompt (B = 1) under their own schedule.
 
 A library of experiments.compare (and its presets experiment=bench_hf, categories); not an entry point.
 """
@@ -18,11 +19,11 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
-from experiments.common import emitted, option, timed_generate
+from experiments.common import option, timed_generate
 from framework.core.sampling import SamplingConfig
 from framework.lm.target import HFTarget
 
-HF_METHODS = ("hf_plain", "hf_assisted", "hf_pld", "hf_pld_matched")
+HF_METHODS = ("hf_plain", "hf_assisted", "hf_pld", "hf_pld_matched")  # one prompt at a time, no policy
 
 
 HF_ATTENTION = ("sdpa", "eager")
@@ -76,7 +77,8 @@ def assistant_schedule(assistant: torch.nn.Module) -> dict:
 
 
 def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants: dict):
-    """name -> run(prompt [1, L], sampling) -> (new tokens, seconds, forwards, GenerationStats or None)."""
+    """name -> run(prompt [B, L], sampling, policy=None) -> (new tokens per row, seconds, forwards,
+    GenerationStats or None); transformers' runners take B = 1 and no policy."""
     ours_model, hf_model = instantiate(cfg.target), instantiate(cfg.target)
     if hf_model is ours_model:
         raise ValueError("cfg.target must build a fresh model per instantiate (transformers needs its own copy)")
@@ -97,15 +99,18 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
         settings["assistant"] = {"config": cfg.experiment.assistant, **assistant_schedule(assistant)}
 
     def ours(make_proposer) -> Callable:
-        def run(prompt: torch.Tensor, sampling: SamplingConfig):
+        def run(prompt: torch.Tensor, sampling: SamplingConfig, policy=None):
             before = ours_calls.calls
             _sync(ours_model)
-            out, seconds = timed_generate(target, make_proposer() if make_proposer else None, prompt, cfg, sampling, tokens)
-            return emitted(out), seconds, ours_calls.calls - before, out.stats
+            out, seconds = timed_generate(target, make_proposer() if make_proposer else None, prompt, cfg, sampling, tokens,
+                                          policy=policy)
+            return [[t for t in row if t >= 0] for row in out.tokens.tolist()], seconds, ours_calls.calls - before, out.stats
         return run
 
     def hf(extra: dict) -> Callable:
-        def run(prompt: torch.Tensor, sampling: SamplingConfig):
+        def run(prompt: torch.Tensor, sampling: SamplingConfig, policy=None):
+            if prompt.shape[0] != 1 or policy is not None:
+                raise ValueError("transformers' runners decode one prompt at a time, under their own schedule (no policy)")
             ids = prompt.to(next(hf_model.parameters()).device)
             before = hf_calls.calls
             torch.manual_seed(cfg.seed)  # transformers samples from torch's global generator
@@ -115,7 +120,7 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
                                     min_new_tokens=tokens, eos_token_id=None,
                                     pad_token_id=hf_model.generation_config.pad_token_id, **hf_sampling(sampling), **extra)
             new = out[0, ids.shape[1]:].tolist()  # .tolist() waits for the device
-            return new, time.perf_counter() - start, hf_calls.calls - before, None
+            return [new], time.perf_counter() - start, hf_calls.calls - before, None
         return run
 
     def lookup(name: str) -> dict:

@@ -2,6 +2,7 @@
 
 import csv
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -193,7 +194,114 @@ def test_a_record_cut_off_by_a_kill_is_made_again(tmp_path):
     path = tmp_path / "records.jsonl"
     path.write_text(json.dumps({"id": "run/a", "key": "k", "seconds": 1.0}) + "\n" + '{"id": "run/b", "key": "k", "sec')
     with pytest.warns(UserWarning, match="last line was cut off"):
-        stored = compare.Records(path, "k")
+        stored = compare.Records(path, lambda record: "k")
     assert set(stored.done) == {"run/a"}
     stored.add({"id": "run/b", "seconds": 2.0})
-    assert set(compare.Records(path, "k").done) == {"run/a", "run/b"}
+    assert set(compare.Records(path, lambda record: "k").done) == {"run/a", "run/b"}
+
+
+def run_records(tmp_path) -> list[dict]:
+    return [r for r in records(tmp_path) if r["id"].startswith("run/")]
+
+
+def test_batches_are_timed_against_plain_decoding_of_the_same_batch(tmp_path):
+    """batch_sizes [1, 2]: our rows at both, transformers' at 1 only (said in the report); every row's tokens
+    count and each is compared with plain decoding's row of the same batch."""
+    result = compare.run(load(tmp_path, "experiment.methods=[draft,hf_prompt_lookup]", "experiment.samplings=[greedy]",
+                              "experiment.batch_sizes=[1,2]"))
+    rows = {(r["method"], r["batch"]): r for r in result["rows"]}
+    assert set(rows) == {("draft", 1), ("draft", 2), ("hf_prompt_lookup", 1)}
+    assert all(r["policy"] == "fixed" and r["errors"] is None for r in result["rows"])
+    pair = [r for r in run_records(tmp_path) if r["method"] == "draft" and r["batch"] == 2]
+    assert [r["id"] for r in pair] == ["run/draft/greedy/prompts/0/batch=2", "run/draft/greedy/prompts/1/batch=2"]
+    assert all(r["new_tokens"] == 2 * 5 for r in pair)  # both rows' tokens
+    assert rows["draft", 2]["tokens_per_s"] == pytest.approx(20 / sum(r["seconds"] for r in pair))
+    assert rows["draft", 2]["prompts"] == 4 and rows["draft", 2]["greedy_identical"] == "4/4"
+    assert rows["draft", 1]["greedy_identical"] == "2/2"
+    plain = [r for r in records(tmp_path) if r["id"].startswith("plain/") and r["batch"] == 2]
+    assert all(len(r["tokens"]) == 2 for r in plain)  # the baseline decoded the same two-row batch
+    table = (tmp_path / "compare.md").read_text()
+    assert "| method | sampling | category | batch |" in table and "| draft | greedy | all | 2 |" in table
+    assert "so their rows (hf_prompt_lookup) are at batch size 1 only" in table and "| policy |" not in table
+    assert {row["batch"] for row in csv.DictReader((tmp_path / "compare.csv").open())} == {"1", "2"}
+    assert (tmp_path / "speedup_vs_batch.png").stat().st_size > 0
+
+
+def test_a_batch_is_consecutive_prompts_cut_to_the_shortest_keeping_their_ends():
+    pool = [torch.tensor([[1, 2, 3, 4, 5]]), torch.tensor([[6, 7, 8, 9, 10, 11, 12]]), torch.tensor([[13, 14, 15]])]
+    work = compare.Workload({"c": pool}, {"c": 3})
+    assert torch.equal(work.batch("c", 1, 1), pool[1])  # size 1: the prompt as it is
+    assert work.batch("c", 0, 2).tolist() == [[1, 2, 3, 4, 5], [8, 9, 10, 11, 12]]
+    assert work.batch("c", 2, 2).tolist() == [[13, 14, 15], [3, 4, 5]]  # wraps around
+    assert work.batch("c", 1, 4).tolist() == [[10, 11, 12], [13, 14, 15], [3, 4, 5], [10, 11, 12]]
+
+
+def test_batch_one_records_made_before_the_axes_are_reused(tmp_path):
+    """Records without batch or policy fields (as written before these axes) are batch 1 under the fixed
+    policy: a run that adds batch size 2 times batch 2 only."""
+    compare.run(load(tmp_path, "experiment.methods=[draft]", "experiment.samplings=[greedy]"))
+    old = [{k: v for k, v in r.items() if k not in ("batch", "policy")} for r in records(tmp_path)]
+    (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old))
+    result = compare.run(load(tmp_path, "experiment.methods=[draft]", "experiment.samplings=[greedy]",
+                              "experiment.batch_sizes=[1,2]"))
+    later = records(tmp_path)[len(old):]
+    assert later and all(r["batch"] == 2 for r in later if "batch" in r)
+    assert [(r["batch"], r["prompts"]) for r in result["summary"]] == [(1, 2), (2, 4)]
+
+
+class CountingPolicy:
+    """Stands for a policy object: the batch sizes of the generate calls it was given to."""
+
+    def __init__(self, made: list):
+        self.batches = []
+        made.append(self)
+
+
+def test_one_policy_object_per_method_policy_sampling_and_batch(tmp_path, monkeypatch):
+    """A policy besides fixed (a stand-in here, taken out again before generate's own loop) is built once
+    per (method, policy, sampling, batch size) and handed to every prompt of that cell; plain decoding has no
+    speculation to size: fixed only. The tables get a policy column."""
+    import experiments.common
+
+    real = experiments.common.generate
+    monkeypatch.setattr(compare, "policy_configs", lambda: ["counting", "fixed"])
+    made = []
+    monkeypatch.setattr(compare, "policy_factory", lambda name, cfg: partial(CountingPolicy, made) if name == "counting" else None)
+
+    def generate(target, proposer, prompt, *args, policy=None, **kwargs):
+        if policy is not None:
+            policy.batches.append(prompt.shape[0])
+        return real(target, proposer, prompt, *args, **kwargs)
+
+    monkeypatch.setattr(experiments.common, "generate", generate)
+    result = compare.run(load(tmp_path, "experiment.methods=[draft,plain]", "experiment.policies=[fixed,counting]",
+                              "experiment.batch_sizes=[1,2]", "experiment.check.samples=0"))
+    # one per sampling and size, each given both prompts; and one untimed throwaway per size (prime_policies)
+    assert sorted(p.batches for p in made) == [[1], [1, 1], [1, 1], [2], [2, 2], [2, 2]]
+    cells = {(r["method"], r["policy"], r["batch"]) for r in result["summary"]}
+    assert cells == {(m, p, b) for m, p in (("draft", "fixed"), ("draft", "counting"), ("plain", "fixed")) for b in (1, 2)}
+    assert "run/draft/t1/prompts/1/policy=counting/batch=2" in {r["id"] for r in run_records(tmp_path)}
+    table = (tmp_path / "compare.md").read_text()
+    assert "| method | policy | sampling | category | batch |" in table and "| draft | counting | t1 | all | 2 |" in table
+    assert "the rows without one (plain) run under fixed only." in table
+    assert json.loads((tmp_path / "result.json").read_text())["summary"].keys() >= {"draft/counting/t1/batch=2", "draft/t1"}
+
+
+def test_the_goodput_policy_has_rows_of_its_own(tmp_path):
+    result = compare.run(load(tmp_path, "experiment.methods=[draft,eagle2]", "experiment.policies=[fixed,goodput]",
+                              "experiment.check.samples=0"))
+    cells = {(r["method"], r["policy"]): r for r in result["summary"] if r["sampling"] == "t1"}
+    assert set(cells) == {(m, p) for m in ("draft", "eagle2") for p in ("fixed", "goodput")}
+    assert all(r["speedup"] is not None for r in cells.values())
+    assert compare.policy_factory("fixed", load(tmp_path)) is None
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["experiment.batch_sizes=[1,0]"], r"experiment.batch_sizes must hold distinct integers >= 1, got \[1, 0\]"),
+    (["experiment.batch_sizes=4"], r"experiment.batch_sizes must be a non-empty list, got 4"),
+    (["experiment.policies=[fixed,fastest]"], r"unknown policies \['fastest'\] in experiment.policies \(have \[.*'fixed'"),
+    (["experiment.baseline=hf_plain", "experiment.batch_sizes=[1,4]"], r"hf_plain decodes one prompt at a time"),
+])
+def test_bad_axes_fail_naming_the_setting(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        compare.plan(load(tmp_path, *overrides))
