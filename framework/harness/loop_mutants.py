@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields, replace
 
 import torch
 
+from framework.control.goodput import GoodputPolicy
 from framework.core import sampling
 from framework.core.sampling import SamplingConfig
 from framework.core.target import TargetOutput
@@ -93,12 +94,14 @@ class LoopMutant:
     verifier: object = None  # the rule with the bug, judged against the witness's own clean rule
     plant: Callable = nullcontext  # () -> a context in which production code holds the bug
     where: str = "production"
+    policy: Callable | None = None  # a speculation policy with the bug, in place of the witness's own
 
     def tvs(self) -> tuple[float, float]:
         """(TV of the clean code on the witness, TV with the bug planted)."""
         clean = self.witness.tv()
         with self.plant():
-            buggy = self.witness.tv(self.target, self.decoder, self.proposer, self.verifier)
+            witness = self.witness if self.policy is None else replace(self.witness, policy_factory=self.policy)
+            buggy = witness.tv(self.target, self.decoder, self.proposer, self.verifier)
         return clean, buggy
 
 
@@ -225,6 +228,24 @@ class TraversalPathOffByOne(TraversalVerifier):
         return off_by_one(path)
 
 
+# ---- the speculation policy --------------------------------------------------------------------
+
+POLICY_COSTS = dict(target_costs={0: 1.0, 1: 1.04, 2: 1.08, 4: 1.2, 8: 1.4}, draft_costs=(0.02, 0.06))  # no clock
+
+
+class PrunesDrawnChildren(GoodputPolicy):
+    """Trims i.i.d. children by their own draft probability (it must leave drawn children alone): the tree then
+    depends on the step's draws after they were made."""
+
+    def trim(self, tree):
+        super().trim(tree)
+        if tree.kind == "point" or tree.num_nodes == 0:
+            return tree, None
+        sure = (tree.scores[0] >= 0.4).long().cumprod(0)  # a chain: the first unsure node and all below it go
+        kept = torch.arange(int(sure.sum()))
+        return tree.keep_nodes(kept), kept
+
+
 # ---- witnesses and the list -------------------------------------------------------------------
 
 DRAFT_TREE = LoopCase(dict(gamma=1, branching=3, depth=1, kind="point"), depth=4)  # a bad commit shows from step 2
@@ -234,6 +255,7 @@ TREE_D5 = LoopCase(dict(branching=2, depth=2, kind="point"), depth=5)
 SAMPLED_CHAIN = LoopCase(dict(gamma=2, kind="iid"), sampling=SamplingConfig(temperature=0.7, top_k=2))
 SAMPLED_POINT = LoopCase(dict(gamma=3, kind="point"), sampling=SamplingConfig(temperature=0.7))
 IID_SIBLINGS = LoopCase(dict(branching=3, depth=1, kind="iid"), depth=2)
+POLICY_CHAIN = LoopCase(dict(gamma=2, kind="iid"), depth=2, policy_factory=lambda: GoodputPolicy(**POLICY_COSTS))
 
 
 def loop_mutants() -> list[LoopMutant]:
@@ -260,6 +282,8 @@ def loop_mutants() -> list[LoopMutant]:
           CHAIN_D5, verifier=TokenRulePathOffByOne()),
         m("block-path-off-by-one", "block verification hands the KV commit node i - 1 for each accepted node i > 0",
           LoopCase(dict(gamma=3, kind="point"), depth=5, verifier=BlockVerifier()), verifier=BlockPathOffByOne()),
+        m("policy-prunes-drawn-children", "the speculation policy trims i.i.d. children by their own draft probability",
+          POLICY_CHAIN, policy=lambda: PrunesDrawnChildren(**POLICY_COSTS)),
         m("traversal-path-off-by-one", "traversal verification hands the KV commit node i - 1 for each accepted node i > 0",
           LoopCase(dict(branching=2, depth=2, kind="point"), depth=5, verifier=TraversalVerifier()),
           verifier=TraversalPathOffByOne()),
