@@ -1,21 +1,21 @@
 """The goodput policy: each step, speculate as much as is expected to pay in tokens per second.
 
-Units are seconds and tokens. Three things are kept online:
-- acceptance: the proposer's node scores mapped to the probability that the target accepts the node
-  (framework/control/calibration.py, per depth, per request), and per depth d the tokens a step that
-  drafted d levels got from its level d;
+Units are seconds and tokens. Kept online:
+- acceptance: per request and depth, how often a step that drafted d levels got its level d accepted
+  (framework/control/estimates.py); per depth and score bin, how often a node was, which maps the
+  proposer's own node scores to acceptance (framework/control/calibration.py);
 - costs: the target's forward by node count at this batch size (measured once, cached:
-  framework/control/costs.py; scaled by what the steps really took), the proposer's own time per step
-  as a + b x levels drafted (a decayed least-squares fit; side rows count as the proposer's), and the
-  rest of a step (verification, bookkeeping);
-- the rate g: the tokens per second the run achieves (at least plain decoding's).
+  framework/control/costs.py; a line fitted to the steps' own times maps the table to them), the
+  proposer's time as a line in levels planned (its side rows count as its own), the rest of a plain step
+  and what verifying any tree adds to it;
+- g, the long-run tokens per second (never below plain decoding's).
 
-plan: the depth d that maximises B x (sum of the expected tokens of levels 1..d) - g x (its extra cost);
-0 (a plain step) when nothing pays, with a probe of one level after 4, 8, ... 64 plain steps so that the
-estimates stay current. trim (point trees): the nodes by calibrated value summed over the batch's rows
-(a child never above its parent), the first n kept for the n that maximises value - g x extra target
-cost; n = 0 leaves a plain step. Maximising value - g x cost at the run's own rate g is how a ratio
-(tokens per second) is maximised step by step (Dinkelbach).
+plan: the depth d with the most expected tokens from levels 1..d minus g x its extra seconds, or none (a
+plain step) when nothing pays; then a one-level probe once the plain steps since the last draft have cost
+`explore` of what the probe costs, so that the estimates stay current. trim (point trees): the nodes by
+calibrated value summed over the batch's rows (a child never above its parent), the first n kept for the n
+with the most value minus g x extra seconds; n = 0 leaves a plain step. Maximising value - g x cost at the
+long-run rate g is how a ratio (tokens per second) is maximised step by step (Dinkelbach).
 
 Every decision reads the committed past and the draft's own scores, never a coin of the step it sizes:
 the verifier's law is the target's whatever is chosen (docs/design.md section 13). With both costs given
@@ -31,69 +31,11 @@ import torch
 
 from framework.control.calibration import Calibration
 from framework.control.costs import CostTable, measured_costs
+from framework.control.estimates import LevelAcceptance, LineFit
 from framework.core.policy import Plan
 from framework.core.tree import CandidateTree
 
 MOST_NODES = 256  # node counts whose cost is tabulated at start (beyond: interpolated on demand)
-
-
-class LineFit:
-    """y = a + b x by decayed least squares over what the steps showed (b alone while x never varied)."""
-
-    def __init__(self, decay: float = 0.95):
-        self.decay, self.sums = decay, [0.0] * 5  # n, sum x, sum x^2, sum y, sum xy
-        self.a = self.b = 0.0
-
-    def add(self, x: float, y: float) -> None:
-        x, y = float(x), float(y)
-        n, sx, sxx, sy, sxy = (self.decay * v + d for v, d in zip(self.sums, (1.0, x, x * x, y, x * y)))
-        self.sums = [n, sx, sxx, sy, sxy]
-        det = n * sxx - sx * sx
-        if det > 1e-6 * n * sxx:
-            self.b = (n * sxy - sx * sy) / det
-            self.a = (sy - self.b * sx) / n
-        else:  # one x so far: all of y is per unit of x
-            self.a, self.b = (0.0, sy / sx) if sx > 0 else (sy / n, 0.0)
-
-    def __call__(self, x):
-        """a + b x, never below 0 (x an int or a tensor)."""
-        if isinstance(x, torch.Tensor):
-            return (self.a + self.b * x).clamp_min(0.0)
-        return max(0.0, self.a + self.b * x)
-
-
-class LevelAcceptance:
-    """How often a step that drafted d levels got its level d accepted: decayed counts over every request so
-    far (slow, the prior) and per request of the batch (no decay: a request is short)."""
-
-    def __init__(self, depths: int, prior_weight: float = 6.0, decay: float = 0.99):
-        self.prior_weight, self.decay = prior_weight, decay
-        self.hits = 0.6 ** torch.arange(1, depths + 1, dtype=torch.float64)  # a prior of one step
-        self.trials = torch.ones(depths, dtype=torch.float64)
-        self.row_hits = self.row_trials = torch.zeros(0, depths, dtype=torch.float64)
-
-    def start(self, batch_size: int) -> None:
-        self.row_hits = torch.zeros(batch_size, self.hits.numel(), dtype=torch.float64)
-        self.row_trials = torch.zeros_like(self.row_hits)
-
-    def select(self, rows: torch.Tensor) -> None:
-        self.row_hits, self.row_trials = self.row_hits[rows.cpu()], self.row_trials[rows.cpu()]
-
-    def expected(self) -> torch.Tensor:
-        """[B, D] each request's expected tokens from level d; never more deep than shallow."""
-        prior = self.hits / self.trials
-        rate = (self.row_hits + self.prior_weight * prior) / (self.row_trials + self.prior_weight)
-        return rate.cummin(1).values
-
-    def update(self, accepted: torch.Tensor, depth: int) -> None:
-        """accepted [B] nodes accepted per row at a step that drafted `depth` levels."""
-        got = (accepted[:, None] >= torch.arange(1, depth + 1)).double()  # [B, d]
-        self.hits.mul_(self.decay)
-        self.trials.mul_(self.decay)
-        self.hits[:depth] += got.sum(0)
-        self.trials[:depth] += got.shape[0]
-        self.row_hits[:, :depth] += got
-        self.row_trials[:, :depth] += 1
 
 
 class GoodputPolicy:
@@ -141,7 +83,7 @@ class GoodputPolicy:
             self.target_fit.add(0.0, curve[0])
             self.target_fit.add(float(self.curve[8]), float(curve[0] + self.curve[8]))
         self.levels.start(batch_size)
-        self.calibration.start(batch_size)  # the probing gap goes on from the last generation: what it learnt holds
+        self.calibration.start(batch_size)  # what the earlier generations taught stays (the prior, the costs, idle_s)
 
     def target_s(self, nodes) -> torch.Tensor | float:
         """Seconds of a target forward with `nodes` (an int, or a tensor of them) at this batch size: the
@@ -232,7 +174,7 @@ class GoodputPolicy:
             self.observe_costs(tree, step)
             seconds = step.draft_s + step.target_s + step.verify_s + step.other_s
         else:
-            seconds = self.draft_s(self.drafted if self.planned.drafts else 0) + self.target_s(0) + self.extra_s(tree.num_nodes)
+            seconds = self.draft_s(self.planned.depth) + self.target_s(0) + self.extra_s(tree.num_nodes)
         old = self.rates.get(self.started)  # slow: the long-run rate is the bar (Dinkelbach), not the last steps'
         self.rates[self.started] = tokens / seconds if old is None else old + 0.1 * r * (tokens / seconds - old)
 

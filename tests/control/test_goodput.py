@@ -7,7 +7,8 @@ import torch
 
 from framework.control.calibration import Calibration
 from framework.control.costs import CostTable, measured_costs
-from framework.control.goodput import GoodputPolicy, LevelAcceptance, LineFit
+from framework.control.estimates import LevelAcceptance, LineFit
+from framework.control.goodput import GoodputPolicy
 from framework.core.policy import Plan
 from framework.core.tree import CandidateTree
 from framework.engine import StepStats
