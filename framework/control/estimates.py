@@ -33,12 +33,14 @@ class LineFit:
 
 class LevelAcceptance:
     """How often a step that drafted d levels got its level d accepted: decayed counts over every request so
-    far (slow, the prior) and per request of the batch (no decay: a request is short)."""
+    far (slow, the prior) and per request of the batch (no decay: a request is short). A level never drafted
+    yet is guessed from the one above it, as if each level were accepted as often as the first (a geometric
+    law), so a proposer that is accepted often is tried deeper."""
 
-    def __init__(self, depths: int, prior_weight: float = 6.0, decay: float = 0.99):
-        self.prior_weight, self.decay = prior_weight, decay
-        self.hits = 0.6 ** torch.arange(1, depths + 1, dtype=torch.float64)  # a prior of one step
-        self.trials = torch.ones(depths, dtype=torch.float64)
+    def __init__(self, depths: int, prior_weight: float = 6.0, decay: float = 0.99, first_guess: float = 0.6):
+        self.prior_weight, self.decay, self.first_guess = prior_weight, decay, first_guess
+        self.hits = torch.zeros(depths, dtype=torch.float64)
+        self.trials = torch.zeros(depths, dtype=torch.float64)
         self.row_hits = self.row_trials = torch.zeros(0, depths, dtype=torch.float64)
 
     def start(self, batch_size: int) -> None:
@@ -50,7 +52,11 @@ class LevelAcceptance:
 
     def expected(self) -> torch.Tensor:
         """[B, D] each request's expected tokens from level d; never more deep than shallow."""
-        prior = self.hits / self.trials
+        prior, guess = [], self.first_guess
+        for d in range(self.hits.numel()):  # over every request: one pseudo-step of the guess
+            prior.append((float(self.hits[d]) + guess) / (float(self.trials[d]) + 1.0))
+            guess = prior[-1] * prior[0]
+        prior = torch.tensor(prior, dtype=torch.float64)
         rate = (self.row_hits + self.prior_weight * prior) / (self.row_trials + self.prior_weight)
         return rate.cummin(1).values
 

@@ -175,8 +175,9 @@ class GoodputPolicy:
             seconds = step.draft_s + step.target_s + step.verify_s + step.other_s
         else:
             seconds = self.draft_s(self.planned.depth) + self.target_s(0) + self.extra_s(tree.num_nodes)
-        old = self.rates.get(self.started)  # slow: the long-run rate is the bar (Dinkelbach), not the last steps'
-        self.rates[self.started] = tokens / seconds if old is None else old + 0.1 * r * (tokens / seconds - old)
+        # slow, from plain decoding's rate: the long-run rate is the bar (Dinkelbach), not the last steps'
+        old = self.rates.get(self.started, self.batch / (self.target_s(0) + self.rest_s))
+        self.rates[self.started] = old + 0.1 * r * (tokens / seconds - old)
 
     def observe_costs(self, tree: CandidateTree, step) -> None:
         """The step's timings: the target's against the table (side rows are the proposer's cost), the

@@ -130,11 +130,16 @@ def step(accepted, nodes=0):
 def test_the_plan_drafts_while_it_pays_and_probes_while_it_does_not():
     p = policy(draft_costs=(0.0, 0.4))  # a level costs 0.4 of a forward
     tree = point_tree(torch.tensor([[0.9, 0.9]]))
-    for _ in range(30):  # every drafted level accepted: drafting pays
+    drafted = []
+    for _ in range(30):  # every drafted node accepted: drafting pays
         plan = p.plan()
-        p.trim(tree)
-        p.observe(tree, Verification(torch.zeros(1, 3, dtype=torch.long), torch.tensor([2]), torch.tensor([[0, 1]])), step([2], 2))
-    assert p.plan().depth >= 1
+        drafted.append(plan.depth)
+        tree_now = tree.within_depth(plan.depth)[0]  # as the engine cuts it
+        p.trim(tree_now)
+        accepted = tree_now.num_nodes
+        p.observe(tree_now, Verification(torch.zeros(1, 3, dtype=torch.long), torch.tensor([accepted]),
+                                         torch.arange(accepted)[None]), step([accepted], accepted))
+    assert all(d >= 1 for d in drafted[5:])
     plans = []
     for _ in range(200):  # nothing accepted any more
         plan = p.plan()
