@@ -93,6 +93,27 @@ def fmt(value, digits: int = 2) -> str:
 
 
 BY_CATEGORY = "### By category"
+BY_METHOD = "### By method (all categories)"
+SIDE_BY_SIDE = "### Policies side by side (all categories)"
+
+
+def policies_side_by_side(summary: list[dict]) -> str:
+    """With several policies: per method and sampling, each policy's tokens per forward and speedup in one row
+    (batch size 1), the greedy identity of every policy and the fixed policy's lossless check; else nothing."""
+    policies = list(dict.fromkeys(r.get("policy", FIXED) for r in summary))
+    if len(policies) < 2:
+        return ""
+    cells = {(r["method"], r["sampling"], r.get("policy", FIXED)): r for r in summary if r.get("batch", 1) == 1}
+    head = ["method", "sampling", *(f"{p}: {k}" for p in policies for k in ("tokens/forward", "speedup")),
+            "greedy identical", "lossless check (fixed)"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (2 * len(policies)) + "---|---|"]
+    for method, sampling in dict.fromkeys((m, s) for m, s, _ in cells):
+        rows = [cells.get((method, sampling, p)) for p in policies]
+        values = [v for r in rows for v in ((fmt(r["tokens_per_forward"]), f"{fmt(r['speedup'])}x") if r else ("-", "-"))]
+        greedy = ", ".join(r["greedy_identical"] for r in rows if r and r["greedy_identical"]) or "-"
+        fixed = cells.get((method, sampling, FIXED))
+        lines.append("| " + " | ".join([method, sampling, *values, greedy, check_cell(fixed) if fixed else "-"]) + " |")
+    return f"{SIDE_BY_SIDE}\n\n" + "\n".join(lines) + "\n\n"
 
 
 def markdown(result: dict) -> str:
@@ -100,7 +121,7 @@ def markdown(result: dict) -> str:
     and batch columns appear when a run used them (a default run's table is as it was)."""
     every = result["summary"] + result["rows"]
     shown = [c for c in MD_COLUMNS if c.header not in OPTIONAL or OPTIONAL[c.header](every)]
-    text = "### By method (all categories)\n\n" + cell_table(result["summary"], shown)
+    text = policies_side_by_side(result["summary"]) + BY_METHOD + "\n\n" + cell_table(result["summary"], shown)
     if result.get("skipped"):
         text += "\nSkipped (do not run on this target): " + "; ".join(f"{k} ({v})" for k, v in result["skipped"].items()) + "\n"
     text += "".join(f"\n{note}\n" for note in result.get("notes", []))
@@ -287,7 +308,10 @@ def update_readme(table: Path, readme: Path = REPOSITORY / "README.md") -> None:
         raise ValueError(f"{readme} needs exactly one {BEGIN} and one {END} around its results section")
     head, rest = text.split(BEGIN)
     _, tail = rest.split(END)
-    summary = table.read_text().split(BY_CATEGORY)[0].rstrip() + "\n"
+    summary = table.read_text().split(BY_CATEGORY)[0]
+    if summary.startswith(SIDE_BY_SIDE):  # several policies: their side-by-side, the full summary on the results page
+        summary = summary.split(BY_METHOD)[0]
+    summary = summary.rstrip() + "\n"
     files.write_text(readme, f"{head}{BEGIN}\n{summary}{END}{tail}")
 
 

@@ -294,6 +294,14 @@ def test_the_goodput_policy_has_rows_of_its_own(tmp_path):
     assert set(cells) == {(m, p) for m in ("draft", "eagle2") for p in ("fixed", "goodput")}
     assert all(r["speedup"] is not None for r in cells.values())
     assert compare.policy_factory("fixed", load(tmp_path)) is None
+    table = tmp_path / "compare.md"
+    assert "| method | sampling | fixed: tokens/forward | fixed: speedup | goodput: tokens/forward | goodput: speedup |" \
+        in table.read_text()
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{BEGIN}\nold\n{END}\ntail\n")
+    update_readme(table, readme)
+    published = readme.read_text()
+    assert "goodput: speedup" in published and "### By method" not in published and "| eagle2 | t1 |" in published
 
 
 @pytest.mark.parametrize("overrides, message", [
