@@ -1,7 +1,7 @@
 """Measured cost of the target's `forward_tree` by node count, on this machine (for tree search).
 
-Every call sees the same cache (the pending slots are dropped after it); sizes are interleaved
-call by call so that a noisy machine slows them alike; the median is kept.
+Every call sees the same cache (the pending slots are dropped after it); sizes (or targets) are
+interleaved call by call so that a noisy machine slows them alike; the median is kept.
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ import time
 
 import torch
 
-from framework.core.tree import CandidateTree
-from framework.core.tree_shape import TreeShape
 from framework.lm.target import HFTarget
 
 
@@ -42,11 +40,7 @@ def prefilled(model, prompt_len: int, seed: int = 0) -> tuple[HFTarget, torch.Te
 
 def forward_tree_cost(model, sizes=(0, 1, 8, 16, 32, 64), prompt_len: int = 256, repeats: int = 20,
                       seed: int = 0) -> dict[int, float]:
-    """ms per forward_tree with N nodes (prefixes of a breadth-first binary tree), after one prefill."""
-    gen = torch.Generator().manual_seed(seed + 1)
-    (target, root), vocab = prefilled(model, prompt_len, seed), model.config.vocab_size
-    binary = TreeShape.full(2, 7).parents  # 254 nodes in breadth-first order: any prefix is a tree
-    if max(sizes) > binary.numel():
-        raise ValueError(f"tree sizes up to {binary.numel()} nodes, asked for {max(sizes)}")
-    trees = {n: CandidateTree.from_parents(torch.randint(vocab, (1, n), generator=gen), binary[:n]) for n in sizes}
-    return time_forwards({n: (target, root, tree) for n, tree in trees.items()}, repeats)
+    """ms per forward_tree with N nodes (prefixes of a breadth-first binary tree), after one prefill: the
+    target's own measurement (HFTarget.forward_costs), which the goodput policy uses too."""
+    target, _ = prefilled(model, prompt_len, seed)
+    return {n: 1e3 * seconds for n, seconds in target.forward_costs(sizes, repeats).items()}

@@ -79,3 +79,18 @@ def test_hidden_states_on_request():
     assert out.hidden.shape == (1, 3, 2, model.config.hidden_size)  # every prompt position (EAGLE catches up on them)
     out = target.forward_tree(torch.tensor([4]), CandidateTree.chain(torch.tensor([[5, 6]])))
     assert out.hidden.shape == (1, 3, 2, model.config.hidden_size)
+
+
+def test_forward_costs_leave_the_cache_as_it_was():
+    """The goodput policy measures the target between steps: timing forwards must change nothing after them."""
+    model = tiny_random_model("llama", seed=0, dtype="float64")
+    target = HFTarget(model)
+    target.prefill(torch.tensor([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]]))
+    root, tree = torch.tensor([7, 8]), CandidateTree.chain(torch.tensor([[1, 2], [3, 4]]))
+    before = target.forward_tree(root, tree).logits
+    target.lm.drop_pending()
+    seconds = target.forward_costs((0, 1, 8), repeats=1)
+    assert set(seconds) == {0, 1, 8} and all(s > 0 for s in seconds.values())
+    assert torch.equal(target.forward_tree(root, tree).logits, before)
+    with pytest.raises(ValueError, match="up to 254 nodes"):
+        target.forward_costs((300,))
