@@ -45,6 +45,7 @@ class MixProposer:
         self.gather_layers()
         self.couples_rows = True  # one merged shape for the rows
         self.trees: list[CandidateTree] = []
+        self.merged_paths: list[list[tuple]] = []
         self.part_paths: list[list[list[tuple]]] = []
         self.side_parts: list[tuple[int, int]] = []  # (part index, side rows) of this step
 
@@ -80,6 +81,7 @@ class MixProposer:
             for row, row_paths in zip(rows, paths):
                 row.extend((row_paths[i], weight) for i in leaves)
         merged = tree_from_paths(rows, self.budget, state.root.device)
+        self.merged_paths = node_paths(merged)  # [b][node]: read again at commit
         self.tree = CandidateTree(merged.tokens, merged.shape, None, "point", self.merged_scores(merged))
         return self.tree
 
@@ -89,7 +91,7 @@ class MixProposer:
         if not merged.num_nodes:
             return merged.scores
         scores = merged.scores.clone()
-        paths = node_paths(merged)
+        paths = self.merged_paths
         for tree, own in zip(self.trees, self.part_paths):
             if tree.scores is None or not tree.num_nodes:
                 continue
@@ -129,7 +131,7 @@ class MixProposer:
             start += rows
 
     def commit(self, result: Verification) -> None:
-        merged = node_paths(self.tree)
+        merged = self.merged_paths
         for part, own in zip(self.parts, self.part_paths):
             part.commit(part_view(result, merged, own))
 
