@@ -8,8 +8,10 @@ no children to draw, so a chain of gamma costs gamma draft forwards, not gamma +
 gathers the accepted nodes' KV. Tokens accepted without a draft slot (a deepest node, or, in a
 mix, nodes of another part's tree) are read at the next step, in front of the root in the root's
 forward (a forward of 2 tokens costs about what one of 1 does), when every row lacks the same
-number; rows that lack different numbers get them in one forward at commit.
-Skipping a read changes no coin and no law: the deepest level's logits drew nothing.
+number; rows that lack different numbers get them in one forward at commit. The prompt itself is read
+so, with the first root (a policy that never lets it draft never pays for it), and so is every root of a
+plain step (docs/design.md section 13). Skipping a read changes no coin and no law: the deepest level's
+logits drew nothing.
 
 `stop_below` cuts the tree short where the draft is unsure: after reading a level, if no node of
 it (in any row) has a draft top-1 probability (its temperature-1 softmax) of at least stop_below,
@@ -90,11 +92,9 @@ class DraftModelProposer:
                 f"draft on {self.lm.device}/{self.lm.dtype} but target on {target.device}/{target.dtype}: "
                 "put both on the same device and dtype"
             )
-        B, L = input_ids.shape
-        self.lm.reset(B)
-        self.deferred = self.skipped = None
-        self.lm.forward(input_ids, torch.arange(L), torch.ones(L, L, dtype=torch.bool).tril(), logits_rows=torch.tensor([L - 1]))
-        self.lm.keep(torch.arange(L).expand(B, L), torch.full((B,), L))
+        self.lm.reset(input_ids.shape[0])
+        self.skipped = None
+        self.deferred = input_ids.to(self.lm.device)  # read with the first root: never, if no step drafts
 
     def propose(self, state: DecodeState) -> CandidateTree:
         if not state.plan.drafts:

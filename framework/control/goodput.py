@@ -41,14 +41,16 @@ MOST_NODES = 256  # node counts whose cost is tabulated at start (beyond: interp
 class GoodputPolicy:
     def __init__(self, max_depth: int = 12, rate: float = 0.2, explore: float = 0.03,
                  target_costs: dict | None = None, draft_costs: tuple[float, float] | None = None,
-                 cache: str | Path | None = None):
-        """max_depth: the deepest plan; rate: the weight of the newest step in the running means;
+                 cache: str | Path | None = None, first_depth: int = 1):
+        """max_depth: the deepest plan; first_depth: the deepest before the proposer has drafted a tree (then
+        at most one level past the deepest it drafted); rate: the weight of the newest step in the running means;
         explore: while nothing pays, the share of time spent on one-level probes that keep the estimates current.
         target_costs: seconds of a target forward by node count (None: measured on the target at each batch
         size, cached in `cache`); draft_costs: the proposer's (per step, per level) seconds (None: fitted
         from the steps). With both given the policy reads no clock."""
-        if max_depth < 1 or not 0 < rate <= 1 or not 0 < explore < 1:
-            raise ValueError(f"need max_depth >= 1, 0 < rate <= 1 and 0 < explore < 1, got {max_depth}, {rate}, {explore}")
+        if not 1 <= first_depth <= max_depth or not 0 < rate <= 1 or not 0 < explore < 1:
+            raise ValueError(f"need 1 <= first_depth <= max_depth, 0 < rate <= 1 and 0 < explore < 1, got {first_depth}, "
+                             f"{max_depth}, {rate}, {explore}")
         self.max_depth, self.rate, self.explore = max_depth, rate, explore
         self.given_target = None if target_costs is None else CostTable({int(k): float(v) for k, v in target_costs.items()})
         self.given_draft = None if draft_costs is None else tuple(float(c) for c in draft_costs)
@@ -65,7 +67,8 @@ class GoodputPolicy:
         self.rates: dict[int, float] = {}  # batch size -> tokens per second achieved
         self.batch, self.started, self.table, self.curve, self.planned, self.drafted = 1, 1, None, None, Plan(0), 0
         self.idle_s = 0.0  # plain steps' time since the last step that drafted
-        self.reach, self.reached = max_depth, False  # the deepest tree the proposer drafted (all levels until one is seen)
+        self.reach = first_depth - 1  # the deepest tree drafted so far: plans go at most one level deeper, so a
+        # proposer's cost and acceptance are measured level by level before a deep plan is paid for
 
     # ---- the costs --------------------------------------------------------------------------------
 
@@ -117,7 +120,7 @@ class GoodputPolicy:
         tokens = self.levels.expected().sum(0).cumsum(0)  # [D] the batch's tokens by the deepest level drafted
         nodes = self.level_nodes.cumsum(0).round().long()
         value = tokens - g * (self.draft_s(torch.arange(1, self.max_depth + 1, dtype=torch.float64)) + self.extra_s(nodes))
-        best = int(value[: self.reach + 1].argmax())  # no deeper than a level past the deepest tree drafted so far
+        best = int(value[: min(self.reach + 1, self.max_depth)].argmax())  # a level past the deepest tree drafted, at most
         probe_s = float(self.draft_s(1) + self.extra_s(int(nodes[0])))
         if value[best] > 0:
             self.planned = Plan(best + 1)
@@ -130,9 +133,7 @@ class GoodputPolicy:
 
     def trim(self, tree: CandidateTree) -> tuple[CandidateTree, torch.Tensor | None]:
         self.drafted = tree.shape.max_depth if tree.num_nodes else 0
-        if self.planned.drafts:
-            self.reach = max(self.reach, self.drafted) if self.reached else self.drafted
-            self.reached = True
+        self.reach = max(self.reach, self.drafted)
         if tree.kind != "point" or tree.scores is None or tree.num_nodes == 0 or self.planned.probe:
             return tree, None  # iid/wor children keep their draws (the plan's depth sized them); a probe verifies all it drafted
         value = self.node_values(tree).sum(0)  # [N] over the rows

@@ -155,5 +155,5 @@ def test_the_plan_drafts_while_it_pays_and_probes_while_it_does_not():
 def test_bad_settings_are_named():
     with pytest.raises(ValueError, match="0 < explore < 1"):
         GoodputPolicy(explore=0.0)
-    with pytest.raises(ValueError, match="max_depth >= 1"):
+    with pytest.raises(ValueError, match="1 <= first_depth <= max_depth"):
         GoodputPolicy(max_depth=0)

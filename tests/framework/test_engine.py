@@ -251,7 +251,7 @@ def test_chain_of_gamma_costs_gamma_draft_forwards(monkeypatch):
     out = generate(HFTarget(target), proposer, torch.tensor([[1, 2]]), 30, SamplingConfig(), seed=0)
     steps = out.stats.summary()["steps"]
     all_accepted = sum(int(st.accepted.item() == 4) for st in out.stats.steps)
-    # one prefill, then 4 reads per step (root + 3 levels); a step that accepted its deepest node hands
-    # that token to the next step's root read (2 tokens), not to a forward of its own
-    assert 0 < all_accepted < steps and len(calls) == 1 + 4 * steps
-    assert calls[1::4] == [1] + [2 if int(st.accepted) == 4 else 1 for st in out.stats.steps[:-1]]
+    # 4 reads per step (root + 3 levels), the prompt read with the first root; a step that accepted its
+    # deepest node hands that token to the next step's root read (2 tokens), not to a forward of its own
+    assert 0 < all_accepted < steps and len(calls) == 4 * steps
+    assert calls[::4] == [3] + [2 if int(st.accepted) == 4 else 1 for st in out.stats.steps[:-1]]

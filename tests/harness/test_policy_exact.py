@@ -20,7 +20,7 @@ class Recording(GoodputPolicy):
 
 
 def case(policy, law_depth: int = 3, **proposer) -> LoopCase:
-    return LoopCase(proposer, SamplingConfig(), depth=law_depth, policy_factory=lambda: policy(**COSTS))
+    return LoopCase(proposer, SamplingConfig(), depth=law_depth, policy_factory=lambda: policy(**COSTS, first_depth=3))
 
 
 def test_a_point_tree_sized_by_the_policy_is_exact_and_the_decisions_vary():
