@@ -266,7 +266,8 @@ def cell_plots(plt, rows: list[dict], out: Path) -> None:
 def speedup_vs_batch(plt, summary: list[dict], path: Path) -> None:
     """One panel per sampling, one line per (method, policy): a method's colour, solid under the fixed policy."""
     samplings = list(dict.fromkeys(r["sampling"] for r in summary))
-    colours = {m: f"C{i % 10}" for i, m in enumerate(dict.fromkeys(r["method"] for r in summary))}
+    palette = plt.get_cmap("tab20")  # a method's colour of its own (the default cycle repeats after 10)
+    colours = {m: palette(i % 20) for i, m in enumerate(dict.fromkeys(r["method"] for r in summary))}
     batches = sorted({r.get("batch", 1) for r in summary})
     fig, axes = plt.subplots(1, len(samplings), figsize=(6 * len(samplings), 4.5), squeeze=False)
     for ax, sampling in zip(axes[0], samplings):
@@ -285,9 +286,9 @@ def speedup_vs_batch(plt, summary: list[dict], path: Path) -> None:
         ax.set_xlabel("batch size")
         ax.set_ylabel("speedup vs plain of the same batch")
         ax.set_title(sampling, fontsize=9)
-        ax.legend(fontsize=7)
+    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))  # beside the panels, not on the lines
     fig.tight_layout()
-    files.save_figure(fig, path, dpi=110)
+    files.save_figure(fig, path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
