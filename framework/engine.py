@@ -85,10 +85,6 @@ def _clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def empty_tree(batch_size: int, device) -> CandidateTree:
-    return CandidateTree(torch.zeros(batch_size, 0, dtype=torch.long, device=device), torch.zeros(0, dtype=torch.long))
-
-
 class Decoder:
     """One decoding session over a target, with or without a proposer."""
 
@@ -117,7 +113,7 @@ class Decoder:
     def plain_tree(self, batch_size: int) -> CandidateTree:
         """The empty tree of plain decoding, built (and validated) once, not at every step."""
         if self._plain is None or self._plain.tokens.shape[0] != batch_size:
-            self._plain = empty_tree(batch_size, self.target.device)
+            self._plain = CandidateTree.empty(batch_size, self.target.device)
         return self._plain
 
     def prefill(self, input_ids: torch.Tensor, copies: int = 1, root: torch.Tensor | None = None) -> torch.Tensor:

@@ -139,7 +139,7 @@ class DraftModelProposer:
         self.skipped = root[:, None] if lead is None else torch.cat([lead, root[:, None].to(lead.device)], dim=1)
         self.deferred = None
         self.drafted_depth = 0
-        return CandidateTree(torch.zeros(root.shape[0], 0, dtype=torch.long, device=root.device), torch.zeros(0, dtype=torch.long))
+        return CandidateTree.empty(root.shape[0], root.device)
 
     # Hooks, one decision each, so that the harness can plant a bug in exactly one place.
     def draft_law(self, logits: torch.Tensor, cfg: SamplingConfig, seen) -> torch.Tensor:

@@ -77,7 +77,7 @@ def tree_from_paths(rows: Sequence[Paths], budget: int, device=None, pad_token: 
             held[rank] = (count + 1, total + s)
     shared = sorted(held, key=lambda r: (-held[r][0], -held[r][1], len(r), r))[:budget]
     if not shared:
-        return CandidateTree(torch.zeros(len(rows), 0, dtype=torch.long, device=device), torch.zeros(0, dtype=torch.long))
+        return CandidateTree.empty(len(rows), device)
     shape = TreeShape.from_choices(shared)  # depth, then rank order: topological, siblings by rank
     ordered = sorted(set(shared), key=lambda c: (len(c), c))
     tokens = torch.tensor([fill_row(row, ordered, pad_token) for row in per_row], dtype=torch.long)

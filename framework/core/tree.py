@@ -86,6 +86,11 @@ class CandidateTree:
         return CandidateTree(tokens, parents, draft_probs, kind)
 
     @staticmethod
+    def empty(batch_size: int, device=None) -> CandidateTree:
+        """No candidates: a plain step (one token from the root's law per row)."""
+        return CandidateTree(torch.zeros(batch_size, 0, dtype=torch.long, device=device), torch.zeros(0, dtype=torch.long))
+
+    @staticmethod
     def from_parents(
         tokens: torch.Tensor,
         parents: torch.Tensor | Sequence[int],

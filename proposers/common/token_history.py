@@ -58,7 +58,7 @@ class TextProposer:
     def plain_step(self, root: torch.Tensor) -> CandidateTree:
         """No drafts this step (the policy's plan): the root is still noted, for commit."""
         self.history.note_root(root)
-        return CandidateTree(torch.zeros(root.shape[0], 0, dtype=torch.long, device=root.device), torch.zeros(0, dtype=torch.long))
+        return CandidateTree.empty(root.shape[0], root.device)
 
     def commit(self, result) -> None:
         self.history.commit(result)

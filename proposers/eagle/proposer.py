@@ -90,8 +90,7 @@ class EagleProposer:
             raise ValueError("EAGLE needs the target's hidden states of the committed positions: the target did not return them")
         if not state.plan.drafts:  # a plain step: the committed positions wait for the next step that drafts
             self.backlog.append(self.committed(state))
-            return CandidateTree(torch.zeros(state.root.shape[0], 0, dtype=torch.long, device=state.root.device),
-                                 torch.zeros(0, dtype=torch.long))
+            return CandidateTree.empty(state.root.shape[0], state.root.device)
         root_feature = self.catch_up(state)  # [B, H]
         reader = HeadReader(self, root_feature)
         root_logits = self.head.logits(root_feature, self.lm_head)  # [B, V]

@@ -74,7 +74,7 @@ class MedusaProposer:
             raise ValueError("Medusa needs the target's last hidden state: the target did not return it")
         shape = self.shape if state.plan.depth is None else self.shape.prefix(int((self.depth <= state.plan.depth).sum()))
         if shape.num_nodes == 0:  # a plain step: no head is read
-            return CandidateTree(torch.zeros(state.root.shape[0], 0, dtype=torch.long, device=state.root.device), shape)
+            return CandidateTree.empty(state.root.shape[0], state.root.device)
         logits = self.heads(state.target_hidden[:, -1], self.lm_head)  # [B, K, V]
         if self.kind == "point":
             ranked = top_tokens(logits.flatten(0, 1), self.ranks).view(*logits.shape[:2], self.ranks)  # [B, K, R]
