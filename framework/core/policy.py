@@ -29,6 +29,10 @@ class Plan:
     depth: int | None = None  # the most levels the proposer may draft: 0 = none (a plain step); None = its own setting
     probe: bool = False  # drafted to measure (a policy's exploration), not because it is expected to pay
 
+    def __post_init__(self) -> None:
+        if self.depth is not None and (isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 0):
+            raise ValueError(f"a plan's depth must be None or an integer >= 0, got {self.depth!r}")
+
     @property
     def drafts(self) -> bool:
         return self.depth is None or self.depth > 0

@@ -157,3 +157,9 @@ def test_bad_settings_are_named():
         GoodputPolicy(explore=0.0)
     with pytest.raises(ValueError, match="1 <= first_depth <= max_depth"):
         GoodputPolicy(max_depth=0)
+
+
+@pytest.mark.parametrize("depth", [-1, 1.5, True])
+def test_a_plan_of_no_depth_a_policy_could_mean_is_named(depth):
+    with pytest.raises(ValueError, match="a plan's depth must be None or an integer >= 0"):
+        Plan(depth)
