@@ -9,7 +9,7 @@
 Each experiment option names its `job` (the function that trains it); this file holds the zoo's.
 
 Everything lands in `experiment.root` (a fixed folder, not Hydra's dated one, so that a second
-call resumes): root/tokenizer, root/tokens.pt (the token streams), root/<name>/checkpoints/step_*,
+call resumes): root/tokenizer, root/data/stdlib-*.pt (the token data, framework/data), root/<name>/checkpoints/step_*,
 root/<name>/final. The tokenizer and the streams are made once and reused, so every model of the
 zoo shares them, and a machine without the corpus (another Python, no `datasets`) can train from
 a copied root. A model with a `teacher` is distilled from the teacher's raw laws (root/<teacher>/best).

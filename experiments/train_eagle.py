@@ -25,19 +25,29 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from experiments.common import head_setup
+from experiments.common import evaluation_sets, head_setup
 from framework.core import files
 from framework.core.sampling import SamplingConfig
 from framework.engine import generate
 from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import resolve_checkpoint
-from framework.zoo.continuations import cached_continuations
-from framework.zoo.train import fixed_windows
-from proposers.eagle.head import TREE_FILE, Eagle3Head, EagleHead
+from proposers.eagle.head import TREE_FILE, EagleHead
 from proposers.eagle.proposer import EagleProposer
 from proposers.eagle.training import accuracy, draft_vocabulary, train_head
 from proposers.search.tree_cost import forward_tree_cost
 from proposers.search.tree_search import grow_tree, interpolate
+
+
+def chain_length(table: dict) -> float:
+    """Expected tokens per step of a chain as deep as the table, greedy and sampled averaged: 1 + sum over
+    depths of the product of the per-depth rates (each rate read as the chance given the earlier ones)."""
+    total = 0.0
+    for rates in (table["top1_target"], table["accept_sampled"]):
+        reach = 1.0
+        for rate in rates:
+            reach *= rate
+            total += reach / 2
+    return 1 + total
 
 
 def decode_rate(target, make, prompts: torch.Tensor, new_tokens: int) -> dict:
@@ -52,6 +62,32 @@ def decode_rate(target, make, prompts: torch.Tensor, new_tokens: int) -> dict:
         nodes += sum(s.nodes for s in stats.steps)
         draft_s += sum(s.draft_s for s in stats.steps)
     return {"tokens_per_forward": 1 + accepted / steps, "nodes": nodes / steps, "head_ms": 1e3 * draft_s / steps}
+
+
+def paired_lengths(target, heads: dict, prompts: torch.Tensor, g) -> dict:
+    """The losses' heads decoding the same held-out prompts with the same tree (g: top_k, depth, budget,
+    new_tokens, samplings), each prompt and sampling one paired sample: per head the mean tokens per
+    forward, and per head after the first the mean difference to the first with its standard error."""
+    first = next(iter(heads))
+    table = {}
+    for temperature in g.temperatures:
+        sampling = SamplingConfig(temperature=temperature)
+        lengths = {}
+        for name, head in heads.items():
+            per_prompt = []
+            for seed, prompt in enumerate(prompts):  # the same seed per prompt for every head
+                stats = generate(HFTarget(target), EagleProposer(head, None, g.top_k, g.depth, g.budget), prompt[None],
+                                 g.new_tokens, sampling, seed=seed).stats
+                per_prompt.append(1 + stats.accepted_total / len(stats.steps))
+            lengths[name] = torch.tensor(per_prompt, dtype=torch.float64)
+        row = {name: float(x.mean()) for name, x in lengths.items()}
+        for name in list(heads)[1:]:
+            gap = lengths[name] - lengths[first]
+            row[f"{name}-{first}"] = {"mean": float(gap.mean()), "se": float(gap.std() / len(gap) ** 0.5),
+                                      "relative": float(gap.mean() / lengths[first].mean())}
+        table[f"T={temperature}"] = row
+        print(f"T={temperature}, tokens per forward on {len(prompts)} held-out prompts: {row}")
+    return table
 
 
 def score_settings(target, makers: dict, prompts, new_tokens: int, cost: dict[int, float]) -> dict:
@@ -69,29 +105,50 @@ def score_settings(target, makers: dict, prompts, new_tokens: int, cost: dict[in
 def run(cfg: DictConfig) -> Path | None:
     exp, root, streams, settings, target = head_setup(cfg)  # settings: EagleTrainConfig
     h = exp.head
-    head = EagleHead.for_target(target, h.architecture, h.target_layers, num_heads=h.num_heads,
-                                num_kv_heads=h.num_kv_heads, intermediate_size=h.intermediate_size,
-                                **({"draft_vocab_size": h.draft_vocab_size} if h.get("draft_vocab_size") else {}))
-    if isinstance(head, Eagle3Head) and h.get("draft_vocab_size"):
-        tokens, covered = draft_vocabulary(streams["train"], h.draft_vocab_size, head.config.vocab_size)
-        head.set_vocabulary(tokens)
-        print(f"draft vocabulary: {h.draft_vocab_size} tokens cover {covered:.3f} of the train split")
-    head = train_head(target, head, streams, root / exp.run, settings)
-    if head is None:
+    if exp.get("init"):  # continue from a trained head (its architecture and draft vocabulary), one copy per loss
+        heads = {name: EagleHead.load(exp.init).train() for name in settings.losses}
+    else:
+        vocabulary = None
+        if h.architecture == "eagle3" and h.get("draft_vocab_size"):  # the most frequent labels of the train split
+            labels = streams["train"].ids[streams["train"].loss_mask]
+            vocabulary, covered = draft_vocabulary(labels, h.draft_vocab_size, target.get_output_embeddings().weight.shape[0])
+            print(f"draft vocabulary: {h.draft_vocab_size} tokens cover {covered:.3f} of the train split's labels")
+        heads = {}
+        for name in settings.losses:  # the same initial weights for every loss: the comparison is of the losses alone
+            torch.manual_seed(settings.seed)
+            head = EagleHead.for_target(target, h.architecture, h.target_layers, num_heads=h.num_heads,
+                                        num_kv_heads=h.num_kv_heads, intermediate_size=h.intermediate_size,
+                                        **({"draft_vocab_size": h.draft_vocab_size} if h.get("draft_vocab_size") else {}))
+            heads[name] = head if vocabulary is None else head.set_vocabulary(vocabulary)
+    for head in heads.values():
+        head.check_target(target)
+    heads = train_head(target, heads, streams, root / exp.run, settings)
+    if heads is None:
         print("stopped at the time limit (call again to resume)")
         return None
-    target, head = target.cpu(), head.cpu().eval()
+    target = target.cpu()
     g = exp.continuations
-    continuations = {split: cached_continuations(target, streams[split], root, split, g, g.eval_sequences)
-                     for split in ("valid", "heldout")}
-    tables = {split: {"corpus": accuracy(head, target, fixed_windows(streams[split], settings.block_size, exp.eval_tokens),
-                                         settings.ranks, settings.eval_depth),
-                      "continuations": accuracy(head, target, continuations[split], settings.ranks, settings.eval_depth,
-                                                start=g.prompt_tokens - 1)}
-              for split in ("valid", "heldout")}
-    for kind in ("corpus", "continuations"):
-        held = tables["heldout"][kind]["top1_target"]
-        print(f"held-out {kind}: top-1 (target's token) per depth {[round(x, 3) for x in held]}")
+    evals = evaluation_sets(target, streams, root, g, settings.block_size, exp.eval_tokens)
+    by_loss = {name: {split: {kind: accuracy(head.cpu().eval(), target, windows, settings.ranks, settings.eval_depth,
+                                             start=start, mask=mask)
+                              for kind, (windows, mask, start) in by_kind.items()}
+                      for split, by_kind in evals.items()} for name, head in heads.items()}
+    files.write_json(root / exp.run / "acceptance.json", {name: t["heldout"] for name, t in by_loss.items()}, indent=1)
+    for name, tables in by_loss.items():
+        for kind in ("text", "continuations"):
+            held = tables["heldout"][kind]
+            print(f"{name}, held-out {kind}: top-1 (target's token) per depth {[round(x, 3) for x in held['top1_target']]}, "
+                  f"sampled acceptance {[round(x, 3) for x in held['accept_sampled']]}")
+    # kept: the head whose chain is longest on validation continuations, greedy and sampled alike
+    kept = max(by_loss, key=lambda n: chain_length(by_loss[n]["valid"]["continuations"]))
+    head, tables = heads[kept], by_loss[kept]
+    print(f"kept the {kept} head (expected chain length on validation continuations: "
+          f"{ {n: round(chain_length(t['valid']['continuations']), 3) for n, t in by_loss.items()} })")
+    continuations = {split: evals[split]["continuations"][0] for split in evals}
+    paired = None
+    if len(heads) > 1:  # the losses compared by decoding: accepted length, paired by prompt
+        c = exp.loss_comparison
+        paired = paired_lengths(target, heads, continuations["heldout"][: c.prompts, : g.prompt_tokens], c)
 
     t = exp.tree
     torch.set_num_threads(t.cost_threads)  # the thread count decoding runs at
@@ -110,10 +167,11 @@ def run(cfg: DictConfig) -> Path | None:
     print(f"kept: static tree of {best_static} nodes; dynamic top_k {top_k}, depth {depth}, budget {budget}")
 
     out = Path(exp.export)
-    head.save(out, extra={"target": str(resolve_checkpoint(exp.target).name), "train": asdict(settings)})
+    head.save(out, extra={"target": str(resolve_checkpoint(exp.target).name), "loss": kept,
+                          "train": {k: v for k, v in asdict(settings).items() if k != "losses"}})
     files.write_json(out / TREE_FILE, {"choices": searched.choices[:best_static], "budget": budget,
                                        "top_k": top_k, "depth": depth, "cost_ms": cost}, indent=1)
-    files.write_json(out / "measurements.json", {"acceptance": tables, "static": static, "dynamic": dynamic,
+    files.write_json(out / "measurements.json", {"acceptance": tables, "by_loss": by_loss, "paired_lengths": paired, "static": static, "dynamic": dynamic,
                                                  "searched_expected_tokens": searched.expected_tokens}, indent=1)
     if exp.get("export_speculators"):  # the same head in vLLM's speculators layout, read back by a test
         head.save(exp.export_speculators, format="speculators", embedding=target.get_input_embeddings().weight,

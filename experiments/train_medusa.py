@@ -1,8 +1,8 @@
 """Medusa heads for the zoo target (python -m experiments.train experiment=zoo_medusa).
 
 1. Trains one head set per objective ("ce": the text's next tokens, "kl": self-distillation to the
-   target's own laws) side by side on the same batches, resumable (experiment.root/<data.run>).
-   The text is the corpus, or (data.self_generated) the target's own continuations of corpus
+   target's own laws) side by side on the same batches, resumable (experiment.root/<training_text.run>).
+   The text is the corpus, or (training_text.self_generated) the target's own continuations of corpus
    prompts, greedy and sampled: the text the heads meet when decoding.
 2. Measures each on validation and held-out text of two kinds: corpus windows, and the target's
    own continuations of validation / held-out prompts. Per head and rank: how often the candidate
@@ -22,11 +22,10 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from experiments.common import head_setup
+from experiments.common import evaluation_sets, head_setup
 from framework.core import files
 from framework.zoo.checkpoints import resolve_checkpoint
 from framework.zoo.continuations import cached_continuations
-from framework.zoo.train import fixed_windows
 from proposers.medusa.heads import TREE_FILE
 from proposers.medusa.training import accuracy, train_heads
 from proposers.search.tree_cost import forward_tree_cost
@@ -35,17 +34,15 @@ from proposers.search.tree_search import grow_tree
 
 def run(cfg: DictConfig) -> Path | None:
     exp, root, streams, settings, target = head_setup(cfg)  # settings: MedusaTrainConfig
-    g = exp.data.continuations
-    if exp.data.self_generated:  # train on the target's own continuations
+    g = exp.training_text.continuations
+    if exp.training_text.self_generated:  # train on the target's own continuations
         streams = {**streams, "train": cached_continuations(target, streams["train"], root, "self", g, g.sequences)}
-    heads = train_heads(target, streams, root / exp.data.run, settings)
+    heads = train_heads(target, streams, root / exp.training_text.run, settings)
     if heads is None:
         print("stopped at the time limit (call again to resume)")
         return None
     target = target.cpu()
-    evals = {split: {"corpus": (fixed_windows(streams[split], settings.block_size, exp.eval_tokens), 0),
-                     "continuations": (cached_continuations(target, streams[split], root, split, g, g.eval_sequences),
-                                       g.prompt_tokens - 1)} for split in ("valid", "heldout")}
+    evals = evaluation_sets(target, streams, root, g, settings.block_size, exp.eval_tokens)
     threads = torch.get_num_threads()
     torch.set_num_threads(exp.tree.cost_threads)  # the thread count decoding runs at
     cost = forward_tree_cost(target, tuple(exp.tree.cost_sizes), repeats=exp.tree.cost_repeats)  # ms, this machine
@@ -53,24 +50,27 @@ def run(cfg: DictConfig) -> Path | None:
     measured = {}
     for name, h in heads.items():
         h = h.cpu().eval()
-        tables = {split: {kind: accuracy(h, target, windows, settings.ranks, False, start=start)
-                          for kind, (windows, start) in by_kind.items()} for split, by_kind in evals.items()}
+        tables = {split: {kind: accuracy(h, target, windows, settings.ranks, False, start=start, mask=mask)
+                          for kind, (windows, mask, start) in by_kind.items()} for split, by_kind in evals.items()}
         tree = grow_tree(torch.tensor(tables["valid"]["continuations"]["accept"]), exp.tree.max_nodes)
         budget = tree.best_budget(cost)
         measured[name] = {**tables, "budget": budget, "choices": tree.choices[:budget],
                           "expected_tokens": tree.expected_tokens[budget], "table": tree.table(cost)}
-        for kind in ("corpus", "continuations"):
+        for kind in ("text", "continuations"):
             held = tables["heldout"][kind]
             print(f"{name}, held-out {kind}: top-1 (target's token) per head {[round(x, 3) for x in held['top1_target']]}, "
-                  f"top-5 {[round(x, 3) for x in held['top5_target']]}")
+                  f"top-5 {[round(x, 3) for x in held['top5_target']]}, "
+                  f"sampled acceptance {[round(x, 3) for x in held['accept_sampled']]}")
         print(f"{name}: searched tree {budget} nodes, expected {tree.expected_tokens[budget]:.3f} tokens/step")
     score = {n: m["table"][m["budget"]]["tokens_per_cost"] for n, m in measured.items()}
     best = max(score, key=score.get)
     print(f"kept {best}: expected tokens per ms of forward_tree {score}")
     out = Path(exp.export)
-    heads[best].cpu().save(out, extra={"objective": best, "self_generated": bool(exp.data.self_generated),
+    heads[best].cpu().save(out, extra={"objective": best, "self_generated": bool(exp.training_text.self_generated),
                                        "target": str(resolve_checkpoint(exp.target).name), "train": asdict(settings)})
     files.write_json(out / TREE_FILE, {"choices": measured[best]["choices"], "cost_ms": cost,
                                        "expected_tokens": measured[best]["expected_tokens"]}, indent=1)
     files.write_json(out / "measurements.json", {"kept": best, "score": score, **measured}, indent=1)
+    files.write_json(root / exp.training_text.run / "acceptance.json",  # the run's own record, beside its checkpoint
+                     {name: m["heldout"] for name, m in measured.items()}, indent=1)
     return out

@@ -17,6 +17,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from experiments.check import check_exact
 from experiments.check import run as run_check
@@ -50,8 +51,20 @@ def check_proposer(factory, cfg) -> None:
     proposer.prefill(encode_prompt(cfg.prompt, tokenizer_of(model)), HFTarget(model))  # checks vocabulary, device, dtype
 
 
+def check_losses(losses, cfg) -> bool:
+    """A loss option is name -> loss; each scores a law against itself 0 (cross-entropy aside). Built as the
+    trainers build them (_convert_ object: a dataclass left inside a config would turn back into one)."""
+    losses = instantiate(cfg.loss, _convert_="object")
+    p = torch.tensor([[0.6, 0.3, 0.1]]).log()
+    values = {name: float(loss(p, p, torch.tensor([0]))) for name, loss in losses.items()}
+    return len(losses) > 0 and all(v == pytest.approx(0, abs=1e-6) or name == "ce" for name, v in values.items())
+
+
 CHECKS = {
     "target": lambda obj, cfg: isinstance(obj, torch.nn.Module) and not obj.training,
+    # data: the source is what instantiates (data.source); the rest are the split's settings
+    "data": lambda obj, cfg: callable(instantiate(cfg.data.source).documents) and 0 < obj["heldout_fraction"] < 1,
+    "loss": check_losses,
     "sampling": lambda obj, cfg: isinstance(obj, SamplingConfig),
     "proposer": lambda obj, cfg: check_proposer(obj, cfg) is None,
     # An experiment option holds one entry point's settings (run: repeats; check: checks; zoo: train).
@@ -87,7 +100,9 @@ ALONE = [(g, o) for g, o in OPTIONS if g not in ("proposer", "models")]
 
 @pytest.mark.parametrize("group, option", ALONE, ids=[f"{g}={o}" for g, o in ALONE])
 def test_config_instantiates(group, option):
-    cfg = load(f"{group}={option}")
+    # a chat source names its file on the command line (no default could exist on every machine)
+    needs_path = group == "data" and OmegaConf.is_missing(load(f"{group}={option}").data.source, "path")
+    cfg = load(f"{group}={option}", *(["data.source.path=chats.jsonl"] if needs_path else []))
     obj = instantiate(cfg.get(group))
     if group in CHECKS:
         assert CHECKS[group](obj, cfg), f"{group}={option} built {type(obj).__name__}"

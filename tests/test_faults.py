@@ -54,8 +54,9 @@ import torch
 from framework.lm.models import tiny_random_model
 from proposers.medusa.training import MedusaTrainConfig, train_heads
 target = tiny_random_model("llama", vocab_size=32, hidden_size=32, num_layers=1, max_positions=64, seed=0, init_std=0.3)
-stream = torch.arange(2000) % 7
-streams = {"train": stream, "valid": stream[:256], "heldout": stream[:256]}
+from framework.data.token_data import TokenData
+stream = TokenData(torch.arange(2000) % 7, torch.ones(2000, dtype=torch.bool), "test")
+streams = {"train": stream, "valid": stream, "heldout": stream}
 cfg = MedusaTrainConfig(num_heads=2, steps=6, batch_size=2, block_size=16, lr=1e-2, warmup=1, eval_every=100,
                         eval_tokens=64, save_every=1, device="cpu")
 train_heads(target, streams, OUT, cfg)
@@ -87,7 +88,7 @@ def assert_same_checkpoint(killed_dir: Path, clean_dir: Path, models: str) -> No
 @pytest.mark.parametrize("die_at_save", [3] + [pytest.param(n, marks=pytest.mark.slow) for n in (1, 6)])
 def test_medusa_training_killed_mid_save_resumes_to_the_same_heads(tmp_path, die_at_save):
     """Saved in place, a kill mid-save left a torn checkpoint.pt: all progress lost, every rerun crashed."""
-    assert_same_checkpoint(*killed_then_resumed(MEDUSA, tmp_path, die_at_save), "heads")
+    assert_same_checkpoint(*killed_then_resumed(MEDUSA, tmp_path, die_at_save), "trained")
 
 
 EAGLE = """
@@ -97,18 +98,19 @@ from proposers.eagle.head import random_head
 from proposers.eagle.training import EagleTrainConfig, train_head
 target = tiny_random_model("llama", vocab_size=32, hidden_size=32, num_layers=2, max_positions=64, seed=0, init_std=0.3)
 head = random_head(hidden_size=32, vocab_size=32, target_num_layers=2, seed=1)
-stream = torch.arange(2000) % 7
-streams = {"train": stream, "valid": stream[:256], "heldout": stream[:256]}
+from framework.data.token_data import TokenData
+stream = TokenData(torch.arange(2000) % 7, torch.ones(2000, dtype=torch.bool), "test")
+streams = {"train": stream, "valid": stream, "heldout": stream}
 cfg = EagleTrainConfig(steps=5, batch_size=2, block_size=16, lr=1e-2, warmup=1, eval_every=100, eval_tokens=64,
                        save_every=1, device="cpu")
-train_head(target, head, streams, OUT, cfg)
+train_head(target, {"kl": head}, streams, OUT, cfg)
 """
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("die_at_save", [2, 5])
 def test_eagle_training_killed_mid_save_resumes_to_the_same_head(tmp_path, die_at_save):
-    assert_same_checkpoint(*killed_then_resumed(EAGLE, tmp_path, die_at_save), "head")
+    assert_same_checkpoint(*killed_then_resumed(EAGLE, tmp_path, die_at_save), "trained")
 
 
 ZOO = """
@@ -117,12 +119,18 @@ from pathlib import Path
 from framework.zoo.corpus import build_corpus, stdlib_files
 from framework.zoo.models import llama_config
 from framework.zoo.tokenizer import train_tokenizer
-from framework.zoo.train import TrainConfig, tokenize_splits, train
+from framework.zoo.train import TrainConfig, train
+from framework.data.sources import Document, tokenize_splits
 root = Path(sysconfig.get_paths()["stdlib"])
 paths = [p for p in stdlib_files() if p.relative_to(root).parts[0] in ("textwrap.py", "string.py", "bisect.py", "heapq.py")]
 corpus = build_corpus(paths, heldout_fraction=0.3, root=root)
 tokenizer = train_tokenizer(corpus["train"]["text"], vocab_size=300)
-streams = tokenize_splits(tokenizer, corpus, valid_every=3)
+class Rows:
+    def documents(self):
+        return (Document(key=r["path"], text=r["text"]) for s in ("train", "heldout") for r in corpus[s])
+    def describe(self):
+        return {"kind": "rows"}
+streams = tokenize_splits(Rows(), tokenizer, heldout_fraction=0.3, valid_every=3)
 config = lambda vocab: llama_config(vocab, num_layers=1, hidden_size=16, num_heads=2, num_kv_heads=1, intermediate_size=32,
                                     max_positions=64)
 cfg = TrainConfig(steps=4, batch_size=2, block_size=16, warmup=1, eval_every=2, eval_tokens=64, save_every=1,
@@ -145,24 +153,25 @@ def test_zoo_training_killed_mid_save_resumes_to_the_same_model(tmp_path, die_at
     assert sorted(leftovers) == ["step_0000003", "step_0000004"], leftovers  # no temporary or torn folder left
 
 
-def test_a_torn_token_stream_file_is_made_again(tmp_path, monkeypatch):
+def test_a_torn_token_data_file_is_made_again(tmp_path):
     """A torn tokens.pt was taken as complete (its existence was the test): every later step crashed."""
-    from types import SimpleNamespace
+    from framework.data.sources import TextFiles, cached_splits
+    from framework.zoo.tokenizer import train_tokenizer
 
-    import framework.zoo.corpus as corpus
-    from framework.zoo.streams import tokenizer_and_streams
-
-    texts = {"train": {"text": ["def f(x):\n    return x\n"] * 30}, "heldout": {"text": ["x = 1\n"] * 5}}
-    monkeypatch.setattr(corpus, "stdlib_files", lambda root: [])
-    monkeypatch.setattr(corpus, "build_corpus", lambda paths, heldout_fraction: texts)
-    exp = SimpleNamespace(corpus=SimpleNamespace(root=None, heldout_fraction=0.3, valid_every=3), vocab_size=300)
-    _, made = tokenizer_and_streams(exp, tmp_path)
-    (tmp_path / "tokens.pt").write_bytes((tmp_path / "tokens.pt").read_bytes()[:100])  # torn
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    for i in range(30):
+        (texts / f"doc{i:02d}.txt").write_text(f"def f{i}(x):\n    return x + {i}\n")
+    tokenizer = train_tokenizer([p.read_text() for p in texts.iterdir()], vocab_size=300)
+    source = TextFiles(paths=[str(texts)])
+    made = cached_splits(source, tokenizer, tmp_path / "root", heldout_fraction=0.3, valid_every=3)
+    (path,) = (tmp_path / "root" / "data").glob("*.pt")
+    path.write_bytes(path.read_bytes()[:100])  # torn
     with pytest.warns(UserWarning, match="could not be loaded"):
-        _, again = tokenizer_and_streams(exp, tmp_path)
-    assert all(torch.equal(again[k], made[k]) for k in made)
-    assert torch.load(tmp_path / "tokens.pt")["train"].shape == made["train"].shape  # whole again
-    assert (tmp_path / "tokens.pt.unreadable").exists()
+        again = cached_splits(source, tokenizer, tmp_path / "root", heldout_fraction=0.3, valid_every=3)
+    assert all(torch.equal(again[k].ids, made[k].ids) for k in made)
+    assert torch.load(path, weights_only=False)["train"]["ids"].shape == made["train"].ids.shape  # whole again
+    assert path.with_name(path.name + ".unreadable").exists()
 
 
 COMPARE = """

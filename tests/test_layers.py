@@ -1,6 +1,6 @@
 """The layers are packages and the imports say so: a module imports only its own layer and those below.
 
-core < verifiers < lm, zoo, control < engine, proposers < harness < experiments. The engine and the proposers
+core < verifiers < data < training < lm, zoo, control < engine, proposers < harness < experiments. The engine and the proposers
 never import each other, and the engine imports no model runtime: it knows targets and proposers by
 their Protocols in framework.core. Imports sit at module level, so
 a module's dependencies are its first lines; the one exception is an optional back end (Triton).
@@ -17,13 +17,17 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {
     "core": (("framework.core",), set()),
     "verifiers": (("verifiers",), {"core"}),
+    "data": (("framework.data",), {"core"}),  # training text as token data of one tokenizer
+    "training": (("framework.training",), {"core", "data"}),  # the loop and losses every drafter trains with
     "lm": (("framework.lm",), {"core", "verifiers"}),
-    "zoo": (("framework.zoo",), {"core", "verifiers", "lm"}),
+    "zoo": (("framework.zoo",), {"core", "verifiers", "lm", "data", "training"}),
     "control": (("framework.control",), {"core"}),  # the speculation policies: the engine knows them by the Protocol
     "engine": (("framework.engine",), {"core", "verifiers"}),  # knows its target by the Protocol, not HFTarget
-    "proposers": (("proposers",), {"core", "verifiers", "lm", "zoo"}),
-    "harness": (("framework.harness",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers"}),
-    "experiments": (("experiments",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "harness"}),
+    "proposers": (("proposers",), {"core", "verifiers", "lm", "zoo", "data", "training"}),
+    "harness": (("framework.harness",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "data",
+                                         "training"}),
+    "experiments": (("experiments",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "harness",
+                                       "data", "training"}),
 }
 OPTIONAL_BACKENDS = ("framework.lm.tree_attention_triton", "verifiers.triton_chain", "verifiers.triton_rules")
 
@@ -65,7 +69,7 @@ def violations(root: Path = ROOT) -> list[str]:
                 continue
             where = f"{path.relative_to(root)}"
             if layer is None:
-                found.append(f"{where}: belongs to no layer (framework/ holds only core, lm, control, engine, zoo, harness)")
+                found.append(f"{where}: belongs to no layer (framework/ holds only core, data, training, lm, control, engine, zoo, harness)")
                 continue
             for node, name, at_top in project_imports(ast.parse(path.read_text())):
                 if name == "framework":

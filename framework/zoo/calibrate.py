@@ -19,17 +19,17 @@ import torch
 import transformers
 
 from framework.core import files
-from framework.zoo.train import fixed_windows
+from framework.data.token_data import TokenData
 
 TEMPERATURES = tuple(round(1.0 + 0.05 * i, 2) for i in range(-2, 15))  # 0.90 .. 1.70
 
 
 @torch.no_grad()
-def loss_by_temperature(model, stream: torch.Tensor, block_size: int = 1024, teacher=None, batch_size: int = 4,
+def loss_by_temperature(model, data: TokenData, block_size: int = 1024, teacher=None, batch_size: int = 4,
                         temperatures: tuple[float, ...] = TEMPERATURES) -> dict[float, float]:
-    """Mean per-token loss at each temperature over non-overlapping windows of `stream` (int tokens):
+    """Mean per-token loss at each temperature over non-overlapping windows of `data`:
     next-token cross-entropy, or with a teacher KL(teacher || model / T) at every position."""
-    blocks = fixed_windows(stream, block_size, len(stream))  # [N, T]
+    blocks = data.fixed(block_size, data.tokens)[0]  # [N, T]
     totals, count = torch.zeros(len(temperatures), dtype=torch.float64), 0
     for chunk in blocks.split(batch_size):
         logits = model(chunk).logits[:, :-1].float().flatten(0, 1)  # [B * (T-1), V]
@@ -56,7 +56,7 @@ def fold_temperature(model, temperature: float) -> None:
             head.bias.div_(temperature)
 
 
-def calibrate(model, stream: torch.Tensor, block_size: int = 1024, teacher=None) -> dict:
+def calibrate(model, stream: TokenData, block_size: int = 1024, teacher=None) -> dict:
     """Fits T on `stream`, folds it into `model` (in place); returns the fit for the record."""
     losses = loss_by_temperature(model, stream, block_size, teacher)
     best = min(losses, key=losses.get)
@@ -67,7 +67,7 @@ def calibrate(model, stream: torch.Tensor, block_size: int = 1024, teacher=None)
             "objective": "cross-entropy" if teacher is None else "KL to the teacher", "losses": losses}
 
 
-def calibrate_checkpoint(folder: str | Path, stream: torch.Tensor, block_size: int = 1024,
+def calibrate_checkpoint(folder: str | Path, stream: TokenData, block_size: int = 1024,
                          teacher_folder: str | Path | None = None) -> dict:
     """calibrate() on a saved checkpoint, rewritten (same dtype) with calibration.json beside it: the folder is
     swapped whole, so a kill leaves the checkpoint as it was or calibrated, never half written."""

@@ -13,11 +13,11 @@ import torch
 from tqdm import tqdm
 
 from framework.core import files
-from framework.zoo.train import random_windows
+from framework.data.token_data import TokenData
 
 
 @torch.no_grad()
-def self_generated(target, stream: torch.Tensor, sequences: int, prompt_tokens: int, new_tokens: int,
+def self_generated(target, data: TokenData, sequences: int, prompt_tokens: int, new_tokens: int,
                    temperatures: tuple[float, ...] = (0.0, 1.0), batch: int = 128, seed: int = 0) -> torch.Tensor:
     """The target's own continuations of random corpus prompts: [sequences, prompt_tokens + new_tokens].
 
@@ -28,7 +28,7 @@ def self_generated(target, stream: torch.Tensor, sequences: int, prompt_tokens: 
     rows = []
     for first in tqdm(range(0, sequences, batch), desc="target continuations"):
         n = min(batch, sequences - first)
-        prompts = random_windows(stream, n, prompt_tokens, generator).to(device)
+        prompts = data.batch(n, prompt_tokens, generator)[0].to(device)
         temperature = temperatures[(first // batch) % len(temperatures)]
         torch.manual_seed(seed + first)  # HF sampling draws from the global generator
         sample = {"do_sample": True, "temperature": temperature, "top_k": 0} if temperature > 0 else {"do_sample": False}
@@ -38,13 +38,16 @@ def self_generated(target, stream: torch.Tensor, sequences: int, prompt_tokens: 
     return torch.cat(rows)
 
 
-
-def cached_continuations(target, stream: torch.Tensor, root: Path, name: str, g, sequences: int) -> torch.Tensor:
-    """The target's continuations of `sequences` prompts from `stream` (settings g: prompt_tokens,
-    new_tokens, temperatures, batch), made once into root."""
-    cache = Path(root) / f"continuations_{name}_{sequences}x{g.prompt_tokens}+{g.new_tokens}.pt"
+def cached_continuations(target, data: TokenData, root: Path, name: str, g, sequences: int) -> TokenData:
+    """The target's continuations of `sequences` prompts from `data` (settings g: prompt_tokens,
+    new_tokens, temperatures, batch), made once into root: rows [N, T], the continuation's tokens the
+    labels. The cache is named by the tokenizer too: another target's continuations are never read."""
+    cache = Path(root) / (f"continuations_{name}_{sequences}x{g.prompt_tokens}+{g.new_tokens}"
+                          f"_{data.tokenizer_hash[:12]}.pt")
     made = files.load_torch(cache, "cached continuations")
     if made is None:  # absent, or unreadable (moved aside): made again
-        made = self_generated(target, stream, sequences, g.prompt_tokens, g.new_tokens, tuple(g.temperatures), g.batch)
+        made = self_generated(target, data, sequences, g.prompt_tokens, g.new_tokens, tuple(g.temperatures), g.batch)
         files.save_torch(made, cache)
-    return made
+    labels = torch.zeros_like(made, dtype=torch.bool)
+    labels[:, g.prompt_tokens :] = True
+    return TokenData(made, labels, data.tokenizer_hash, data.tokenizer_name)

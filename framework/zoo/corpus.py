@@ -10,13 +10,16 @@ interpreter version only, not on what is installed.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import sysconfig
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
+
+from framework.data.sources import Document, heldout_score
 
 EXCLUDED_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"})
 GENERATED = re.compile(r"\b(auto-?generated|(is|was) generated (by|from)|codec( \S+)? generated from)\b", re.IGNORECASE)
@@ -37,12 +40,6 @@ def stdlib_files(root: str | Path | None = None, exclude: frozenset[str] = EXCLU
     return files
 
 
-def heldout_score(relative_path: str) -> float:
-    """A stable number in [0, 1) per path: sha256, not hash(), which is salted per process."""
-    digest = hashlib.sha256(relative_path.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
-
-
 def read_source(path: Path) -> str | None:
     """The file's text, exactly as stored (newline=''), or None if it is not UTF-8."""
     try:
@@ -52,24 +49,44 @@ def read_source(path: Path) -> str | None:
         return None
 
 
-def build_corpus(paths: list[Path], heldout_fraction: float = 0.05, root: str | Path | None = None) -> datasets.DatasetDict:
-    """{"train", "heldout"} datasets of rows {path, text}; a file lands wholly in one split.
+def readable_sources(paths: list[Path], root: str | Path | None = None) -> list[tuple[str, str]]:
+    """(path relative to `root`, text) of every file that is UTF-8, not empty and not generated, by path.
 
-    `path` is relative to `root` (default: the paths' common folder), so the split is the same
-    on every machine with the same interpreter version, wherever it is installed.
-    """
+    `root` defaults to the paths' common folder, so the relative paths (which decide the split) are
+    the same on every machine with the same interpreter version, wherever it is installed."""
     if not paths:
         raise ValueError(f"no source files given (searched {root or 'nothing'})")
     root = Path(root if root is not None else os.path.commonpath([Path(p).parent for p in paths]))
-    splits: dict[str, dict[str, list[str]]] = {"train": {"path": [], "text": []}, "heldout": {"path": [], "text": []}}
+    found = []
     for path in sorted(Path(p) for p in paths):
         text = read_source(path)
-        if not text or is_generated(text):  # undecodable, empty or generated: nothing to learn
-            continue
-        relative = path.relative_to(root).as_posix()
+        if text and not is_generated(text):  # undecodable, empty or generated: nothing to learn
+            found.append((path.relative_to(root).as_posix(), text))
+    if not found:
+        raise ValueError(f"no readable UTF-8 source among {len(paths)} files under {root}")
+    return found
+
+
+def build_corpus(paths: list[Path], heldout_fraction: float = 0.05, root: str | Path | None = None) -> datasets.DatasetDict:
+    """{"train", "heldout"} datasets of rows {path, text}; a file lands wholly in one split."""
+    splits: dict[str, dict[str, list[str]]] = {"train": {"path": [], "text": []}, "heldout": {"path": [], "text": []}}
+    for relative, text in readable_sources(paths, root):
         split = splits["heldout" if heldout_score(relative) < heldout_fraction else "train"]
         split["path"].append(relative)
         split["text"].append(text)
-    if not splits["train"]["path"]:
-        raise ValueError(f"no readable UTF-8 source among {len(paths)} files under {root}")
     return datasets.DatasetDict({name: datasets.Dataset.from_dict(rows) for name, rows in splits.items()})
+
+
+@dataclass
+class StdlibCorpus:
+    """The zoo's corpus as a data source (data=zoo): this interpreter's standard library (or `root`), a
+    document per file, keyed by its relative path (the split build_corpus makes)."""
+
+    root: str | None = None
+
+    def documents(self) -> Iterator[Document]:
+        for relative, text in readable_sources(stdlib_files(self.root)):
+            yield Document(key=relative, text=text)
+
+    def describe(self) -> dict:
+        return {"kind": "stdlib", "root": self.root, "python": sysconfig.get_python_version()}

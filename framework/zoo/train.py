@@ -1,6 +1,7 @@
 """The zoo's training loop: random windows of the token stream, AdamW, warmup + cosine, bf16 autocast.
 
-- Data: flat token streams (each document preceded by EOS, see `tokenize_splits`). A batch is
+- Data: flat token streams (framework/data: each document preceded by EOS, int32, checked against the
+  tokenizer that made them). A batch is
   `batch_size` windows at random offsets, so repeated epochs see new alignments.
 - Long context: the last `long_fraction` of the steps read windows of `long_block_size` tokens
   (same tokens per step), so every position up to the context length is trained, not extrapolated.
@@ -34,6 +35,8 @@ import transformers
 from tqdm.auto import tqdm
 
 from framework.core import files
+from framework.data.token_data import TokenData
+from framework.training.loop import batch_generator, lr_at, resolve_device
 
 
 @dataclass
@@ -72,46 +75,6 @@ class TrainConfig:
     @property
     def long_start(self) -> int:
         return self.steps if self.long_block_size is None else round(self.steps * (1 - self.long_fraction))
-
-
-def tokenize_splits(tokenizer, corpus, valid_every: int = 25) -> dict[str, torch.Tensor]:
-    """Flat int16 streams {"train", "valid", "heldout"}: every document as [EOS, ids...].
-
-    "valid" is every `valid_every`-th training document (by path order), left out of "train":
-    it picks the checkpoint, so "heldout" stays untouched by any choice.
-    """
-    if len(tokenizer) > 2**15:
-        raise ValueError(f"int16 streams hold ids below 32768, the tokenizer has {len(tokenizer)}")
-
-    def stream(texts: list[str]) -> torch.Tensor:
-        ids = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-        return torch.tensor([t for doc in ids for t in [tokenizer.eos_token_id, *doc]], dtype=torch.int16)
-
-    train_texts = corpus["train"]["text"]
-    return {"train": stream([t for i, t in enumerate(train_texts) if i % valid_every]),
-            "valid": stream(train_texts[::valid_every]),
-            "heldout": stream(corpus["heldout"]["text"])}
-
-
-def random_windows(stream: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator) -> torch.Tensor:
-    if len(stream) <= block_size:
-        raise ValueError(f"{len(stream)} tokens: not one window of {block_size}")
-    starts = torch.randint(len(stream) - block_size, (batch_size, 1), generator=generator)  # [B, 1]
-    return stream[starts + torch.arange(block_size)].long()  # [B, T]
-
-
-def fixed_windows(stream: torch.Tensor, block_size: int, tokens: int) -> torch.Tensor:
-    n = min(len(stream) // block_size, max(1, tokens // block_size))
-    if n == 0:
-        raise ValueError(f"{len(stream)} tokens: not one window of {block_size}")
-    return stream[: n * block_size].view(n, block_size).long()  # [N, T]
-
-
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
-    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def loss_on(model, blocks: torch.Tensor, bf16: bool, teacher=None) -> torch.Tensor:
@@ -182,28 +145,11 @@ def save_checkpoint(path: Path, model, tokenizer, optimizer, state: dict) -> Non
         torch.save({"optimizer": optimizer.state_dict(), **state}, temporary / "trainer_state.pt")
 
 
-def save_or_stop(step: int, cfg, save: Callable[[], None], start: float) -> bool:
-    """After `step`: save on schedule (cfg.save_every, the last step); True when cfg.time_limit_s
-    ran out before the last step (saved first, so a second call resumes)."""
-    if step % cfg.save_every == 0 or step == cfg.steps:
-        save()
-    if cfg.time_limit_s is not None and time.monotonic() - start > cfg.time_limit_s and step < cfg.steps:
-        save()
-        return True
-    return False
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def train(model_config: Callable[[int], transformers.PretrainedConfig], tokenizer, streams: dict[str, torch.Tensor],
+def train(model_config: Callable[[int], transformers.PretrainedConfig], tokenizer, streams: dict[str, TokenData],
           out_dir: str | Path, cfg: TrainConfig = TrainConfig(), teacher=None) -> Path | None:
     """Trains (or resumes) a causal LM on streams["train"]; returns the folder of the final model.
 
-    `model_config(vocab_size)` builds the architecture; `streams` come from `tokenize_splits`;
+    `model_config(vocab_size)` builds the architecture; `streams` come from framework/data (made by `tokenizer`);
     `teacher` (a causal LM on the same tokenizer) switches the loss to distillation.
     Returns <out_dir>/final, or None when `time_limit_s` ran out first (call again to resume).
     """
@@ -242,8 +188,7 @@ def _train(model_config, tokenizer, streams, out_dir: Path, cfg: TrainConfig, te
             bar.close()
             return None
         batch_size, block_size = cfg.window(step)
-        generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-        batch = random_windows(streams["train"], batch_size, block_size, generator).to(device)  # [B, T]
+        batch = streams["train"].batch(batch_size, block_size, batch_generator(cfg, step))[0].to(device)  # [B, T]
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
         loss = loss_on(model, batch, cfg.bf16, teacher)
@@ -260,7 +205,7 @@ def _train(model_config, tokenizer, streams, out_dir: Path, cfg: TrainConfig, te
         record = {"step": step, "loss": loss.item(), "grad_norm": grad_norm, "block": block_size}
         if step % cfg.eval_every == 0 or step == cfg.steps:
             for split in ("valid", "heldout"):
-                blocks = fixed_windows(streams[split], block_size, cfg.eval_tokens)
+                blocks = streams[split].fixed(block_size, cfg.eval_tokens)[0]
                 record[f"{split}_loss"] = eval_loss(model, blocks, batch_size, cfg.bf16)
             if cfg.selects(step) and record["valid_loss"] < state["best_valid"]:
                 state["best_valid"], state["best_step"] = record["valid_loss"], step

@@ -9,50 +9,49 @@ predicts x[t+2+j]. Its attention sees what it would see when drafting a chain fr
 step-0 keys of positions <= t (features from the target) and its own chain (steps 1..j at t).
 EAGLE-1 is the one-step case with a feature regression: smooth-L1(o_t, target's last hidden
 state at t+1) plus a weighted token loss, with uniform noise on the input features. EAGLE-3 uses
-the token loss only, unrolled. Token loss: KL(target law || head law) over the head's draft
-vocabulary (EAGLE-3: the target's law restricted to it and renormalised, as SpecForge trains).
-Step j weighs decay**j.
-Resumable: <out>/checkpoint.pt holds the head, its optimiser and the data generator.
+the token loss only, unrolled. Token loss: any distillation loss (framework/training/losses.py:
+KL as published, TV, LK) between the target's law and the head's over the head's draft vocabulary
+(EAGLE-3: the target's law restricted to it and renormalised, as SpecForge trains), at positions
+whose drafted token is a training label (the assistant's, in a conversation). Step j weighs decay**j.
+Several losses train one head each, side by side on the same batches and target pass. The loop
+(framework/training/loop.py) is shared: data-parallel, resumable from <out>/checkpoint.pt.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from torch import nn
 from torch.nn import functional as F
-from tqdm import tqdm
 from transformers import DynamicCache
 
-from framework.core import files
-from framework.zoo.train import fixed_windows, lr_at, resolve_device, save_or_stop
+from framework.data.token_data import TokenData
+from framework.training.loop import LoopConfig, resolve_device, train
+from framework.training.losses import KL, CrossEntropy, acceptance
 from proposers.eagle.head import EagleHead
-from proposers.medusa.training import batch_of
 
 
 @dataclass
-class EagleTrainConfig:
-    steps: int = 1000
-    batch_size: int = 8
-    block_size: int = 128
-    lr: float = 1e-3
-    min_lr_ratio: float = 0.0
-    warmup: int = 50
+class EagleTrainConfig(LoopConfig):
     unroll: int = 1  # training-time test steps (1 = teacher features only, EAGLE-1)
     decay: float = 0.8  # weight of unrolled step j
     feature_weight: float = 1.0  # smooth-L1 to the target's next feature (EAGLE-1); 0 = token loss only (EAGLE-3)
     token_weight: float = 0.1
     noise: float = 0.2  # uniform noise U(-noise/2, noise/2) on the step-0 input features
-    eval_every: int = 200
-    eval_tokens: int = 8192
+    losses: dict = field(default_factory=lambda: {"kl": KL()})  # name -> token loss: one head each, side by side
     eval_depth: int = 6
-    save_every: int = 25
     ranks: int = 10
-    device: str = "auto"
-    time_limit_s: float | None = None
-    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.losses = dict(self.losses)
+        if not self.losses:
+            raise ValueError("losses is empty: name at least one (e.g. loss=kl)")
+        for name, loss in self.losses.items():
+            if isinstance(loss, CrossEntropy):
+                raise ValueError(f"loss {name!r}: cross-entropy trains on the text's tokens; an EAGLE head trains on "
+                                 "the target's law (kl, tv, lk, hybrid)")
 
 
 @torch.no_grad()
@@ -83,14 +82,15 @@ def head_layers(head: EagleHead, target) -> tuple[int, ...]:
 
 
 def unroll(head: EagleHead, embed, features: torch.Tensor, blocks: torch.Tensor, steps: int,
-           noise: float = 0.0, generator: torch.Generator | None = None) -> list[torch.Tensor]:
-    """features [B, T, L, H] at the head's layers, blocks [B, T] -> outputs o^j [B, T-1, H], j < steps.
-    Rows of step j past position T-2-j read padding and must not be scored."""
+           noise: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """features [B, T, L, H] at the head's layers, blocks [B, T] -> outputs o^j [B, T-1, H], j < steps;
+    noise [B, T-1, H] is added to the step-0 features. Rows of step j past position T-2-j read padding
+    and must not be scored."""
     B, T = blocks.shape
     n = T - 1
     g = head.fused(features[:, :n])  # [B, n, H]
-    if noise > 0:
-        g = g + noise * (torch.rand(g.shape, generator=generator).to(g.device) - 0.5)
+    if noise is not None:
+        g = g + noise
     cache, outs = DynamicCache(), []
     positions = torch.arange(n, device=blocks.device).expand(B, n)
     for j in range(steps):
@@ -101,101 +101,107 @@ def unroll(head: EagleHead, embed, features: torch.Tensor, blocks: torch.Tensor,
     return outs
 
 
-def unroll_losses(head, embed, lm_head, features, last_hidden, logits, blocks, cfg: EagleTrainConfig,
-                  generator=None) -> torch.Tensor:
-    """Per unrolled step: token loss + feature loss, weighted as configured [unroll]."""
-    n = blocks.shape[1] - 1
-    losses = []
-    for j, out in enumerate(unroll(head, embed, features, blocks, cfg.unroll, cfg.noise, generator)):
-        rows = n - j  # positions t <= T-2-j
-        pred = head.draft_logits(out[:, :rows], lm_head).float().log_softmax(-1)
-        teacher = logits[:, 1 + j :]  # z[t+1+j]
-        ids = head.draft_ids()
-        teacher = (teacher if ids is None else teacher[..., ids]).log_softmax(-1)
-        loss = cfg.token_weight * F.kl_div(pred.flatten(0, 1), teacher.flatten(0, 1), log_target=True, reduction="batchmean")
-        if cfg.feature_weight:
-            loss = loss + cfg.feature_weight * F.smooth_l1_loss(out[:, :rows].float(), last_hidden[:, 1 + j :])
-        losses.append(loss)
-    return torch.stack(losses)
+class EagleObjective(nn.Module):
+    """One EAGLE head per token loss, side by side on the same batches and target pass (framework/training/loop.py).
+
+    Parts, per head and unrolled step j: the token loss at positions whose predicted token x[t+2+j] is a
+    training label, then (EAGLE-1) the feature regression at the same positions."""
+
+    def __init__(self, target, heads: dict[str, EagleHead], cfg: EagleTrainConfig):
+        super().__init__()
+        self.target = target.eval().requires_grad_(False)  # frozen: DDP syncs no gradient for it
+        self.heads, self.cfg = nn.ModuleDict(heads), cfg
+        kinds = ["token"] + (["feature"] if cfg.feature_weight else [])
+        self.part_names = [f"{name}/{kind}{j}" for name in heads for j in range(cfg.unroll) for kind in kinds]
+        weights = [cfg.decay**j * (cfg.token_weight if kind == "token" else cfg.feature_weight)
+                   for _ in heads for j in range(cfg.unroll) for kind in kinds]
+        self.register_buffer("part_weights", torch.tensor(weights), persistent=False)
+
+    def trained(self) -> nn.Module:
+        return self.heads
+
+    def forward(self, ids, mask, rows, generator):
+        sums, counts = [], []
+        first = next(iter(self.heads.values()))
+        features, last_hidden, logits = target_features(self.target, ids, head_layers(first, self.target))
+        noise = None
+        if self.cfg.noise > 0:  # drawn for the whole batch: every process keeps its own rows of the same draw
+            shape = (self.cfg.batch_size, ids.shape[1] - 1, first.config.hidden_size)
+            noise = self.cfg.noise * (torch.rand(shape, generator=generator)[rows].to(ids.device) - 0.5)
+        for name, head in self.heads.items():
+            loss = self.cfg.losses[name]
+            embed, lm_head = head.embedding(self.target.get_input_embeddings()), self.target.get_output_embeddings()
+            n = ids.shape[1] - 1
+            for j, out in enumerate(unroll(head, embed, features, ids, self.cfg.unroll, noise)):
+                kept = mask[:, 2 + j :].flatten()  # [b (n - 1 - j)]: positions t whose x[t+2+j] is a label
+                pred = head.draft_logits(out[:, : n - 1 - j], lm_head).float().log_softmax(-1)  # [b, n-1-j, Vd]
+                teacher = logits[:, 1 + j : n]  # z[t+1+j]: the target's law for x[t+2+j]
+                draft = head.draft_ids()
+                teacher = (teacher if draft is None else teacher[..., draft]).log_softmax(-1)
+                per = loss(pred.flatten(0, 1)[kept], teacher.flatten(0, 1)[kept], ids[:, 2 + j :].flatten()[kept])
+                sums.append(per.sum())
+                counts.append(kept.sum())
+                if self.cfg.feature_weight:
+                    gap = F.smooth_l1_loss(out[:, : n - 1 - j].float(), last_hidden[:, 1 + j : n], reduction="none")
+                    sums.append(gap.mean(-1).flatten()[kept].sum())
+                    counts.append(kept.sum())
+        return torch.stack(sums), torch.stack(counts)
 
 
 @torch.no_grad()
 def accuracy(head: EagleHead, target, windows: torch.Tensor, ranks: int, depth: int, batch: int = 8,
-             start: int = 0) -> dict:
+             start: int = 0, mask: torch.Tensor | None = None) -> dict:
     """Drafting a chain from every position t >= start, fed the text's tokens: per depth d,
     accept[d][r] = P(the head's rank-r token == the target's own greedy token there), the
-    per-depth, per-rank acceptance the tree search reads; and top-1 agreement with the text."""
+    per-depth, per-rank acceptance the tree search reads; `accept_sampled[d]` = mean of
+    sum_x min(p, q), the chance a token the head samples is accepted against the target's law
+    (T = 1); and top-1 agreement with the text. `mask` [N, T]: only positions whose drafted
+    token is a training label (the assistant's, in a conversation) count."""
     embed, lm_head = head.embedding(target.get_input_embeddings()), target.get_output_embeddings()
     hits = torch.zeros(depth, ranks, dtype=torch.float64)
     text_hits, count = torch.zeros(depth, dtype=torch.float64), torch.zeros(depth, dtype=torch.float64)
+    sampled = torch.zeros(depth, dtype=torch.float64)
     device = next(target.parameters()).device
+    mask = torch.ones_like(windows, dtype=torch.bool) if mask is None else mask
     for first in range(0, len(windows), batch):
         blocks = windows[first : first + batch].to(device)
         features, _, logits = target_features(target, blocks, head_layers(head, target))
         n = blocks.shape[1] - 1
         for j, out in enumerate(unroll(head, embed, features, blocks, depth)):
             rows = slice(start, n - j - 1)  # t <= T-3-j: the text's token x[t+2+j] exists
-            ranked = head.logits(out[:, rows], lm_head).topk(ranks, dim=-1).indices  # [B, P, R]
+            kept = mask[first : first + batch, start + 2 + j :].to(device)  # [b, P]
+            head_logits = head.logits(out[:, rows], lm_head).float()  # [b, P, V]
+            ranked = head_logits.topk(ranks, dim=-1).indices  # [b, P, R]
             greedy = logits[:, start + 1 + j : n].argmax(-1)  # z[t+1+j]
             truth = blocks[:, start + 2 + j :]
-            hits[j] += (ranked == greedy[..., None]).flatten(0, 1).double().sum(0).cpu()
-            text_hits[j] += (ranked[..., 0] == truth).double().sum().cpu()
-            count[j] += truth.numel()
+            hits[j] += (ranked == greedy[..., None])[kept].double().sum(0).cpu()
+            text_hits[j] += (ranked[..., 0] == truth)[kept].double().sum().cpu()
+            sampled[j] += acceptance(head_logits.log_softmax(-1)[kept],
+                                     logits[:, start + 1 + j : n].log_softmax(-1)[kept]).double().sum().cpu()
+            count[j] += kept.sum().cpu()
+    count = count.clamp_min(1)
     return {"accept": (hits / count[:, None]).tolist(), "top1_target": (hits[:, 0] / count).tolist(),
-            "top1_text": (text_hits / count).tolist(), "positions": count.tolist()}
+            "accept_sampled": (sampled / count).tolist(), "top1_text": (text_hits / count).tolist(),
+            "positions": count.tolist()}
 
 
-def train_head(target, head: EagleHead, streams: dict[str, torch.Tensor], out_dir: str | Path,
-               cfg: EagleTrainConfig = EagleTrainConfig()) -> EagleHead | None:
-    """Trains (or resumes) `head` against the frozen target; None when time_limit_s ran out first."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+def train_head(target, heads: dict[str, EagleHead], data: dict[str, TokenData], out_dir: str | Path,
+               cfg: EagleTrainConfig = EagleTrainConfig()) -> dict[str, EagleHead] | None:
+    """Trains (or resumes) one head per loss against the frozen target; None when time_limit_s ran out first."""
+    if set(heads) != set(cfg.losses):
+        raise ValueError(f"heads {sorted(heads)} and losses {sorted(cfg.losses)} must be named alike")
     device = resolve_device(cfg.device)
-    target = target.to(device).eval().requires_grad_(False)
-    embed, lm_head = head.embedding(target.get_input_embeddings()), target.get_output_embeddings()
-    head = head.to(device).train()
-    optim = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=0.0)
-    generator = torch.Generator().manual_seed(cfg.seed)
-    step, log = 0, []
-    ckpt = out_dir / "checkpoint.pt"
-    state = files.load_torch(ckpt, "EAGLE training")  # the newest that loads: the file, then its previous version
-    if state is not None:
-        head.load_state_dict(state["head"])
-        optim.load_state_dict(state["optim"])
-        generator.set_state(state["generator"])
-        step, log = state["step"], state["log"]
-    valid = fixed_windows(streams["valid"], cfg.block_size, cfg.eval_tokens).to(device)
-    start = time.monotonic()
+    objective = EagleObjective(target.to(device), heads, cfg)
+    valid, valid_mask = data["valid"].fixed(cfg.block_size, cfg.eval_tokens)
 
-    def save() -> None:
-        files.save_torch({"step": step, "head": head.state_dict(), "optim": optim.state_dict(),
-                          "generator": generator.get_state(), "log": log, "config": asdict(cfg)}, ckpt, keep_previous=True)
+    def evaluate(trained) -> dict:
+        trained.eval()
+        rates = {name: accuracy(head, target, valid, 1, cfg.eval_depth, mask=valid_mask) for name, head in trained.items()}
+        trained.train()
+        return {f"{name}_valid": {"top1_target": [round(x, 4) for x in r["top1_target"]],
+                                  "accept_sampled": [round(x, 4) for x in r["accept_sampled"]]}
+                for name, r in rates.items()}
 
-    weights = torch.tensor([cfg.decay**j for j in range(cfg.unroll)], device=device)
-    bar = tqdm(total=cfg.steps, initial=step, desc="eagle head")
-    while step < cfg.steps:
-        blocks = batch_of(streams["train"], cfg.batch_size, cfg.block_size, generator).to(device)
-        features, last_hidden, logits = target_features(target, blocks, head_layers(head, target))
-        for group in optim.param_groups:
-            group["lr"] = lr_at(step, cfg)
-        per_step = unroll_losses(head, embed, lm_head, features, last_hidden, logits, blocks, cfg, generator)
-        loss = (weights * per_step).sum()
-        optim.zero_grad(set_to_none=True)
-        loss.backward()
-        optim.step()
-        step += 1
-        row = {"step": step, "loss": per_step.detach().cpu().tolist()}
-        bar.update(1)
-        bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            head.eval()
-            row["valid_top1_target"] = accuracy(head, target, valid, 1, cfg.eval_depth)["top1_target"]
-            head.train()
-            tqdm.write(f"step {step}: valid top-1 (target's token) per depth "
-                       f"{[round(x, 3) for x in row['valid_top1_target']]}")
-        log.append(row)
-        if save_or_stop(step, cfg, save, start):
-            bar.close()
-            return None
-    bar.close()
-    return head.eval()
+    if not train(objective, data["train"], out_dir, cfg, evaluate, name="eagle heads"):
+        return None
+    return {name: head.eval() for name, head in objective.heads.items()}

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from framework.data.token_data import TokenData
 from framework.lm.models import tiny_random_model
 from proposers.eagle.head import EagleHead
 from proposers.eagle.training import EagleTrainConfig, accuracy, draft_vocabulary, train_head, unroll_mask
@@ -17,7 +18,8 @@ def test_unrolled_step_sees_the_context_and_its_own_chain():
 def test_short_run_learns_and_resumes(tmp_path):
     target = tiny_random_model("llama", vocab_size=32, hidden_size=32, num_layers=2, max_positions=64, seed=0, init_std=0.3)
     stream = torch.arange(4000) % 7  # periodic: the head can learn it from the tokens alone
-    streams = {"train": stream, "valid": stream[:512], "heldout": stream[:512]}
+    data = TokenData(stream, torch.ones_like(stream, dtype=torch.bool), "test")
+    streams = {"train": data, "valid": data, "heldout": data}
     cfg = EagleTrainConfig(steps=40, batch_size=4, block_size=32, lr=1e-2, warmup=2, unroll=2, feature_weight=0.0,
                            token_weight=1.0, noise=0.0, eval_every=20, eval_tokens=256, eval_depth=3, save_every=10,
                            device="cpu", time_limit_s=0.0)
@@ -30,12 +32,12 @@ def test_short_run_learns_and_resumes(tmp_path):
         return head.set_vocabulary(vocabulary)
 
     head = fresh()
-    assert train_head(target, head, streams, tmp_path, cfg) is None  # stopped after one step: checkpoint written
+    assert train_head(target, {"kl": head}, streams, tmp_path, cfg) is None  # stopped after one step: checkpoint written
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 1
-    head = train_head(target, fresh(), streams, tmp_path, EagleTrainConfig(**{**cfg.__dict__, "time_limit_s": None}))
+    head = train_head(target, {"kl": fresh()}, streams, tmp_path, EagleTrainConfig(**{**cfg.__dict__, "time_limit_s": None}))["kl"]
     log = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["log"]
     assert [row["step"] for row in log] == list(range(1, 41))
-    assert log[-1]["loss"][0] < log[0]["loss"][0] / 2.5 and log[-1]["loss"][1] < log[0]["loss"][1] / 2.5
+    assert log[-1]["parts"][0] < log[0]["parts"][0] / 2.5 and log[-1]["parts"][1] < log[0]["parts"][1] / 2.5
     with torch.no_grad():
         greedy = target(stream[:256].view(8, 32)).logits.argmax(-1)  # the target's own tokens: the text to draft
     acc = accuracy(head, target, greedy, ranks=3, depth=3)

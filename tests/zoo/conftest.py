@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from framework.data.sources import Document, tokenize_splits
 from framework.zoo.corpus import build_corpus, stdlib_files
 from framework.zoo.tokenizer import train_tokenizer
 
@@ -28,3 +29,24 @@ def small_corpus(stdlib):
 @pytest.fixture(scope="session")
 def small_tokenizer(small_corpus):
     return train_tokenizer(small_corpus["train"]["text"], vocab_size=512)
+
+
+class CorpusRows:
+    """A built corpus as a data source: its documents keyed by path, train rows (in path order) then held-out."""
+
+    def __init__(self, corpus):
+        self.corpus = corpus
+
+    def documents(self):
+        for split in ("train", "heldout"):
+            for row in self.corpus[split]:
+                yield Document(key=row["path"], text=row["text"])
+
+    def describe(self) -> dict:
+        return {"kind": "rows"}
+
+
+@pytest.fixture(scope="session")
+def small_streams(small_corpus, small_tokenizer):
+    """The slice's token data: the corpus's own split (heldout_fraction 0.3), every 3rd training file to valid."""
+    return tokenize_splits(CorpusRows(small_corpus), small_tokenizer, heldout_fraction=0.3, valid_every=3)

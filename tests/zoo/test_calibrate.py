@@ -9,6 +9,7 @@ import pytest
 import torch
 import transformers
 
+from framework.data.token_data import TokenData
 from framework.zoo.calibrate import calibrate, calibrate_checkpoint, fold_temperature, loss_by_temperature
 from framework.zoo.models import llama_config
 
@@ -19,11 +20,12 @@ def tiny(seed: int, dtype=torch.float32):
     return transformers.AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
 
 
-STREAM = torch.randint(97, (4 * 32,), generator=torch.Generator().manual_seed(0))
+IDS = torch.randint(97, (4 * 32,), generator=torch.Generator().manual_seed(0))
+STREAM = TokenData(IDS, torch.ones_like(IDS, dtype=torch.bool), "test")
 
 
 def test_fold_divides_the_logits():
-    model, ids = tiny(0), STREAM[None, :32]
+    model, ids = tiny(0), IDS[None, :32]
     with torch.no_grad():
         before = model(ids).logits
         fold_temperature(model, 1.25)

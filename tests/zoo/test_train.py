@@ -10,8 +10,9 @@ import torch
 import transformers
 
 import framework.zoo.train as train_module
+from framework.data.token_data import TokenData
 from framework.zoo.models import llama_config
-from framework.zoo.train import TrainConfig, latest_checkpoint, loss_on, random_windows, tokenize_splits, train
+from framework.zoo.train import TrainConfig, latest_checkpoint, loss_on, train
 
 TINY = TrainConfig(steps=20, batch_size=4, block_size=64, lr=3e-3, warmup=2, eval_every=10, eval_tokens=512,
                    save_every=10, bf16=True, device="cpu")
@@ -22,8 +23,8 @@ def tiny_model(vocab_size: int):
 
 
 @pytest.fixture(scope="module")
-def streams(small_corpus, small_tokenizer):
-    return tokenize_splits(small_tokenizer, small_corpus, valid_every=3)
+def streams(small_streams):
+    return small_streams
 
 
 def history(out_dir) -> list[dict]:
@@ -32,13 +33,13 @@ def history(out_dir) -> list[dict]:
 
 def test_splits_partition_the_documents(small_corpus, small_tokenizer, streams):
     eos = small_tokenizer.eos_token_id
-    docs = {name: int((stream == eos).sum()) for name, stream in streams.items()}
+    docs = {name: int((data.ids == eos).sum()) for name, data in streams.items()}
     n_train = len(small_corpus["train"])
     assert docs["valid"] == len(range(0, n_train, 3)) and docs["train"] + docs["valid"] == n_train
     assert docs["heldout"] == len(small_corpus["heldout"])
     first_valid = small_tokenizer(small_corpus["train"]["text"][0], add_special_tokens=False)["input_ids"]
-    assert streams["valid"][1 : 1 + len(first_valid)].tolist() == first_valid  # document 0 went to valid
-    assert streams["train"].dtype == torch.int16
+    assert streams["valid"].ids[1 : 1 + len(first_valid)].tolist() == first_valid  # document 0 went to valid
+    assert streams["train"].ids.dtype == torch.int32 and bool(streams["train"].loss_mask.all())  # text: every token
 
 
 def test_loss_decreases_and_model_reloads(streams, small_tokenizer, tmp_path):
@@ -95,12 +96,13 @@ def test_long_phase_keeps_tokens_per_step(streams, small_tokenizer, tmp_path, mo
 
 
 def test_random_windows_stay_inside_the_stream():
-    stream = torch.arange(100, dtype=torch.int16)
-    batch = random_windows(stream, 50, 16, torch.Generator().manual_seed(0))  # [50, 16]
+    stream = TokenData(torch.arange(100), torch.arange(100) % 2 == 0, "h")
+    batch, mask = stream.batch(50, 16, torch.Generator().manual_seed(0))  # [50, 16]
     assert batch.shape == (50, 16) and int(batch.max()) <= 99
     assert torch.equal(batch - batch[:, :1], torch.arange(16).expand(50, 16))  # contiguous
+    assert torch.equal(mask, batch % 2 == 0)  # each id keeps its own label flag
     with pytest.raises(ValueError, match="not one window"):
-        random_windows(stream, 1, 100, torch.Generator())
+        stream.batch(1, 100, torch.Generator())
 
 
 def test_distillation_loss_is_kl_to_the_teacher(small_tokenizer):

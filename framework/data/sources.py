@@ -1,0 +1,189 @@
+"""Where training text comes from (Hydra group `data=`), and how it becomes token data for one tokenizer.
+
+A source yields documents: plain text, or a conversation. Every file is read through `datasets`
+(`load_dataset("json" | "parquet" | "text", data_files=...)`, or a hub id when no such local path
+exists), so a local copy and the published dataset read the same way. A document's split is fixed by
+a hash of its key (a path, a conversation id or its row number), the same on every machine:
+"heldout" (untouched by any choice), "valid" (every `valid_every`-th remaining document: it picks
+checkpoints) and "train".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import datasets
+from tqdm.auto import tqdm
+
+from framework.data.chat import Message, encode, from_messages, from_sharegpt, render_chat, with_system
+from framework.data.token_data import TokenData, load_splits, save_splits, tokenizer_hash
+
+
+@dataclass(frozen=True)
+class Document:
+    key: str  # stable: decides the split
+    text: str | None = None
+    messages: tuple[Message, ...] | None = None
+
+
+class DocumentSource(Protocol):
+    def documents(self) -> Iterator[Document]: ...
+
+    def describe(self) -> dict:
+        """What was read (recorded with the data and in its cache key)."""
+        ...
+
+
+def heldout_score(key: str) -> float:
+    """A stable number in [0, 1) per key: sha256, not hash(), which is salted per process."""
+    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") / 2**64
+
+
+def local_files(path: str) -> list[str] | None:
+    """The files a local path names (a file, a folder's data files, a glob), or None when nothing local matches."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return [str(p)]
+    if p.is_dir():
+        found = sorted(str(f) for f in p.iterdir() if f.suffix in (".json", ".jsonl", ".parquet", ".txt", ".md", ".py"))
+        if not found:
+            raise ValueError(f"{p} holds no .json, .jsonl, .parquet or text files")
+        return found
+    matches = sorted(str(f) for f in Path().glob(path)) if any(c in path for c in "*?[") else []
+    return matches or None
+
+
+def load_rows(path: str, split: str = "train", builder: str | None = None) -> datasets.Dataset:
+    """Rows of a local file / folder / glob (json, jsonl, parquet) or, when no local path matches, a hub id."""
+    found = local_files(path)
+    if found is None:
+        if Path(path).expanduser().is_absolute() or path.startswith("."):
+            raise FileNotFoundError(f"no data at {path}")
+        return datasets.load_dataset(path, split=split)  # a hub id (or a local dataset script)
+    suffixes = {Path(f).suffix for f in found}
+    if builder is None:
+        if suffixes <= {".json", ".jsonl"}:
+            builder = "json"
+        elif suffixes == {".parquet"}:
+            builder = "parquet"
+        else:
+            raise ValueError(f"{path}: mixed or unknown file kinds {sorted(suffixes)} (json, jsonl or parquet)")
+    return datasets.load_dataset(builder, data_files=found, split="train")
+
+
+@dataclass
+class TextFiles:
+    """Plain text files, each one document (a local file, folder or glob)."""
+
+    paths: list[str] = field(default_factory=list)
+
+    def documents(self) -> Iterator[Document]:
+        if not self.paths:
+            raise ValueError("data=text needs data.paths: files, folders or globs of plain text")
+        found = [f for p in self.paths for f in (local_files(p) or [])]
+        if not found:
+            raise FileNotFoundError(f"no text files at {list(self.paths)}")
+        rows = datasets.load_dataset("text", data_files=found, sample_by="document", split="train")
+        for path, row in zip(found, rows, strict=True):
+            yield Document(key=path, text=row["text"])
+
+    def describe(self) -> dict:
+        return {"kind": "text", "paths": list(self.paths)}
+
+
+@dataclass
+class Conversations:
+    """Conversations in a published schema from a local file or a hub id; `limit` keeps the first rows."""
+
+    path: str = ""
+    split: str = "train"
+    limit: int | None = None
+    system_prompt: str | None = None
+    schema = "messages"
+    column = "messages"
+
+    def turns(self, row: dict) -> list[Message]:
+        return from_messages(row[self.column])
+
+    def documents(self) -> Iterator[Document]:
+        if not self.path:
+            raise ValueError(f"data={self.schema} needs data.path: a local JSON/JSONL/Parquet file or a hub id")
+        rows = load_rows(self.path, self.split)
+        if self.column not in rows.column_names:
+            raise ValueError(f"{self.path}: no {self.column!r} column ({self.schema} schema); it has {rows.column_names}")
+        for i, row in enumerate(rows):
+            if self.limit is not None and i >= self.limit:
+                return
+            key = str(row.get("id") or f"{self.path}#{i}")
+            yield Document(key=key, messages=tuple(with_system(self.turns(row), self.system_prompt)))
+
+    def describe(self) -> dict:
+        return {"kind": self.schema, "path": self.path, "split": self.split, "limit": self.limit,
+                "system_prompt": self.system_prompt}
+
+
+@dataclass
+class Messages(Conversations):
+    """The messages schema: `messages`: [{role, content}] (OpenAI, UltraChat, most hub sets)."""
+
+
+@dataclass
+class ShareGPT(Conversations):
+    """The ShareGPT schema: `conversations`: [{from, value}] (what EAGLE and Medusa trained on)."""
+
+    schema = "sharegpt"
+    column = "conversations"
+
+    def turns(self, row: dict) -> list[Message]:
+        return from_sharegpt(row[self.column])
+
+
+def tokenize(document: Document, tokenizer) -> tuple[list[int], list[bool]]:
+    """(ids, mask): text as [EOS, ids...] with every token a label; a conversation as its chat template renders it."""
+    if document.messages is not None:
+        return render_chat(tokenizer, list(document.messages))
+    separator = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.bos_token_id
+    ids = ([] if separator is None else [separator]) + encode(tokenizer, document.text or "")
+    return ids, [True] * len(ids)
+
+
+def tokenize_splits(source: DocumentSource, tokenizer, heldout_fraction: float = 0.05,
+                    valid_every: int = 25) -> dict[str, TokenData]:
+    """{"train", "valid", "heldout"} token data of every document of `source`."""
+    parts: dict[str, list] = {"train": [], "valid": [], "heldout": []}
+    kept = 0
+    for document in tqdm(source.documents(), desc="tokenizing", leave=False):
+        encoded = tokenize(document, tokenizer)
+        if heldout_score(document.key) < heldout_fraction:
+            parts["heldout"].append(encoded)
+        else:
+            parts["valid" if kept % valid_every == 0 else "train"].append(encoded)
+            kept += 1
+    empty = [name for name, docs in parts.items() if not docs]
+    if empty:
+        raise ValueError(f"{json.dumps(source.describe())}: no documents land in {empty} "
+                         f"({sum(map(len, parts.values()))} in all; heldout_fraction {heldout_fraction}, "
+                         f"valid_every {valid_every})")
+    name = getattr(tokenizer, "name_or_path", "")
+    return {split: TokenData.of_documents(docs, tokenizer, name) for split, docs in parts.items()}
+
+
+def cached_splits(source: DocumentSource, tokenizer, root: str | Path, heldout_fraction: float = 0.05,
+                  valid_every: int = 25) -> dict[str, TokenData]:
+    """`tokenize_splits`, made once per (source, tokenizer, split settings) into root/data/ and checked on every read."""
+    key = json.dumps({"source": source.describe(), "heldout_fraction": heldout_fraction, "valid_every": valid_every,
+                      "tokenizer": tokenizer_hash(tokenizer), "template": getattr(tokenizer, "chat_template", None)},
+                     sort_keys=True)
+    path = Path(root) / "data" / f"{source.describe()['kind']}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
+    splits = load_splits(path)
+    if splits is None:
+        splits = tokenize_splits(source, tokenizer, heldout_fraction, valid_every)
+        save_splits(splits, path)
+    for split, data in splits.items():
+        data.check(tokenizer, f"{path}:{split}")
+    return splits

@@ -1,0 +1,1 @@
+"""What every drafter trains with: the data-parallel, resumable loop (accelerate) and the distillation losses."""
