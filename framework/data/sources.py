@@ -10,6 +10,7 @@ checkpoints) and "train".
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 from collections.abc import Iterator
@@ -54,7 +55,7 @@ def local_files(path: str) -> list[str] | None:
         if not found:
             raise ValueError(f"{p} holds no .json, .jsonl, .parquet or text files")
         return found
-    matches = sorted(str(f) for f in Path().glob(path)) if any(c in path for c in "*?[") else []
+    matches = sorted(glob.glob(str(p), recursive=True)) if any(c in path for c in "*?[") else []
     return matches or None
 
 

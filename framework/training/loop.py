@@ -105,6 +105,17 @@ def batch_generator(cfg: LoopConfig, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
 
 
+def step_if_finite(optimizer, finite: bool, state: dict, max_skipped: int, step: int) -> None:
+    """The optimiser's step when the loss and gradient are finite (a non-finite gradient would turn every
+    weight into NaN), else a skipped step counted in state["skipped"]; past `max_skipped` the run gives up."""
+    if finite:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    state["skipped"] += not finite
+    if state["skipped"] > max_skipped:
+        raise FloatingPointError(f"{state['skipped']} steps had a non-finite loss or gradient (last at step {step})")
+
+
 def train(objective: nn.Module, data: TokenData, out_dir: str | Path, cfg: LoopConfig,
           evaluate: Callable[[nn.Module], dict] | None = None, name: str = "training") -> bool:
     """Trains (or resumes) `objective` on `data`; True when every step is done, False when time_limit_s ran out.
@@ -133,7 +144,8 @@ def train(objective: nn.Module, data: TokenData, out_dir: str | Path, cfg: LoopC
         if acc.is_main_process:
             out_dir.mkdir(parents=True, exist_ok=True)
             files.save_torch({**state, "trained": trained.state_dict(), "optimizer": optimizer.state_dict(),
-                              "config": asdict(cfg), "processes": world}, ckpt, keep_previous=True)
+                              "part_names": objective.part_names, "config": asdict(cfg), "processes": world}, ckpt,
+                             keep_previous=True)
         acc.wait_for_everyone()
 
     bar = tqdm(total=cfg.steps, initial=state["step"], desc=name, disable=not acc.is_main_process, dynamic_ncols=True)
@@ -150,13 +162,8 @@ def train(objective: nn.Module, data: TokenData, out_dir: str | Path, cfg: LoopC
         acc.backward(loss)
         grad_norm = acc.clip_grad_norm_(trained.parameters(), cfg.grad_clip if cfg.grad_clip else math.inf)
         parts = acc.reduce(sums.detach(), "sum") / counts  # [P]: the global mean per part
-        finite = bool(torch.isfinite(parts).all()) and math.isfinite(float(grad_norm))
-        if finite:  # a non-finite gradient would turn every weight into NaN: skip it
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        state["skipped"] += not finite
-        if state["skipped"] > cfg.max_skipped:
-            raise FloatingPointError(f"{state['skipped']} steps had a non-finite loss or gradient (last at step {step})")
+        step_if_finite(optimizer, bool(torch.isfinite(parts).all()) and math.isfinite(float(grad_norm)), state,
+                       cfg.max_skipped, step)
         state["step"] = step = step + 1
         row = {"step": step, "loss": float((weights * parts).sum()), "parts": parts.tolist()}
         if evaluate is not None and (step % cfg.eval_every == 0 or step == cfg.steps):

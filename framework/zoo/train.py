@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from framework.core import files
 from framework.data.token_data import TokenData
-from framework.training.loop import batch_generator, lr_at, resolve_device
+from framework.training.loop import batch_generator, lr_at, resolve_device, step_if_finite
 
 
 @dataclass
@@ -194,13 +194,7 @@ def _train(model_config, tokenizer, streams, out_dir: Path, cfg: TrainConfig, te
         loss = loss_on(model, batch, cfg.bf16, teacher)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).item()
-        finite = math.isfinite(grad_norm) and math.isfinite(loss.item())
-        if finite:  # a non-finite gradient would turn every weight into NaN through the clip: skip it
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        state["skipped"] += not finite
-        if state["skipped"] > cfg.max_skipped:
-            raise FloatingPointError(f"{state['skipped']} steps had a non-finite loss or gradient (last at step {step})")
+        step_if_finite(optimizer, math.isfinite(grad_norm) and math.isfinite(loss.item()), state, cfg.max_skipped, step)
         state["step"] = step = step + 1
         record = {"step": step, "loss": loss.item(), "grad_norm": grad_norm, "block": block_size}
         if step % cfg.eval_every == 0 or step == cfg.steps:

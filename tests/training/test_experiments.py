@@ -1,0 +1,61 @@
+"""`python -m experiments.train experiment=... experiment.target=FOLDER data=sharegpt`: a user's chat target, end to end."""
+
+import json
+
+import torch
+from hydra import compose, initialize_config_dir
+
+from experiments import train_draft, train_eagle, train_medusa
+from tests.test_configs import CONF
+
+SMALL = ["experiment.train.steps=4", "experiment.train.batch_size=2", "experiment.train.block_size=48",
+         "experiment.train.eval_every=4", "experiment.train.eval_tokens=96", "experiment.eval_tokens=96",
+         "experiment.num_threads=1", "data.heldout_fraction=0.2", "data.valid_every=4"]
+CONTINUATIONS = ["experiment.continuations.eval_sequences=4", "experiment.continuations.prompt_tokens=8",
+                 "experiment.continuations.new_tokens=8", "experiment.continuations.batch=4"]
+TREE = ["experiment.tree.cost_sizes=[0,4]", "experiment.tree.cost_repeats=1", "experiment.tree.budgets=[4]",
+        "experiment.tree.top_ks=[2]", "experiment.tree.depths=[2]", "experiment.tree.budget_prompts=1",
+        "experiment.tree.budget_tokens=4", "experiment.tree.max_nodes=8"]
+
+
+def configured(experiment: str, chat_target, chat_files, tmp_path, *more: str):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=[
+            f"experiment={experiment}", f"experiment.target={chat_target}", f"experiment.root={tmp_path / 'root'}",
+            "data=sharegpt", f"data.source.path={chat_files['sharegpt']}", *SMALL, *more])
+
+
+def test_eagle3_heads_for_a_chat_target(chat_target, chat_files, tmp_path):
+    cfg = configured("zoo_eagle3", chat_target, chat_files, tmp_path, "loss=kl_vs_lk", *CONTINUATIONS, *TREE,
+                     f"experiment.export={tmp_path / 'head'}", "experiment.export_speculators=null",
+                     "experiment.head.draft_vocab_size=512", "experiment.head.intermediate_size=64",
+                     "experiment.head.num_heads=2", "experiment.head.num_kv_heads=1",
+                     "experiment.loss_comparison.prompts=2", "experiment.loss_comparison.new_tokens=4")
+    out = train_eagle.run(cfg)
+    saved = json.loads((out / "eagle_config.json").read_text())
+    assert saved["target"] == chat_target.name and saved["loss"] in ("kl", "lk") and saved["draft_vocab_size"] == 512
+    record = json.loads((tmp_path / "root" / "eagle3" / "acceptance.json").read_text())
+    assert set(record) == {"kl", "lk"} and len(record["kl"]["text"]["accept_sampled"]) == 6  # per depth, held out
+    paired = json.loads((out / "measurements.json").read_text())["paired_lengths"]
+    assert set(paired["T=0.0"]["lk-kl"]) == {"mean", "se", "relative"}
+
+
+def test_medusa_heads_for_a_chat_target(chat_target, chat_files, tmp_path):
+    cfg = configured("zoo_medusa", chat_target, chat_files, tmp_path, *TREE[:2], "experiment.tree.max_nodes=8",
+                     "experiment.train.num_heads=2", f"experiment.export={tmp_path / 'heads'}",
+                     "experiment.training_text.continuations.eval_sequences=4",
+                     "experiment.training_text.continuations.prompt_tokens=8",
+                     "experiment.training_text.continuations.new_tokens=8")
+    out = train_medusa.run(cfg)
+    assert json.loads((out / "medusa_config.json").read_text())["target"] == chat_target.name
+
+
+def test_distilled_draft_for_a_chat_target(chat_target, chat_files, tmp_path):
+    cfg = configured("distill_draft", chat_target, chat_files, tmp_path, f"experiment.export={tmp_path / 'draft'}",
+                     "experiment.architecture.hidden_size=32", "experiment.architecture.intermediate_size=64")
+    out = train_draft.run(cfg)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    draft = AutoModelForCausalLM.from_pretrained(out)
+    assert draft.config.vocab_size == 40_000 and len(AutoTokenizer.from_pretrained(out)) == 40_000
+    assert torch.isfinite(draft(torch.tensor([[1, 2, 3]])).logits).all()
