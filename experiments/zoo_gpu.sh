@@ -5,7 +5,7 @@
 #   2. the 1-layer draft is distilled from the winner (experiment.models.draft) and, for comparison,
 #      trained on the corpus's next tokens (draft_ce);
 #   3. bf16 copies of the three go to EXPORT (default zoo_export), with every run's history in summary.json.
-# Needs ROOT (default zoo_runs) to hold tokenizer/ and tokens.pt already (`python -m experiments.train
+# Needs ROOT (default zoo_runs) to hold tokenizer/ and data/ (the token data) already (`python -m experiments.train
 # experiment=zoo experiment.only=[]` makes them on a machine with the corpus), so the GPU machine needs
 # neither the same Python's standard library nor `datasets`.
 set -euo pipefail
@@ -26,7 +26,7 @@ declare -A VARIANTS=(
 )
 pids=()
 for v in ${RUN_VARIANTS:-a b c}; do
-  mkdir -p "$ROOT-$v" && cp -r "$ROOT/tokenizer" "$ROOT/tokens.pt" "$ROOT-$v/"
+  mkdir -p "$ROOT-$v" && cp -r "$ROOT/tokenizer" "$ROOT/data" "$ROOT-$v/"
   # shellcheck disable=SC2086
   train target "$ROOT-$v" ${VARIANTS[$v]} experiment.train.time_limit_s="$TARGET_LIMIT_S" & pids+=($!)
 done

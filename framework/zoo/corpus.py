@@ -89,4 +89,6 @@ class StdlibCorpus:
             yield Document(key=relative, text=text)
 
     def describe(self) -> dict:
-        return {"kind": "stdlib", "root": self.root, "python": sysconfig.get_python_version()}
+        # no interpreter version: token data copied into a root serves a machine with another Python (or none
+        # of the corpus), as experiments/zoo_gpu.sh relies on
+        return {"kind": "stdlib", "root": self.root}

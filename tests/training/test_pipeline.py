@@ -45,9 +45,9 @@ def test_eagle3_heads_side_by_side(setting, tmp_path):
 
 def test_medusa_heads(setting, tmp_path):
     target, data = setting
-    cfg = MedusaTrainConfig(**{**LOOP, "lr": 3e-2}, num_heads=2, losses={"ce": CrossEntropy(), "kl": KL()})
+    cfg = MedusaTrainConfig(**{**LOOP, "lr": 3e-2, "steps": 10}, num_heads=1, losses={"ce": CrossEntropy(), "kl": KL()})
     trained = train_heads(target, data, tmp_path, cfg)
-    assert set(trained) == {"ce", "kl"} and fell(tmp_path, 0) and fell(tmp_path, 2)
+    assert set(trained) == {"ce", "kl"} and fell(tmp_path, 0) and fell(tmp_path, 1)  # head 0 of each set
 
 
 def test_distilled_draft(setting, tmp_path):
