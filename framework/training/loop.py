@@ -165,11 +165,13 @@ def train(objective: nn.Module, data: TokenData, out_dir: str | Path, cfg: LoopC
         step_if_finite(optimizer, bool(torch.isfinite(parts).all()) and math.isfinite(float(grad_norm)), state,
                        cfg.max_skipped, step)
         state["step"] = step = step + 1
-        row = {"step": step, "loss": float((weights * parts).sum()), "parts": parts.tolist()}
+        row = {"step": step, "loss": float((weights * parts).sum()), "parts": parts.tolist(),
+               "grad_norm": float(grad_norm)}  # the global gradient's: Adam hides a mis-scaled one, this does not
         if evaluate is not None and (step % cfg.eval_every == 0 or step == cfg.steps):
             if acc.is_main_process:
                 row.update(evaluate(trained))
-                tqdm.write(f"step {step}: " + ", ".join(f"{k} {v}" for k, v in row.items() if k not in ("step", "parts")))
+                tqdm.write(f"step {step}: " + ", ".join(f"{k} {v}" for k, v in row.items()
+                                                         if k not in ("step", "parts", "grad_norm")))
             acc.wait_for_everyone()
         state["log"].append(row)
         bar.set_postfix(loss=f"{row['loss']:.4f}")

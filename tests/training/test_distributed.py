@@ -22,8 +22,10 @@ def run(args: list[str], processes: int = 1) -> None:
 
 
 def curve(out: Path) -> list[list[float]]:
+    """Per step the loss parts and the global gradient norm (Adam would hide a gradient mis-scaled by the
+    process count from the losses; the norm shows it), and the whole checkpoint."""
     saved = torch.load(out / "checkpoint.pt", weights_only=False)
-    return [row["parts"] for row in saved["log"]], saved
+    return [[*row["parts"], row["grad_norm"]] for row in saved["log"]], saved
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,7 @@ def test_two_processes_follow_the_one_process_curve(one_process, chat_target, ch
     run([str(chat_target), str(chat_files["messages"]), str(tmp_path)], processes=2)
     (one, _), (two, saved) = one_process, curve(tmp_path)
     assert len(one) == len(two) == 20
-    assert torch.tensor(one).sub(torch.tensor(two)).abs().max() <= 1e-4
+    assert torch.tensor(one).sub(torch.tensor(two)).abs().max() <= 1e-4  # losses and gradient norms
     assert one[-1][0] < one[0][0] * 0.8  # and the curve learns: the KL head's depth-0 loss fell
     assert saved["processes"] == 2
     written = sorted(p.name for p in tmp_path.glob("checkpoint*"))
