@@ -46,6 +46,7 @@ def test_two_processes_follow_the_one_process_curve(one_process, chat_target, ch
     assert written == ["checkpoint.prev.pt", "checkpoint.pt"]  # one writer: no per-process copies, no temporaries
 
 
+@pytest.mark.slow  # the default tier resumes the same loop after a kill: tests/test_faults.py (Medusa)
 def test_a_stopped_run_resumes_on_the_same_curve(one_process, chat_target, chat_files, tmp_path):
     args = [str(chat_target), str(chat_files["messages"]), str(tmp_path), "20"]
     run([*args, "0"], processes=2)  # a time limit of 0 s: stops (with a checkpoint) after the first step
