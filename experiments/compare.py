@@ -55,9 +55,9 @@ from tqdm.auto import tqdm
 from experiments.common import CONF, job_record, option, torch_threads, verifier_of, write_json
 from experiments.compare_report import FIXED, aggregate, markdown, merge, publish, write_outputs
 from experiments.first_tokens import first_tokens, plot, summarise
-from experiments.methods import HF_METHODS, HF_PLD_DEFAULTS, build_methods, full_length_only, hf_sampling
+from experiments.methods import HF_METHODS, HF_PLD_DEFAULTS, build_methods, full_length_only
 from framework.core import files
-from framework.core.sampling import SamplingConfig
+from framework.core.sampling import SamplingConfig, hf_sampling
 from framework.engine import generate
 from framework.lm.target import HFTarget
 from framework.lm.text import encode_prompt, tokenizer_of

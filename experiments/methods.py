@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
 from experiments.common import option, timed_generate
-from framework.core.sampling import SamplingConfig
+from framework.core.sampling import SamplingConfig, hf_sampling
 from framework.lm.target import HFTarget
 
 HF_METHODS = ("hf_plain", "hf_assisted", "hf_pld", "hf_pld_matched")  # one prompt at a time, no policy
@@ -53,16 +53,6 @@ def _sync(model: torch.nn.Module) -> None:
     device = next(model.parameters()).device
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def hf_sampling(sampling: SamplingConfig) -> dict:
-    """generate() kwargs for the same law. Only temperature is mapped: transformers orders its
-    warpers its own way, so top-k / top-p / min-p / penalties are refused rather than approximated."""
-    if (sampling.top_k, sampling.top_p, sampling.min_p, sampling.repetition_penalty) != (0, 1.0, 0.0, 1.0):
-        raise ValueError(f"only temperature maps to transformers' sampling here, got {sampling}")
-    if sampling.greedy:
-        return {"do_sample": False}
-    return {"do_sample": True, "temperature": sampling.temperature, "top_k": 0, "top_p": 1.0}
 
 
 def assistant_schedule(assistant: torch.nn.Module) -> dict:

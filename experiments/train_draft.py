@@ -21,7 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 from experiments.common import head_setup
 from framework.core import files
 from framework.lm.text import tokenizer_of
+from framework.training.loop import is_main_process
 from framework.zoo.checkpoints import load_causal_lm
+from framework.zoo.train import save_model
 from proposers.draft_training import draft_acceptance, train_drafts
 
 
@@ -43,6 +45,8 @@ def run(cfg: DictConfig) -> Path | None:
     if drafts is None:
         print("stopped at the time limit (call again to resume)")
         return None
+    if not is_main_process(settings.device):  # the others trained beside it; one process measures and writes
+        return None
     target = target.cpu()
     measured = {}
     for name, d in drafts.items():
@@ -56,7 +60,5 @@ def run(cfg: DictConfig) -> Path | None:
     if exp.get("export") is None:
         return None
     out = Path(exp.export)
-    with files.replacing_folder(out) as temporary:
-        drafts[kept].save_pretrained(temporary)
-        tokenizer_of(target).save_pretrained(temporary)
+    save_model(out, drafts[kept], tokenizer_of(target))  # a Hugging Face folder, swapped in whole
     return out

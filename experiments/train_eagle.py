@@ -30,6 +30,7 @@ from framework.core import files
 from framework.core.sampling import SamplingConfig
 from framework.engine import generate
 from framework.lm.target import HFTarget
+from framework.training.loop import is_main_process
 from framework.zoo.checkpoints import resolve_checkpoint
 from proposers.eagle.head import TREE_FILE, EagleHead
 from proposers.eagle.proposer import EagleProposer
@@ -78,7 +79,7 @@ def paired_lengths(target, heads: dict, prompts: torch.Tensor, g) -> dict:
             for seed, prompt in enumerate(prompts):  # the same seed per prompt for every head
                 stats = generate(HFTarget(target), EagleProposer(head, None, g.top_k, g.depth, g.budget), prompt[None],
                                  g.new_tokens, sampling, seed=seed).stats
-                per_prompt.append(1 + stats.accepted_total / len(stats.steps))
+                per_prompt.append(stats.summary()["tokens_per_forward"])
             lengths[name] = torch.tensor(per_prompt, dtype=torch.float64)
         row = {name: float(x.mean()) for name, x in lengths.items()}
         for name in list(heads)[1:]:
@@ -125,6 +126,8 @@ def run(cfg: DictConfig) -> Path | None:
     heads = train_head(target, heads, streams, root / exp.run, settings)
     if heads is None:
         print("stopped at the time limit (call again to resume)")
+        return None
+    if not is_main_process(settings.device):  # the others trained beside it; one process measures and writes
         return None
     target = target.cpu()
     g = exp.continuations

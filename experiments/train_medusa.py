@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 
 from experiments.common import evaluation_sets, head_setup
 from framework.core import files
+from framework.training.loop import is_main_process
 from framework.zoo.checkpoints import resolve_checkpoint
 from framework.zoo.continuations import cached_continuations
 from proposers.medusa.heads import TREE_FILE
@@ -40,6 +41,8 @@ def run(cfg: DictConfig) -> Path | None:
     heads = train_heads(target, streams, root / exp.training_text.run, settings)
     if heads is None:
         print("stopped at the time limit (call again to resume)")
+        return None
+    if not is_main_process(settings.device):  # the others trained beside it; one process measures and writes
         return None
     target = target.cpu()
     evals = evaluation_sets(target, streams, root, g, settings.block_size, exp.eval_tokens)

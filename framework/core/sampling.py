@@ -44,6 +44,16 @@ class SamplingConfig:
         return self.repetition_penalty != 1.0
 
 
+def hf_sampling(sampling: SamplingConfig) -> dict:
+    """generate() kwargs for the same law. Only temperature is mapped: transformers orders its
+    warpers its own way, so top-k / top-p / min-p / penalties are refused rather than approximated."""
+    if (sampling.top_k, sampling.top_p, sampling.min_p, sampling.repetition_penalty) != (0, 1.0, 0.0, 1.0):
+        raise ValueError(f"only temperature maps to transformers' sampling here, got {sampling}")
+    if sampling.greedy:
+        return {"do_sample": False}
+    return {"do_sample": True, "temperature": sampling.temperature, "top_k": 0, "top_p": 1.0}
+
+
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
     """Seen tokens become less likely: positive logits divided, negative ones multiplied."""
     penalised = torch.where(logits > 0, logits / penalty, logits * penalty)

@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from framework.core import files
+from framework.core.sampling import SamplingConfig, hf_sampling
 from framework.data.chat import Message, encode, render_text
 from framework.data.sources import Document, DocumentSource
 
@@ -40,9 +41,8 @@ def answer(target, tokenizer, conversations: list[list[Message]], cfg: Regenerat
     attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     device = next(target.parameters()).device
     torch.manual_seed(seed)  # HF sampling draws from the global generator
-    sample = {"do_sample": True, "temperature": cfg.temperature, "top_k": 0} if cfg.temperature > 0 else {"do_sample": False}
     out = target.generate(ids.to(device), attention_mask=attention.to(device), max_new_tokens=cfg.max_new_tokens,
-                          pad_token_id=pad, **sample)[:, width:]
+                          pad_token_id=pad, **hf_sampling(SamplingConfig(temperature=cfg.temperature)))[:, width:]
     return [tokenizer.decode(row, skip_special_tokens=True) for row in out.cpu()]
 
 

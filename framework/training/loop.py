@@ -91,14 +91,24 @@ def accelerator_for(device: str):
     return Accelerator(cpu=resolve_device(device).type == "cpu")
 
 
+def process_state(device: str = "auto"):
+    """accelerate's view of this process among those a launcher started (one, when none did)."""
+    from accelerate import PartialState
+
+    return PartialState(cpu=resolve_device(device).type == "cpu")
+
+
 @contextmanager
 def main_process_first(device: str = "auto") -> Iterator[None]:
     """The main process runs the block first, then the others (which then read what it cached): data
     made by several processes at once would race for the same files (datasets' cache, token data)."""
-    from accelerate import PartialState
-
-    with PartialState(cpu=resolve_device(device).type == "cpu").main_process_first():
+    with process_state(device).main_process_first():
         yield
+
+
+def is_main_process(device: str = "auto") -> bool:
+    """True in the one process (of those a launcher started) that measures and writes what follows training."""
+    return process_state(device).is_main_process
 
 
 def batch_generator(cfg: LoopConfig, step: int) -> torch.Generator:

@@ -13,6 +13,7 @@ import torch
 from tqdm import tqdm
 
 from framework.core import files
+from framework.core.sampling import SamplingConfig, hf_sampling
 from framework.data.token_data import TokenData
 
 
@@ -31,9 +32,9 @@ def self_generated(target, data: TokenData, sequences: int, prompt_tokens: int, 
         prompts = data.batch(n, prompt_tokens, generator)[0].to(device)
         temperature = temperatures[(first // batch) % len(temperatures)]
         torch.manual_seed(seed + first)  # HF sampling draws from the global generator
-        sample = {"do_sample": True, "temperature": temperature, "top_k": 0} if temperature > 0 else {"do_sample": False}
         out = target.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=new_tokens,
-                              min_new_tokens=new_tokens, pad_token_id=0, **sample)
+                              min_new_tokens=new_tokens, pad_token_id=0,
+                              **hf_sampling(SamplingConfig(temperature=temperature)))
         rows.append(out[:, : prompt_tokens + new_tokens].cpu())
     return torch.cat(rows)
 
