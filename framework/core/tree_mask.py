@@ -2,7 +2,9 @@
 
 Keys are laid out as [committed past (S0 slots) | tree part (T slots)]. A query sees a past slot
 iff that slot is valid for its batch row (holes left by ragged commits are not), and a tree slot
-iff the tree part says so (its ancestors and itself). The tree part is shared by the batch.
+iff the tree part says so (its ancestors and itself). The tree part is shared by the batch, or, for
+the dense paths only, one per row ([B, M, T]: rows whose inputs differ in shape, e.g. PARD's ragged
+leading tokens).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 @dataclass(frozen=True)
 class TreeMask:
     past_valid: torch.Tensor  # [B, S0] bool
-    tree: torch.Tensor  # [M, T] bool: query row i may see tree slot j
+    tree: torch.Tensor  # [M, T] (or [B, M, T], dense paths only) bool: query row i may see tree slot j
 
     @property
     def num_keys(self) -> int:
@@ -29,9 +31,10 @@ class TreeMask:
 
     @cached_property
     def _dense(self) -> torch.Tensor:
-        B, M = self.past_valid.shape[0], self.tree.shape[0]
+        B, M = self.past_valid.shape[0], self.tree.shape[-2]
         past = self.past_valid[:, None, :].expand(B, M, -1)
-        return torch.cat([past, self.tree[None].expand(B, -1, -1)], dim=-1)[:, None]
+        tree = self.tree if self.tree.dim() == 3 else self.tree[None].expand(B, -1, -1)
+        return torch.cat([past, tree], dim=-1)[:, None]
 
     def additive(self, dtype: torch.dtype) -> torch.Tensor:
         """[B, 1, M, S0+T] of 0 (may attend) and -inf: SDPA converts a boolean mask to this form in
@@ -47,6 +50,8 @@ class TreeMask:
 
     def packed_tree(self) -> torch.Tensor:
         """[M, ceil(T/32)] int32 bitmask words: bit j % 32 of word j // 32 is tree[i, j]."""
+        if self.tree.dim() != 2:
+            raise ValueError("a per-row tree mask runs on the dense attention paths only (tree_backend=None)")
         M, T = self.tree.shape
         words = max(1, -(-T // 32))
         bits = torch.zeros(M, words * 32, dtype=torch.int64, device=self.tree.device)

@@ -32,11 +32,12 @@ class SlotCache:
         self.committed_slots = 0
 
     def positions(self, depth: torch.Tensor) -> torch.Tensor:
-        """depth [M] offsets from each row's committed length -> position ids [B, M]."""
-        return self.length[:, None] + depth.to(self.length.device)[None, :]
+        """depth [M] (or [B, M], per row) offsets from each row's committed length -> position ids [B, M]."""
+        depth = depth.to(self.length.device)
+        return self.length[:, None] + (depth if depth.dim() == 2 else depth[None, :])
 
     def tree_mask(self, pending_mask: torch.Tensor) -> TreeMask:
-        """pending_mask [M, P+M] bool: which pending and new slots each input sees."""
+        """pending_mask [M, P+M] (or [B, M, P+M], per row) bool: which pending and new slots each input sees."""
         return TreeMask(self.valid, pending_mask.to(self.valid.device))
 
     def keep(self, slots: torch.Tensor, counts: torch.Tensor) -> None:

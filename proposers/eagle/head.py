@@ -54,6 +54,7 @@ class EagleConfig:
     attention_bias: bool = False  # SafeAILab's `qkv_bias`
     draft_vocab_size: int | None = None  # EAGLE-3: None = the target's vocabulary
     target_hidden_size: int | None = None  # EAGLE-3: the target's width when not the draft's (own embedding then)
+    pard_token: int | None = None  # P-EAGLE: the token its mask positions read (then a learned mask_hidden too)
 
     def __post_init__(self) -> None:
         if self.architecture not in HEADS:
@@ -74,6 +75,8 @@ class EagleConfig:
             raise ValueError(f"hidden size {self.hidden_size} is not a multiple of num_heads {self.num_heads}")
         if not 0 < (self.draft_vocab_size or self.vocab_size) <= self.vocab_size:
             raise ValueError(f"draft vocabulary {self.draft_vocab_size} must be in 1..{self.vocab_size}")
+        if self.pard_token is not None and not 0 <= self.pard_token < self.vocab_size:
+            raise ValueError(f"pard_token {self.pard_token} is outside the vocabulary 0..{self.vocab_size - 1}")
 
     @property
     def feature_layers(self) -> int:
@@ -107,6 +110,15 @@ class EagleHead(nn.Module):
         self.config, self.searched = config, searched or {}
         self.rotary = LlamaRotaryEmbedding(config.layer_config())
         self.stored_embedding: tuple[torch.Tensor, torch.Tensor] | None = None  # a published file's copy: (row sums, row |sums|)
+        if config.pard_token is not None:  # P-EAGLE: the hidden state its mask positions read, in the target's space
+            self.mask_hidden = nn.Parameter(torch.zeros(config.feature_layers * (config.target_hidden_size or config.hidden_size)))
+
+    def mask_feature(self) -> torch.Tensor:
+        """P-EAGLE: the feature g of a mask position [H] (mask_hidden fused as the target's hidden states are)."""
+        if self.config.pard_token is None:
+            raise ValueError("this EAGLE head has no mask positions (no pard_token): train a P-EAGLE head "
+                             "(python -m experiments.train experiment=zoo_peagle)")
+        return self.fused(self.mask_hidden.view(self.config.feature_layers, -1))
 
     def embedding(self, target_embedding: nn.Module) -> nn.Module:
         return target_embedding
@@ -298,17 +310,17 @@ def check_embedding(stored: tuple[torch.Tensor, torch.Tensor], target_weight: to
 def random_head(hidden_size: int, vocab_size: int, target_num_layers: int, target_layers=None,
                 architecture: str = "eagle", draft_vocab_size: int | None = None, num_heads: int = 2,
                 num_kv_heads: int = 1, intermediate_size: int = 32, seed: int = 0, scale: float = 1.0,
-                dtype: str = "float32", searched: dict | None = None) -> EagleHead:
+                dtype: str = "float32", searched: dict | None = None, pard_token: int | None = None) -> EagleHead:
     """A random-weight head for the tiny random targets of tests and configs (weights ~ N(0, scale^2 / fan_in));
     an EAGLE-3 head with a draft vocabulary takes a random increasing subset of the target's."""
     sizes_stated(hidden_size=hidden_size, vocab_size=vocab_size, target_num_layers=target_num_layers)
     generator = torch.Generator().manual_seed(seed)
     config = EagleConfig(architecture, hidden_size, vocab_size, target_num_layers,
                          tuple(target_layers) if target_layers is not None else None, num_heads, num_kv_heads,
-                         intermediate_size=intermediate_size, draft_vocab_size=draft_vocab_size)
+                         intermediate_size=intermediate_size, draft_vocab_size=draft_vocab_size, pard_token=pard_token)
     head = HEADS[architecture](config, searched)
     for name, p in head.named_parameters():
-        if p.dim() > 1:
+        if p.dim() > 1 or name == "mask_hidden":
             p.data.copy_(torch.randn(p.shape, generator=generator) * scale / p.shape[-1] ** 0.5)
     if isinstance(head, Eagle3Head) and draft_vocab_size:
         head.set_vocabulary(torch.randperm(vocab_size, generator=generator)[:draft_vocab_size].sort().values)

@@ -28,6 +28,7 @@ from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
 from framework.lm import tree_attention
 from framework.lm.slot_cache import SlotCache
+from proposers.common.committed import left_aligned
 from proposers.eagle.head import EagleHead
 from proposers.eagle.tree import dynamic_tree, static_tree
 from proposers.heads import load_head
@@ -134,19 +135,6 @@ class EagleProposer:
         self.cache.select(rows)
         self.pending = self.pending[rows.to(self.pending.device)]
         self.backlog = [tuple(t[rows.to(t.device)] for t in part) for part in self.backlog]
-
-
-def left_aligned(parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Ragged runs of positions (hidden [B, A, L, H], tokens [B, A], count [B], each left-aligned), one after
-    another per row -> one left-aligned run (hidden, tokens, count)."""
-    if len(parts) == 1:
-        return parts[0]
-    hidden = torch.cat([h for h, _, _ in parts], dim=1)
-    tokens = torch.cat([t for _, t, _ in parts], dim=1)
-    valid = torch.cat([torch.arange(t.shape[1], device=c.device)[None, :] < c[:, None] for _, t, c in parts], dim=1)  # [B, A']
-    order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)  # the valid positions first, in their order
-    hidden = hidden.gather(1, order.to(hidden.device).view(*order.shape, 1, 1).expand(-1, -1, *hidden.shape[2:]))
-    return hidden, tokens.gather(1, order.to(tokens.device)), valid.sum(1)
 
 
 class HeadReader:

@@ -15,17 +15,16 @@ the hidden state arrives with each DecodeState.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
-from framework.core.drafting import draw_children, top_tokens
 from framework.core.proposer import DecodeState
-from framework.core.sampling import SamplingConfig, process_logits
+from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
+from proposers.common.position_tree import position_law_tree
 from proposers.heads import load_head
 from proposers.medusa.heads import MedusaHeads
 from verifiers.tree_verifier import Verification
@@ -76,22 +75,7 @@ class MedusaProposer:
         if shape.num_nodes == 0:  # a plain step: no head is read
             return CandidateTree.empty(state.root.shape[0], state.root.device)
         logits = self.heads(state.target_hidden[:, -1], self.lm_head)  # [B, K, V]
-        if self.kind == "point":
-            ranked = top_tokens(logits.flatten(0, 1), self.ranks).view(*logits.shape[:2], self.ranks)  # [B, K, R]
-            tree = CandidateTree.by_rank(shape, ranked)
-            probs = logits.float().softmax(-1).gather(2, ranked)  # [B, K, R]
-            chosen = probs[:, shape.depth - 1, shape.ranks.to(probs.device)]  # [B, N] each node's own head probability
-            return CandidateTree(tree.tokens, shape, None, "point", along_paths(chosen, shape))
-        cfg = replace(self.sampling or state.sampling, repetition_penalty=1.0)
-        laws = process_logits(logits, cfg)  # [B, K, V]: head d's law, for every node at depth d
-        row_depth = torch.cat([torch.zeros(1, dtype=torch.long), self.depth[: shape.num_nodes]]).clamp_max(laws.shape[1] - 1)
-        q = laws[:, row_depth]  # [B, N+1, V]: row i draws the children at depth(i) + 1
-        tokens = torch.zeros(logits.shape[0], shape.num_nodes, dtype=torch.long, device=logits.device)
-        for row, kids in enumerate(shape.child_lists):
-            if kids:
-                tokens[:, kids] = draw_children(q[:, row], len(kids), self.kind, state.rng)
-        drawn = q[:, shape.parents + 1].gather(2, tokens[..., None]).squeeze(2).float()  # [B, N] each node's q
-        return CandidateTree(tokens, shape, q, self.kind, along_paths(drawn, shape))
+        return position_law_tree(logits, shape, self.kind, self.sampling or state.sampling, state.rng)
 
     def commit(self, result: Verification) -> None:
         pass  # stateless: the next hidden state comes from the target
@@ -99,10 +83,3 @@ class MedusaProposer:
     def select(self, rows: torch.Tensor) -> None:
         pass  # no state per row
 
-
-def along_paths(node_probs: torch.Tensor, shape: TreeShape) -> torch.Tensor:
-    """node_probs [B, N] -> [B, N]: the product of the probabilities along each node's path."""
-    scores = node_probs.clone()
-    for level in shape.levels[1:]:
-        scores[:, level] *= scores[:, shape.parents[level]]
-    return scores

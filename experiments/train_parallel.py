@@ -1,0 +1,125 @@
+"""Parallel drafters for any target (python -m experiments.train experiment=zoo_dflash / zoo_pard / zoo_peagle).
+
+1. The drafter (experiment.drafter, a builder given the frozen target): a fresh DFlash drafter on the
+   target's layers; a PARD draft made from a draft model (one mask row appended to its vocabulary,
+   its config naming it pard_token); a P-EAGLE head made from an EAGLE-3 head (a pard_token and a
+   learned mask_hidden added). Or experiment.init: a drafter of the same kind to continue.
+2. Trains one copy per loss= on data= through the shared loop (proposers/parallel/training.py),
+   resumable under root/<run>.
+3. Measures each copy per depth on held-out text and on the target's own continuations (top-1
+   agreement with the target's greedy token, and sum min(p, q): a sampled draft's acceptance),
+   writes root/<run>/acceptance.json, and exports the best (validation sampled acceptance, summed
+   over depths) with experiment.exporter to experiment.export, its measurements beside it.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from experiments.common import evaluation_sets, head_setup
+from framework.core import files
+from framework.lm.text import tokenizer_of
+from framework.training.loop import is_main_process, resolve_device, train
+from framework.zoo.checkpoints import load_causal_lm
+from framework.zoo.train import save_model
+from proposers.eagle.head import HEADS, EagleHead, config_from
+from proposers.heads import load_head
+from proposers.parallel.dflash import DFlashConfig, DFlashDrafter, spread_layers
+
+
+# ---- builders: (frozen target, settings) -> a drafter ----------------------------------------------
+def fresh_dflash(target, depth: int, layers: int = 3, mask_token_id: int = 0, **sizes) -> DFlashDrafter:
+    """A DFlash drafter for `target`: block of depth + 1, `layers` target layers spread from low to high."""
+    c = target.config
+    config = DFlashConfig(c.hidden_size, target.get_output_embeddings().weight.shape[0], c.num_hidden_layers,
+                          spread_layers(c.num_hidden_layers, layers), depth + 1, mask_token_id, **sizes)
+    torch.manual_seed(0)
+    drafter = DFlashDrafter(config)
+    for p in drafter.parameters():
+        if p.dim() > 1:
+            torch.nn.init.normal_(p, std=0.02)
+    return drafter
+
+
+def pard_from_draft(target, draft: str) -> torch.nn.Module:
+    """A draft model (a folder or zoo name, on the target's vocabulary) with one more row: its mask token."""
+    model = load_causal_lm(draft).float()
+    V = model.get_output_embeddings().weight.shape[0]
+    if V != target.get_output_embeddings().weight.shape[0]:
+        raise ValueError(f"the draft's vocabulary ({V}) is not the target's: a PARD draft predicts the target's tokens")
+    model.resize_token_embeddings(V + 1, mean_resizing=True)
+    model.config.pard_token = V
+    return model
+
+
+def peagle_from_head(target, head: str) -> EagleHead:
+    """An EAGLE head (any layout load_head reads) with mask positions: pard_token 0, mask_hidden zero."""
+    base = load_head(head)
+    config = config_from({**base.config.__dict__, "pard_token": 0})
+    parallel = HEADS[config.architecture](config, base.searched)
+    missing = parallel.load_state_dict(base.state_dict(), strict=False).missing_keys
+    if missing != ["mask_hidden"]:
+        raise ValueError(f"{head} does not carry over to a P-EAGLE head: missing {missing}")
+    return parallel
+
+
+# ---- exporters: (drafter, folder, target) ------------------------------------------------------------
+def export_dflash(drafter: DFlashDrafter, folder: Path, target) -> None:
+    drafter.save(folder)
+
+
+def export_pard(draft, folder: Path, target) -> None:
+    save_model(folder, draft.to(torch.bfloat16), tokenizer_of(target))
+
+
+def export_head(head: EagleHead, folder: Path, target) -> None:
+    head.save(folder)
+
+
+def scored_from(mask: torch.Tensor, start: int) -> torch.Tensor:
+    """The label mask without the labels before position `start` (a continuation's prompt)."""
+    mask = mask.clone()
+    mask[:, :start] = False
+    return mask
+
+
+def run(cfg: DictConfig) -> Path | None:
+    exp, root, data, settings, target = head_setup(cfg)  # settings: ParallelTrainConfig
+    start = instantiate(exp.drafter, target=target) if exp.get("init") is None else instantiate(exp.load, exp.init)
+    drafters = {name: copy.deepcopy(start).float().train() for name in settings.losses}
+    device = resolve_device(settings.device)
+    objective = instantiate(exp.objective)(target.to(device), drafters, settings)
+    valid, valid_mask = data["valid"].fixed(settings.block_size, settings.eval_tokens)
+
+    def evaluate(trained) -> dict:
+        trained.eval()
+        rates = {f"{n}_valid": objective.measure(d, valid, valid_mask) for n, d in trained.items()}
+        trained.train()
+        return {k: {m: [round(x, 4) for x in v] for m, v in r.items() if m != "positions"} for k, r in rates.items()}
+
+    if not train(objective, data["train"], root / exp.run, settings, evaluate, name=exp.run):
+        print("stopped at the time limit (call again to resume)")
+        return None
+    if not is_main_process(settings.device):
+        return None
+    sets = evaluation_sets(target, data, root, exp.continuations, settings.block_size, exp.eval_tokens)
+    measured = {}
+    for name, drafter in objective.drafters.items():
+        drafter.eval()
+        measured[name] = {f"{split}/{kind}": objective.measure(drafter, windows, scored_from(mask, start_at))
+                          for split, kinds in sets.items() for kind, (windows, mask, start_at) in kinds.items()}
+        print(f"{name}: held-out accept_sampled by depth {[round(x, 3) for x in measured[name]['heldout/text']['accept_sampled']]}")
+    files.write_json(root / exp.run / "acceptance.json", measured, indent=1)
+    kept = max(measured, key=lambda n: sum(measured[n]["valid/text"]["accept_sampled"]))
+    if exp.get("export") is None:
+        return None
+    out = Path(exp.export)
+    instantiate(exp.exporter)(objective.drafters[kept].cpu(), out, target.cpu())
+    files.write_json(out / "measurements.json", {"kept": kept, "acceptance": measured,
+                                                 "settings": OmegaConf.to_container(cfg.experiment, resolve=True)}, indent=1)
+    return out
