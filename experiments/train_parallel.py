@@ -90,7 +90,7 @@ def scored_from(mask: torch.Tensor, start: int) -> torch.Tensor:
 
 def run(cfg: DictConfig) -> Path | None:
     exp, root, data, settings, target = head_setup(cfg)  # settings: ParallelTrainConfig
-    start = instantiate(exp.drafter, target=target) if exp.get("init") is None else instantiate(exp.load, exp.init)
+    start = instantiate(exp.drafter)(target) if exp.get("init") is None else instantiate(exp.load)(exp.init)
     drafters = {name: copy.deepcopy(start).float().train() for name in settings.losses}
     device = resolve_device(settings.device)
     objective = instantiate(exp.objective)(target.to(device), drafters, settings)

@@ -1,8 +1,9 @@
-"""Proposers: a package per family (medusa, eagle, ngram, rest; search and common beside them), the draft
-model and the mix as modules; each returns a CandidateTree whose kind tells how it chose."""
+"""Proposers: a package per family (medusa, eagle, ngram, rest, parallel; search and common beside them), the
+draft model and the mix as modules; each returns a CandidateTree whose kind tells how it chose."""
 
 from proposers.draft_model import DraftModelProposer
 from proposers.eagle.head import EagleHead
+from proposers.eagle.parallel import ParallelEagleProposer
 from proposers.eagle.proposer import EagleProposer
 from proposers.heads import load_head
 from proposers.medusa.heads import MedusaHeads
@@ -10,9 +11,12 @@ from proposers.medusa.proposer import MedusaProposer
 from proposers.mix import MixProposer
 from proposers.ngram.lookahead import LookaheadProposer
 from proposers.ngram.prompt_lookup import PromptLookupProposer
+from proposers.parallel.dflash_proposer import DFlashProposer
+from proposers.parallel.pard import ParallelDraftProposer
 from proposers.rest.proposer import RestProposer
 
 __all__ = [
     "DraftModelProposer", "EagleProposer", "EagleHead", "MedusaProposer", "MedusaHeads", "LookaheadProposer",
-    "PromptLookupProposer", "MixProposer", "RestProposer", "load_head",
+    "PromptLookupProposer", "MixProposer", "RestProposer", "load_head", "DFlashProposer", "ParallelDraftProposer",
+    "ParallelEagleProposer",
 ]

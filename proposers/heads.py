@@ -1,4 +1,4 @@
-"""`load_head(path)`: a Medusa or EAGLE head from a folder in any layout we read, told by its files.
+"""`load_head(path)`: a Medusa or EAGLE head or a DFlash drafter from a folder in any layout we read, told by its files.
 
 | layout | files | reader |
 |---|---|---|
@@ -9,6 +9,7 @@
 | Medusa-2 | a full model folder: config.json with medusa_num_heads, medusa_head.* weights | medusa/published.py |
 | EAGLE-3 (SafeAILab, SpecForge) | config.json with draft_vocab_size or an Eagle3 architecture | eagle/published.py |
 | EAGLE-1/2 (SafeAILab) | config.json, pytorch_model.bin or model.safetensors with fc.* and layers.0.* | eagle/published.py |
+| DFlash (z-lab; ours too) | config.json with dflash_config, model.safetensors | parallel/dflash.py |
 
 A relative name missing here is looked up in the embedded zoo. Nothing is fetched from a hub.
 """
@@ -29,6 +30,7 @@ from proposers.eagle.head import EagleHead
 from proposers.medusa import published as medusa_published
 from proposers.medusa.heads import CONFIG_FILE as MEDUSA_CONFIG
 from proposers.medusa.heads import MedusaHeads
+from proposers.parallel import dflash
 
 LOOKED_FOR = (EAGLE_CONFIG, MEDUSA_CONFIG, "config.json (with " + ", ".join(medusa_published.HEAD_FILES + WEIGHT_FILES) + ")")
 
@@ -44,6 +46,8 @@ def layout(folder: Path) -> tuple[str, dict]:
     config = json.loads((folder / "config.json").read_text())
     if "speculators_config" in config:
         return "speculators", config
+    if "dflash_config" in config:
+        return "dflash", config
     if "medusa_num_heads" in config:
         return "medusa" if any((folder / f).is_file() for f in medusa_published.HEAD_FILES) else "medusa2", config
     if "draft_vocab_size" in config or any("Eagle3" in a for a in config.get("architectures") or ()):
@@ -52,7 +56,7 @@ def layout(folder: Path) -> tuple[str, dict]:
 
 
 def load_head(path: str | Path, dtype: str | torch.dtype = "float32", layer_ids: str | None = None):
-    """The head at `path` (EagleHead or MedusaHeads), in `dtype`. layer_ids: which stack wrote an EAGLE-3
+    """The head at `path` (EagleHead, MedusaHeads or DFlashDrafter), in `dtype`. layer_ids: which stack wrote an EAGLE-3
     config's eagle_aux_hidden_state_layer_ids ("sglang"/"specforge": output of layer id; "vllm"/
     "speculators": before layer id); by default the layout's own (SafeAILab/SpecForge: sglang)."""
     dtype = torch_dtype(dtype) if isinstance(dtype, str) else dtype
@@ -70,5 +74,6 @@ def load_head(path: str | Path, dtype: str | torch.dtype = "float32", layer_ids:
         "medusa2": lambda: medusa_published.read_medusa2(folder, config),
         "eagle3": lambda: eagle_published.read_eagle3(folder, config, layer_ids or "sglang"),
         "eagle": lambda: eagle_published.read_eagle1(folder, config),
+        "dflash": lambda: dflash.read(folder, config),
     }
     return readers[kind]().to(dtype).eval()

@@ -57,11 +57,11 @@ def read(folder: Path, config: dict, convention: str = "speculators") -> EagleHe
     for flag in FLAGS:
         if config.get(flag):
             raise ValueError(f"{folder}: speculators' {flag} is not supported ({flag}=true)")
-    if kind == "eagle3":
+    if kind in ("eagle3", "peagle"):
         return read_eagle3(folder, config, convention)
     if kind == "eagle":
         return read_eagle1(folder, config)
-    raise ValueError(f"{folder}: speculators_model_type {kind!r} is not an EAGLE head we read (eagle3, eagle)")
+    raise ValueError(f"{folder}: speculators_model_type {kind!r} is not an EAGLE head we read (eagle3, peagle, eagle)")
 
 
 def read_eagle3(folder: Path, config: dict, convention: str) -> EagleHead:
@@ -75,9 +75,11 @@ def read_eagle3(folder: Path, config: dict, convention: str) -> EagleHead:
     target_hidden = config.get("target_hidden_size")
     own_embedding = target_hidden not in (None, sizes["hidden_size"])
     copy = None if own_embedding else state.pop("embed_tokens.weight", None)
+    parallel = config.get("speculators_model_type") == "peagle"  # P-EAGLE: mask positions (mask_token_id, mask_hidden)
     econfig = EagleConfig("eagle3", target_layers=layer_ids(config.get("eagle_aux_hidden_state_layer_ids"), convention),
                           draft_vocab_size=draft_vocab if draft_vocab != V else None,
-                          target_hidden_size=target_hidden if own_embedding else None, **sizes)
+                          target_hidden_size=target_hidden if own_embedding else None,
+                          pard_token=config.get("mask_token_id", 0) if parallel else None, **sizes)
     head = build_head(econfig, state, where=folder)
     if copy is not None:
         head.stored_embedding = embedding_fingerprint(copy)
@@ -94,7 +96,7 @@ def read_eagle1(folder: Path, config: dict) -> EagleHead:
 
 def write(head: EagleHead, folder, dtype: torch.dtype = torch.bfloat16, embedding: torch.Tensor | None = None,
           verifier: str | None = None, speculative_tokens: int = 5) -> Path:
-    """An EAGLE-3 head in speculators' layout. embedding: the target's (written as embed_tokens, which the
+    """An EAGLE-3 head (a P-EAGLE one: speculators' `peagle`) in speculators' layout. embedding: the target's (written as embed_tokens, which the
     package needs when it cannot read the verifier by name); verifier: the target's name or path."""
     if not isinstance(head, Eagle3Head):
         raise ValueError("we write speculators' layout for EAGLE-3 heads (its EAGLE-1 format left speculators in 0.5)")
@@ -104,16 +106,19 @@ def write(head: EagleHead, folder, dtype: torch.dtype = torch.bfloat16, embeddin
                  rope_parameters=dict(c.rope_parameters or {"rope_type": "default", "rope_theta": c.rope_theta}))
     ids = output_layer_ids(head)  # SGLang's ids (output of layer id); vLLM's are one more
     ids = None if ids is None else [i + 1 for i in ids]
+    kind = "eagle3" if c.pard_token is None else "peagle"
     config = {
-        "architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "speculators_version": VERSION,
+        "architectures": ["Eagle3Speculator" if kind == "eagle3" else "PEagleSpeculator"], "speculators_model_type": kind,
+        "speculators_version": VERSION,
         "speculators_config": {
-            "algorithm": "eagle3", "default_proposal_method": "greedy",
+            "algorithm": kind, "default_proposal_method": "greedy",
             "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens,
                                   "verifier_accept_k": 1, "accept_tolerance": 0.0}],
             "verifier": {"name_or_path": verifier, "architectures": ["LlamaForCausalLM"]}},
         "transformer_layer_config": layer, "draft_vocab_size": c.draft_vocab_size or c.vocab_size,
         "target_hidden_size": c.target_hidden_size, "eagle_aux_hidden_state_layer_ids": ids,
         "norm_before_residual": False, "norm_before_fc": False, "fc_norm": False, "norm_output": False,
+        **({"mask_token_id": c.pard_token} if kind == "peagle" else {}),
     }
     state = renamed(stored_tensors(head, dtype), "midlayer.", "layers.0.")
     if c.draft_vocab_size is None:

@@ -184,7 +184,9 @@ class DFlashDrafter(nn.Module):
         return folder
 
     @classmethod
-    def load(cls, path, dtype: torch.dtype = torch.float32) -> DFlashDrafter:
+    def load(cls, path, dtype: torch.dtype | str = torch.float32) -> DFlashDrafter:
+        from framework.zoo.checkpoints import torch_dtype
+        dtype = torch_dtype(dtype) if isinstance(dtype, str) else dtype
         folder = head_folder(path, "config.json")
         if not (folder / "config.json").is_file() or not (folder / WEIGHTS_FILE).is_file():
             raise FileNotFoundError(f"no DFlash drafter at {folder} (expected config.json and {WEIGHTS_FILE}); train "

@@ -41,7 +41,7 @@ class ParallelDraftProposer:
     hidden_layers = ()  # reads no target hidden state
     couples_rows = False
 
-    def __init__(self, draft_model, choices: Sequence[Sequence[int]] | None = None, kind: str = "iid",
+    def __init__(self, draft, choices: Sequence[Sequence[int]] | None = None, kind: str = "iid",
                  sampling: SamplingConfig | None = None, depth: int = 4, mask_token: int | None = None):
         """depth: positions drafted per forward (the root's and depth - 1 masks'). choices: the tree as rank
         paths (None: a chain of `depth`). kind: iid / wor (drawn from each position's law) or point.
@@ -50,12 +50,12 @@ class ParallelDraftProposer:
             raise ValueError(f"kind must be point, iid or wor, got {kind!r}")
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")
-        mask_token = getattr(draft_model.config, "pard_token", None) if mask_token is None else mask_token
+        mask_token = getattr(draft.config, "pard_token", None) if mask_token is None else mask_token
         if mask_token is None:
             raise ValueError("PARD needs the draft's mask token: give mask_token= or a draft whose config has pard_token "
                              "(train one with `python -m experiments.train experiment=zoo_pard`)")
         self.shape, self.kind, self.sampling, self.mask_token = shape_of(choices, depth), kind, sampling, int(mask_token)
-        self.lm = CachedLM(draft_model, tree_backend=None)  # per-row masks: the dense path
+        self.lm = CachedLM(draft, tree_backend=None)  # per-row masks: the dense path
         self.lead = (torch.zeros(0, 0, dtype=torch.long), torch.zeros(0, dtype=torch.long))  # tokens not yet read, per row
         self.forwards = 0
 
@@ -112,3 +112,15 @@ class ParallelDraftProposer:
         self.lm.select(rows)
         rows = rows.to(self.lead[0].device)
         self.lead = (self.lead[0][rows], self.lead[1][rows])
+
+
+def random_pard(vocab_size: int, hidden_size: int = 16, num_layers: int = 1, num_heads: int = 2, num_kv_heads: int = 1,
+                max_positions: int | None = None, seed: int = 1, dtype: str = "float32", init_std: float = 0.3):
+    """A random-weight PARD draft for a target of `vocab_size` tokens: one row more, its mask (pard_token)."""
+    from framework.lm.models import tiny_random_model
+
+    draft = tiny_random_model(arch="llama", vocab_size=vocab_size + 1, hidden_size=hidden_size, num_layers=num_layers,
+                              num_heads=num_heads, num_kv_heads=num_kv_heads, max_positions=max_positions or 256,
+                              seed=seed, dtype=dtype, init_std=init_std)
+    draft.config.pard_token = vocab_size
+    return draft

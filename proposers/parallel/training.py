@@ -205,7 +205,7 @@ class PEagleObjective(ParallelObjective):
 
     def pairs(self, head: EagleHead, ids, mask, anchors, teacher):
         features, logits = teacher
-        (b, T), width, n = ids.shape, self.cfg.depth - 1, ids.shape[1] - 1
+        b, width, n = ids.shape[0], self.cfg.depth - 1, ids.shape[1] - 1
         draft = head.draft_ids()
         target_logp = (logits if draft is None else logits[..., draft]).log_softmax(-1)  # the head's own vocabulary
         offset = torch.arange(1, width + 1, device=ids.device).repeat(anchors.shape[1])

@@ -201,3 +201,18 @@ def test_bad_input_is_named():
         ParallelEagleProposer(random_head(32, 64, 2, [0, 1, 2], "eagle3", 48))
     with pytest.raises(ValueError, match="block_size must be >= 2"):
         random_dflash(32, 64, 2, block_size=1)
+
+
+def test_peagle_heads_round_trip_in_ours_and_speculators_layout(tmp_path):
+    import json
+
+    from proposers import load_head
+    head = random_head(32, 64, 2, [0, 1, 2], "eagle3", 48, pard_token=5)
+    for fmt in ("speculum", "speculators"):
+        head.save(tmp_path / fmt, dtype=torch.float32, format=fmt)
+        loaded = load_head(tmp_path / fmt)
+        assert loaded.config.pard_token == 5 and torch.equal(loaded.mask_hidden, head.mask_hidden), fmt
+    config = json.loads((tmp_path / "speculators" / "config.json").read_text())
+    assert config["speculators_model_type"] == "peagle" and config["mask_token_id"] == 5
+    random_dflash(32, 64, 2).save(tmp_path / "dflash")
+    assert isinstance(load_head(tmp_path / "dflash"), DFlashDrafter)

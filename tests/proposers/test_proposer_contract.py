@@ -178,6 +178,9 @@ BAD_SETTINGS = {  # proposer -> (a bad setting, what its error says)
     "mix_draft": ("proposer.weights=[1]", "weights must be one positive number per part"),
     "prompt_lookup": ("proposer.min_ngram=0", "min_ngram must be >= 1"),
     "lookahead": ("proposer.window=0", r"window \(W\) must be >= 1"),
+    "dflash": ("proposer.depth=9", r"depth must lie in 1..3"),
+    "pard": ("proposer.depth=0", "depth must be >= 1"),
+    "peagle": ("proposer.kind=typical", "kind must be"),
 }
 
 
