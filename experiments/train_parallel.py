@@ -33,8 +33,19 @@ from proposers.parallel.dflash import DFlashConfig, DFlashDrafter, spread_layers
 
 
 # ---- builders: (frozen target, settings) -> a drafter ----------------------------------------------
+def check_mask_token(target, token: int) -> None:
+    """A mask read through the target's embedding must have content: a zero row (a padding row) gives every
+    mask position zero queries and keys, so the block attends evenly to everything and learns nothing of
+    where it stands (seen: DFlash stuck at the unigram law with token 0, the zoo's padding token)."""
+    row = target.get_input_embeddings().weight[token]
+    if not bool(row.abs().sum() > 0):
+        raise ValueError(f"mask token {token} has a zero embedding in the target (a padding row?): choose another "
+                         "(a rare token of the vocabulary, or a spare row)")
+
+
 def fresh_dflash(target, depth: int, layers: int = 3, mask_token_id: int = 0, **sizes) -> DFlashDrafter:
     """A DFlash drafter for `target`: block of depth + 1, `layers` target layers spread from low to high."""
+    check_mask_token(target, mask_token_id)
     c = target.config
     config = DFlashConfig(c.hidden_size, target.get_output_embeddings().weight.shape[0], c.num_hidden_layers,
                           spread_layers(c.num_hidden_layers, layers), depth + 1, mask_token_id, **sizes)
@@ -47,24 +58,32 @@ def fresh_dflash(target, depth: int, layers: int = 3, mask_token_id: int = 0, **
 
 
 def pard_from_draft(target, draft: str) -> torch.nn.Module:
-    """A draft model (a folder or zoo name, on the target's vocabulary) with one more row: its mask token."""
+    """A draft model (a folder or zoo name, on the target's vocabulary) with one more row: its mask token.
+    The mask's embedding starts at zero: it carries no content, and its first keys and queries are zero, so
+    a mask position starts by attending evenly to what it sees (a mean-like row drew the mask positions'
+    attention onto the masks themselves, and they learnt the unigram law)."""
     model = load_causal_lm(draft).float()
     V = model.get_output_embeddings().weight.shape[0]
     if V != target.get_output_embeddings().weight.shape[0]:
         raise ValueError(f"the draft's vocabulary ({V}) is not the target's: a PARD draft predicts the target's tokens")
-    model.resize_token_embeddings(V + 1, mean_resizing=True)
+    model.resize_token_embeddings(V + 1, mean_resizing=False)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[V].zero_()
     model.config.pard_token = V
     return model
 
 
-def peagle_from_head(target, head: str) -> EagleHead:
-    """An EAGLE head (any layout load_head reads) with mask positions: pard_token 0, mask_hidden zero."""
+def peagle_from_head(target, head: str, pard_token: int) -> EagleHead:
+    """An EAGLE head (any layout load_head reads) with mask positions: `pard_token`, and mask_hidden drawn small."""
+    check_mask_token(target, pard_token)
     base = load_head(head)
-    config = config_from({**base.config.__dict__, "pard_token": 0})
+    config = config_from({**base.config.__dict__, "pard_token": pard_token})
     parallel = HEADS[config.architecture](config, base.searched)
     missing = parallel.load_state_dict(base.state_dict(), strict=False).missing_keys
     if missing != ["mask_hidden"]:
         raise ValueError(f"{head} does not carry over to a P-EAGLE head: missing {missing}")
+    torch.manual_seed(0)
+    torch.nn.init.normal_(parallel.mask_hidden, std=0.02)
     return parallel
 
 

@@ -230,11 +230,12 @@ def read(folder: Path, config: dict) -> DFlashDrafter:
 
 
 def random_dflash(hidden_size: int, vocab_size: int, target_num_layers: int, target_layer_ids=None, block_size: int = 4,
-                  mask_token_id: int = 0, num_layers: int = 1, num_heads: int = 2, num_kv_heads: int = 1,
+                  mask_token_id: int | None = None, num_layers: int = 1, num_heads: int = 2, num_kv_heads: int = 1,
                   intermediate_size: int = 32, seed: int = 0, scale: float = 1.0, dtype: str = "float32") -> DFlashDrafter:
     """A random-weight drafter for the tiny targets of tests and configs (weights ~ N(0, scale^2 / fan_in))."""
     sizes_stated(hidden_size=hidden_size, vocab_size=vocab_size, target_num_layers=target_num_layers)
     layers = tuple(target_layer_ids) if target_layer_ids is not None else spread_layers(target_num_layers, min(3, target_num_layers))
+    mask_token_id = vocab_size - 1 if mask_token_id is None else mask_token_id  # token 0 is often a zero padding row
     config = DFlashConfig(hidden_size, vocab_size, target_num_layers, layers, block_size, mask_token_id, num_layers,
                           num_heads, num_kv_heads, intermediate_size=intermediate_size)
     drafter = DFlashDrafter(config)

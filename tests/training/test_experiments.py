@@ -59,3 +59,34 @@ def test_distilled_draft_for_a_chat_target(chat_target, chat_files, tmp_path):
     draft = AutoModelForCausalLM.from_pretrained(out)
     assert draft.config.vocab_size == 40_000 and len(AutoTokenizer.from_pretrained(out)) == 40_000
     assert torch.isfinite(draft(torch.tensor([[1, 2, 3]])).logits).all()
+
+
+def test_dflash_drafter_for_a_chat_target(chat_target, chat_files, tmp_path):
+    """Trained through experiments/train_parallel.py, exported in z-lab's layout, decoding exactly what plain greedy does."""
+    from experiments import train_parallel
+    from framework.harness.real import greedy_identity
+    from framework.zoo.checkpoints import load_causal_lm
+    from proposers import DFlashProposer, load_head
+
+    cfg = configured("zoo_dflash", chat_target, chat_files, tmp_path, *CONTINUATIONS, f"experiment.export={tmp_path / 'dflash'}",
+                     "experiment.train.depth=3", "experiment.train.anchors=4", "experiment.drafter.mask_token_id=5",
+                     "experiment.drafter.num_heads=2", "experiment.drafter.num_kv_heads=1", "experiment.drafter.intermediate_size=64")
+    out = train_parallel.run(cfg)
+    record = json.loads((out / "measurements.json").read_text())["acceptance"]["kl"]
+    assert len(record["heldout/text"]["accept_sampled"]) == 3  # per depth
+    drafter, target = load_head(out), load_causal_lm(chat_target)
+    assert drafter.config.block_size == 4 and drafter.config.mask_token_id == 5
+    assert greedy_identity(target, lambda: DFlashProposer(drafter), torch.tensor([[1, 2, 3, 4]]), 12).equal
+
+
+def test_a_mask_token_without_an_embedding_is_refused(chat_target):
+    import pytest
+
+    from experiments.train_parallel import fresh_dflash
+    from framework.zoo.checkpoints import load_causal_lm
+
+    target = load_causal_lm(chat_target)
+    with torch.no_grad():
+        target.get_input_embeddings().weight[7] = 0
+    with pytest.raises(ValueError, match="mask token 7 has a zero embedding"):
+        fresh_dflash(target, depth=3, mask_token_id=7)
