@@ -9,7 +9,9 @@
 3. Measures each copy per depth on held-out text and on the target's own continuations (top-1
    agreement with the target's greedy token, and sum min(p, q): a sampled draft's acceptance),
    writes root/<run>/acceptance.json, and exports the best (validation sampled acceptance, summed
-   over depths) with experiment.exporter to experiment.export, its measurements beside it.
+   over depths) with experiment.exporter to experiment.export, its measurements beside it, and the
+   static tree searched from its per-depth, per-rank acceptance and this machine's forward_tree cost
+   (position_tree.json: what `choices` reads with models=zoo).
 """
 
 from __future__ import annotations
@@ -27,9 +29,12 @@ from framework.lm.text import tokenizer_of
 from framework.training.loop import is_main_process, resolve_device, train
 from framework.zoo.checkpoints import load_causal_lm
 from framework.zoo.train import save_model
+from proposers.common.position_tree import TREE_FILE
 from proposers.eagle.head import HEADS, EagleHead, config_from
 from proposers.heads import load_head
 from proposers.parallel.dflash import DFlashConfig, DFlashDrafter, spread_layers
+from proposers.search.tree_cost import forward_tree_cost
+from proposers.search.tree_search import grow_tree
 
 
 # ---- builders: (frozen target, settings) -> a drafter ----------------------------------------------
@@ -119,7 +124,7 @@ def run(cfg: DictConfig) -> Path | None:
         trained.eval()
         rates = {f"{n}_valid": objective.measure(d, valid, valid_mask) for n, d in trained.items()}
         trained.train()
-        return {k: {m: [round(x, 4) for x in v] for m, v in r.items() if m != "positions"} for k, r in rates.items()}
+        return {k: {m: [round(x, 4) for x in r[m]] for m in ("top1_target", "accept_sampled")} for k, r in rates.items()}
 
     if not train(objective, data["train"], root / exp.run, settings, evaluate, name=exp.run):
         print("stopped at the time limit (call again to resume)")
@@ -137,8 +142,23 @@ def run(cfg: DictConfig) -> Path | None:
     kept = max(measured, key=lambda n: sum(measured[n]["valid/text"]["accept_sampled"]))
     if exp.get("export") is None:
         return None
+    tree = searched_tree(target.cpu(), measured[kept]["valid/continuations"]["accept"], exp.tree)
     out = Path(exp.export)
     instantiate(exp.exporter)(objective.drafters[kept].cpu(), out, target.cpu())
-    files.write_json(out / "measurements.json", {"kept": kept, "acceptance": measured,
+    files.write_json(out / TREE_FILE, tree, indent=1)
+    files.write_json(out / "measurements.json", {"kept": kept, "acceptance": measured, "tree": tree,
                                                  "settings": OmegaConf.to_container(cfg.experiment, resolve=True)}, indent=1)
     return out
+
+
+def searched_tree(target, accept: list, g) -> dict:
+    """The static tree of most expected tokens per ms of forward_tree (timed here at g.cost_threads), from the
+    per-depth, per-rank acceptance on validation continuations (proposers/search/tree_search.py)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(g.cost_threads)
+    cost = forward_tree_cost(target, tuple(g.cost_sizes), repeats=g.cost_repeats)
+    torch.set_num_threads(threads)
+    tree = grow_tree(torch.tensor(accept), g.max_nodes)
+    budget = tree.best_budget(cost)
+    return {"choices": tree.choices[:budget], "expected_tokens": tree.expected_tokens[budget], "cost_ms": cost,
+            "table": tree.table(cost)}

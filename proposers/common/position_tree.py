@@ -15,7 +15,9 @@ path above them (the position reads a mask there, not the drafted token). So:
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -24,6 +26,7 @@ from framework.core.randomness import RandomSource
 from framework.core.sampling import SamplingConfig, process_logits
 from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
+from framework.zoo.checkpoints import find_folder
 
 
 def position_law_tree(logits: torch.Tensor, shape: TreeShape, kind: str, sampling: SamplingConfig,
@@ -71,3 +74,14 @@ def shape_of(choices, depth: int) -> TreeShape:
 def within(shape: TreeShape, depth: int | None) -> TreeShape:
     """The shape's levels down to `depth` (the policy's plan; None: all). Shapes are level-ordered."""
     return shape if depth is None else shape.prefix(int((shape.depth <= depth).sum()))
+
+
+TREE_FILE = "position_tree.json"  # the tree searched for a drafter, beside it
+
+
+def load_choices(path: str | Path, file: str = TREE_FILE, command: str = "the drafter's training experiment"):
+    """The rank paths searched for the drafter at `path` (a folder, or a name in the embedded zoo)."""
+    folder = find_folder(path, file) or Path(path).expanduser()
+    if not (folder / file).is_file():
+        raise FileNotFoundError(f"no searched tree at {folder / file}; train the drafter with `{command}`, or give choices")
+    return [tuple(c) for c in json.loads((folder / file).read_text())["choices"]]

@@ -11,7 +11,6 @@ published layouts are read and written by proposers/medusa/published.py.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import torch
 from torch import nn
 
 from framework.lm.models import sizes_stated
+from proposers.common import position_tree
 from proposers.common.head_files import head_folder, read_head, save_head
 
 CONFIG_FILE, WEIGHTS_FILE, TREE_FILE = "medusa_config.json", "medusa_heads.safetensors", "medusa_tree.json"
@@ -107,11 +107,7 @@ def heads_folder(path: str | Path) -> Path:
 
 def load_choices(path: str | Path) -> list[tuple[int, ...]]:
     """The tree searched for these heads (saved beside them by the training run)."""
-    file = heads_folder(path) / TREE_FILE
-    if not file.exists():
-        raise FileNotFoundError(f"no searched tree at {file}; train the heads with "
-                                "`python -m experiments.train experiment=zoo_medusa`, or give choices")
-    return [tuple(c) for c in json.loads(file.read_text())["choices"]]
+    return position_tree.load_choices(heads_folder(path), TREE_FILE, "python -m experiments.train experiment=zoo_medusa")
 
 
 def random_heads(hidden_size: int, vocab_size: int, num_heads: int = 4, num_blocks: int = 1, seed: int = 0,

@@ -27,7 +27,9 @@ from torch.nn import functional as F
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
+from framework.core import files
 from framework.lm.models import sizes_stated
+from framework.zoo.checkpoints import torch_dtype
 from proposers.common.head_files import head_folder, stored_tensors
 
 WEIGHTS_FILE = "model.safetensors"
@@ -166,7 +168,6 @@ class DFlashDrafter(nn.Module):
     def save(self, folder, dtype: torch.dtype = torch.bfloat16, extra: dict | None = None) -> Path:
         from safetensors.torch import save_file
 
-        from framework.core import files
         c, folder = self.config, Path(folder)
         config = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": c.hidden_size,
                   "vocab_size": c.vocab_size, "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_heads,
@@ -185,7 +186,6 @@ class DFlashDrafter(nn.Module):
 
     @classmethod
     def load(cls, path, dtype: torch.dtype | str = torch.float32) -> DFlashDrafter:
-        from framework.zoo.checkpoints import torch_dtype
         dtype = torch_dtype(dtype) if isinstance(dtype, str) else dtype
         folder = head_folder(path, "config.json")
         if not (folder / "config.json").is_file() or not (folder / WEIGHTS_FILE).is_file():

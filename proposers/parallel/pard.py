@@ -23,6 +23,7 @@ from framework.core.proposer import DecodeState
 from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
 from framework.lm.cached_lm import CachedLM
+from framework.lm.models import tiny_random_model
 from proposers.common.position_tree import position_law_tree, shape_of, within
 from verifiers.tree_verifier import Verification
 
@@ -117,8 +118,6 @@ class ParallelDraftProposer:
 def random_pard(vocab_size: int, hidden_size: int = 16, num_layers: int = 1, num_heads: int = 2, num_kv_heads: int = 1,
                 max_positions: int | None = None, seed: int = 1, dtype: str = "float32", init_std: float = 0.3):
     """A random-weight PARD draft for a target of `vocab_size` tokens: one row more, its mask (pard_token)."""
-    from framework.lm.models import tiny_random_model
-
     draft = tiny_random_model(arch="llama", vocab_size=vocab_size + 1, hidden_size=hidden_size, num_layers=num_layers,
                               num_heads=num_heads, num_kv_heads=num_kv_heads, max_positions=max_positions or 256,
                               seed=seed, dtype=dtype, init_std=init_std)

@@ -114,22 +114,25 @@ class ParallelObjective(nn.Module):
         return torch.stack(sums), torch.stack(counts)
 
     @torch.no_grad()
-    def measure(self, drafter: nn.Module, windows: torch.Tensor, mask: torch.Tensor | None = None, batch: int = 4) -> dict:
-        """Per depth, at every anchor of held-out windows: top-1 agreement with the target's greedy token
-        (`top1_target`) and the mean of sum min(p, q) (`accept_sampled`, a sampled draft token's chance)."""
+    def measure(self, drafter: nn.Module, windows: torch.Tensor, mask: torch.Tensor | None = None, batch: int = 4,
+                ranks: int = 8) -> dict:
+        """Per depth, at every anchor of held-out windows: `accept[d][r]`, how often the rank-r token is the
+        target's greedy token (what the tree search reads), `top1_target` (rank 0) and the mean of
+        sum min(p, q) (`accept_sampled`, a sampled draft token's chance at T = 1)."""
         mask = torch.ones_like(windows, dtype=torch.bool) if mask is None else mask
         device = next(self.target.parameters()).device
-        hits = torch.zeros(self.cfg.depth, dtype=torch.float64)
-        sampled, count = hits.clone(), hits.clone()
+        hits = torch.zeros(self.cfg.depth, ranks, dtype=torch.float64)
+        sampled, count = hits[:, 0].clone(), hits[:, 0].clone()
         for first in range(0, len(windows), batch):
             ids, kept = windows[first : first + batch].to(device), mask[first : first + batch].to(device)
             anchors = every_anchor(ids.shape[0], *self.anchor_range(ids.shape[1])).to(device)
             for j, (q, p, _) in enumerate(self.pairs(drafter, ids, kept, anchors, self.teacher(ids))):
-                hits[j] += float((q.argmax(-1) == p.argmax(-1)).sum())
+                hits[j] += (q.topk(ranks, dim=-1).indices == p.argmax(-1, keepdim=True)).double().sum(0).cpu()
                 sampled[j] += float(acceptance(q, p).double().sum())
                 count[j] += q.shape[0]
         count = count.clamp_min(1)
-        return {"top1_target": (hits / count).tolist(), "accept_sampled": (sampled / count).tolist(),
+        accept = hits / count[:, None]
+        return {"accept": accept.tolist(), "top1_target": accept[:, 0].tolist(), "accept_sampled": (sampled / count).tolist(),
                 "positions": count.tolist()}
 
 

@@ -67,8 +67,10 @@ def test_dflash_drafter_for_a_chat_target(chat_target, chat_files, tmp_path):
     from framework.harness.real import greedy_identity
     from framework.zoo.checkpoints import load_causal_lm
     from proposers import DFlashProposer, load_head
+    from proposers.common.position_tree import load_choices
 
     cfg = configured("zoo_dflash", chat_target, chat_files, tmp_path, *CONTINUATIONS, f"experiment.export={tmp_path / 'dflash'}",
+                     "experiment.tree.cost_sizes=[0,4]", "experiment.tree.cost_repeats=1", "experiment.tree.max_nodes=6",
                      "experiment.train.depth=3", "experiment.train.anchors=4", "experiment.drafter.mask_token_id=5",
                      "experiment.drafter.num_heads=2", "experiment.drafter.num_kv_heads=1", "experiment.drafter.intermediate_size=64")
     out = train_parallel.run(cfg)
@@ -76,7 +78,9 @@ def test_dflash_drafter_for_a_chat_target(chat_target, chat_files, tmp_path):
     assert len(record["heldout/text"]["accept_sampled"]) == 3  # per depth
     drafter, target = load_head(out), load_causal_lm(chat_target)
     assert drafter.config.block_size == 4 and drafter.config.mask_token_id == 5
-    assert greedy_identity(target, lambda: DFlashProposer(drafter), torch.tensor([[1, 2, 3, 4]]), 12).equal
+    choices = load_choices(out)  # the tree searched for it
+    assert 1 <= len(choices) <= 6 and max(len(c) for c in choices) <= 3
+    assert greedy_identity(target, lambda: DFlashProposer(drafter, choices, "point"), torch.tensor([[1, 2, 3, 4]]), 12).equal
 
 
 def test_a_mask_token_without_an_embedding_is_refused(chat_target):
