@@ -74,9 +74,16 @@ class ParallelDraftProposer:
         ids = input_ids.to(self.lm.device)
         self.lead = (ids, torch.full((ids.shape[0],), ids.shape[1], device=ids.device))
 
+    def room(self) -> int | None:
+        """Positions the draft's context has left for the root and its masks (the fullest row's), or None."""
+        if self.lm.max_positions is None:
+            return None
+        return self.lm.max_positions - int((self.lm.length + self.lead[1].to(self.lm.length.device)).max())
+
     @torch.no_grad()
     def propose(self, state: DecodeState) -> CandidateTree:
-        shape = within(self.shape, state.plan.depth)
+        limits = [d for d in (state.plan.depth, self.room()) if d is not None]
+        shape = within(self.shape, max(0, min(limits)) if limits else None)  # no mask past the draft's context
         root = state.root.to(self.lm.device)[:, None]
         if shape.num_nodes == 0:  # a plain step: the root waits with the other unread tokens
             self.lead = ragged_concat(self.lead, (root, torch.ones_like(self.lead[1])))
