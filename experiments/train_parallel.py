@@ -10,8 +10,8 @@
    agreement with the target's greedy token, and sum min(p, q): a sampled draft's acceptance),
    writes root/<run>/acceptance.json, and exports the best (validation sampled acceptance, summed
    over depths) with experiment.exporter to experiment.export, its measurements beside it, and the
-   static tree searched from its per-depth, per-rank acceptance and this machine's forward_tree cost
-   (position_tree.json: what `choices` reads with models=zoo).
+   tree it drafts fastest with on this machine (prefixes of the tree searched from its per-depth,
+   per-rank acceptance, and chains, decoded; position_tree.json: what `choices` reads with models=zoo).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.common import evaluation_sets, head_setup
+from experiments.train_eagle import score_settings
 from framework.core import files
 from framework.lm.text import tokenizer_of
 from framework.training.loop import is_main_process, resolve_device, train
@@ -142,7 +143,9 @@ def run(cfg: DictConfig) -> Path | None:
     kept = max(measured, key=lambda n: sum(measured[n]["valid/text"]["accept_sampled"]))
     if exp.get("export") is None:
         return None
-    tree = searched_tree(target.cpu(), measured[kept]["valid/continuations"]["accept"], exp.tree)
+    prompts = sets["valid"]["continuations"][0][: exp.tree.budget_prompts, : exp.continuations.prompt_tokens]
+    tree = searched_tree(target.cpu(), objective.drafters[kept].cpu().eval(), instantiate(exp.proposer),
+                         measured[kept]["valid/continuations"]["accept"], prompts, exp.tree)
     out = Path(exp.export)
     instantiate(exp.exporter)(objective.drafters[kept].cpu(), out, target.cpu())
     files.write_json(out / TREE_FILE, tree, indent=1)
@@ -151,14 +154,21 @@ def run(cfg: DictConfig) -> Path | None:
     return out
 
 
-def searched_tree(target, accept: list, g) -> dict:
-    """The static tree of most expected tokens per ms of forward_tree (timed here at g.cost_threads), from the
-    per-depth, per-rank acceptance on validation continuations (proposers/search/tree_search.py)."""
+def searched_tree(target, drafter, make, accept: list, prompts: torch.Tensor, g) -> dict:
+    """The tree to draft with, by decoding: prefixes of the tree searched from the per-depth, per-rank acceptance
+    (proposers/search/tree_search.py, which takes depths as independent) and chains, each decoding the same
+    validation prompts greedily (g.cost_threads threads, as experiments.run); the one with the most tokens per ms
+    of forward_tree (timed here) plus the drafter's own time is kept."""
     threads = torch.get_num_threads()
     torch.set_num_threads(g.cost_threads)
     cost = forward_tree_cost(target, tuple(g.cost_sizes), repeats=g.cost_repeats)
+    searched = grow_tree(torch.tensor(accept), g.max_nodes)
+    candidates = {f"tree{n}": searched.choices[:n] for n in g.budgets if n <= len(searched.choices)}
+    candidates.update({f"chain{k}": [(0,) * d for d in range(1, k + 1)] for k in g.chains if k <= len(accept)})
+    print("trees, by decoding:")
+    table = score_settings(target, {name: (lambda c=c: make(drafter, choices=c)) for name, c in candidates.items()},
+                           prompts, g.budget_tokens, cost)
     torch.set_num_threads(threads)
-    tree = grow_tree(torch.tensor(accept), g.max_nodes)
-    budget = tree.best_budget(cost)
-    return {"choices": tree.choices[:budget], "expected_tokens": tree.expected_tokens[budget], "cost_ms": cost,
-            "table": tree.table(cost)}
+    best = max(table, key=lambda name: table[name]["tokens_per_ms"])
+    return {"choices": candidates[best], "setting": best, "cost_ms": cost, "decoded": table,
+            "searched_expected_tokens": searched.expected_tokens}

@@ -71,6 +71,7 @@ def test_dflash_drafter_for_a_chat_target(chat_target, chat_files, tmp_path):
 
     cfg = configured("zoo_dflash", chat_target, chat_files, tmp_path, *CONTINUATIONS, f"experiment.export={tmp_path / 'dflash'}",
                      "experiment.tree.cost_sizes=[0,4]", "experiment.tree.cost_repeats=1", "experiment.tree.max_nodes=6",
+                     "experiment.tree.budgets=[2]", "experiment.tree.chains=[2]", "experiment.tree.budget_prompts=1", "experiment.tree.budget_tokens=4",
                      "experiment.train.depth=3", "experiment.train.anchors=4", "experiment.drafter.mask_token_id=5",
                      "experiment.drafter.num_heads=2", "experiment.drafter.num_kv_heads=1", "experiment.drafter.intermediate_size=64")
     out = train_parallel.run(cfg)
