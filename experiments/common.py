@@ -30,7 +30,7 @@ from framework.data.sources import Messages, cached_splits
 from framework.engine import GenerationOutput, generate
 from framework.lm.target import HFTarget
 from framework.lm.text import tokenizer_of
-from framework.training.loop import main_process_first
+from framework.training.loop import is_main_process, main_process_first
 from framework.zoo.checkpoints import load_causal_lm
 from framework.zoo.continuations import cached_continuations
 from framework.zoo.corpus import build_corpus, stdlib_files
@@ -187,6 +187,15 @@ def head_setup(cfg: DictConfig):
     with main_process_first(settings.device):  # under accelerate launch / torchrun: made once, then read
         data = training_data(cfg, target, root)
     return exp, root, data, settings, target
+
+
+def measures_here(trained, settings) -> bool:
+    """After a training call: True on the one process that measures and writes what was trained; False when the
+    time limit stopped it first (said: call again to resume) or on the other processes of a data-parallel run."""
+    if trained is None:
+        print("stopped at the time limit (call again to resume)")
+        return False
+    return is_main_process(settings.device)
 
 
 def evaluation_sets(target, data: dict, root: Path, g, block_size: int, eval_tokens: int) -> dict:

@@ -18,10 +18,9 @@ import torch
 import transformers
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import head_setup
+from experiments.common import head_setup, measures_here
 from framework.core import files
 from framework.lm.text import tokenizer_of
-from framework.training.loop import is_main_process
 from framework.zoo.checkpoints import load_causal_lm
 from framework.zoo.train import save_model
 from proposers.draft_training import draft_acceptance, train_drafts
@@ -42,10 +41,7 @@ def run(cfg: DictConfig) -> Path | None:
     draft = (load_causal_lm(exp.draft) if exp.get("draft")
              else fresh_draft(target, OmegaConf.to_container(exp.architecture)))
     drafts = train_drafts(target, draft, data, root / exp.run, settings)
-    if drafts is None:
-        print("stopped at the time limit (call again to resume)")
-        return None
-    if not is_main_process(settings.device):  # the others trained beside it; one process measures and writes
+    if not measures_here(drafts, settings):  # one process measures and writes
         return None
     target = target.cpu()
     measured = {}

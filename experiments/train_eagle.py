@@ -25,12 +25,11 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from experiments.common import evaluation_sets, head_setup
+from experiments.common import evaluation_sets, head_setup, measures_here
 from framework.core import files
 from framework.core.sampling import SamplingConfig
 from framework.engine import generate
 from framework.lm.target import HFTarget
-from framework.training.loop import is_main_process
 from framework.zoo.checkpoints import resolve_checkpoint
 from proposers.eagle.head import TREE_FILE, EagleHead
 from proposers.eagle.proposer import EagleProposer
@@ -124,10 +123,7 @@ def run(cfg: DictConfig) -> Path | None:
     for head in heads.values():
         head.check_target(target)
     heads = train_head(target, heads, streams, root / exp.run, settings)
-    if heads is None:
-        print("stopped at the time limit (call again to resume)")
-        return None
-    if not is_main_process(settings.device):  # the others trained beside it; one process measures and writes
+    if not measures_here(heads, settings):  # one process measures and writes
         return None
     target = target.cpu()
     g = exp.continuations

@@ -22,9 +22,8 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from experiments.common import evaluation_sets, head_setup
+from experiments.common import evaluation_sets, head_setup, measures_here
 from framework.core import files
-from framework.training.loop import is_main_process
 from framework.zoo.checkpoints import resolve_checkpoint
 from framework.zoo.continuations import cached_continuations
 from proposers.medusa.heads import TREE_FILE
@@ -39,10 +38,7 @@ def run(cfg: DictConfig) -> Path | None:
     if exp.training_text.self_generated:  # train on the target's own continuations
         streams = {**streams, "train": cached_continuations(target, streams["train"], root, "self", g, g.sequences)}
     heads = train_heads(target, streams, root / exp.training_text.run, settings)
-    if heads is None:
-        print("stopped at the time limit (call again to resume)")
-        return None
-    if not is_main_process(settings.device):  # the others trained beside it; one process measures and writes
+    if not measures_here(heads, settings):  # one process measures and writes
         return None
     target = target.cpu()
     evals = evaluation_sets(target, streams, root, g, settings.block_size, exp.eval_tokens)

@@ -23,11 +23,11 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import evaluation_sets, head_setup
+from experiments.common import evaluation_sets, head_setup, measures_here
 from experiments.train_eagle import score_settings
 from framework.core import files
 from framework.lm.text import tokenizer_of
-from framework.training.loop import is_main_process, resolve_device, train
+from framework.training.loop import resolve_device, train
 from framework.zoo.checkpoints import load_causal_lm
 from framework.zoo.train import save_model
 from proposers.common.position_tree import TREE_FILE
@@ -127,10 +127,8 @@ def run(cfg: DictConfig) -> Path | None:
         trained.train()
         return {k: {m: [round(x, 4) for x in r[m]] for m in ("top1_target", "accept_sampled")} for k, r in rates.items()}
 
-    if not train(objective, data["train"], root / exp.run, settings, evaluate, name=exp.run):
-        print("stopped at the time limit (call again to resume)")
-        return None
-    if not is_main_process(settings.device):
+    finished = train(objective, data["train"], root / exp.run, settings, evaluate, name=exp.run) or None
+    if not measures_here(finished, settings):  # one process measures and writes
         return None
     sets = evaluation_sets(target, data, root, exp.continuations, settings.block_size, exp.eval_tokens)
     measured = {}
