@@ -27,10 +27,9 @@ from torch.nn import functional as F
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from framework.core import files
 from framework.lm.models import sizes_stated
 from framework.zoo.checkpoints import torch_dtype
-from proposers.common.head_files import head_folder, stored_tensors
+from proposers.common.head_files import head_folder, save_head
 
 WEIGHTS_FILE = "model.safetensors"
 
@@ -166,9 +165,7 @@ class DFlashDrafter(nn.Module):
 
     # ---- files: z-lab's layout ------------------------------------------------------------------
     def save(self, folder, dtype: torch.dtype = torch.bfloat16, extra: dict | None = None) -> Path:
-        from safetensors.torch import save_file
-
-        c, folder = self.config, Path(folder)
+        c = self.config
         config = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": c.hidden_size,
                   "vocab_size": c.vocab_size, "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_heads,
                   "num_key_value_heads": c.num_kv_heads, "head_dim": c.head_dim or c.hidden_size // c.num_heads,
@@ -178,11 +175,7 @@ class DFlashDrafter(nn.Module):
                   "num_target_layers": c.target_num_layers, "is_causal": False,
                   "dflash_config": {"block_size": c.block_size, "mask_token_id": c.mask_token_id,
                                     "target_layer_ids": list(c.target_layer_ids)}, **(extra or {})}
-        state = renamed_out(stored_tensors(self, dtype))
-        with files.replacing(folder / WEIGHTS_FILE) as temporary:
-            save_file(state, temporary)
-        files.write_json(folder / "config.json", config)
-        return folder
+        return save_head(self, folder, config, "config.json", WEIGHTS_FILE, dtype)  # the names are z-lab's already
 
     @classmethod
     def load(cls, path, dtype: torch.dtype | str = torch.float32) -> DFlashDrafter:
@@ -192,11 +185,6 @@ class DFlashDrafter(nn.Module):
             raise FileNotFoundError(f"no DFlash drafter at {folder} (expected config.json and {WEIGHTS_FILE}); train "
                                     "one with `python -m experiments.train experiment=zoo_dflash`")
         return read(folder, json.loads((folder / "config.json").read_text())).to(dtype).eval()
-
-
-def renamed_out(state: dict) -> dict:
-    """Our module names -> z-lab's (the rotary embedding holds no weights there)."""
-    return {k: v for k, v in state.items() if not k.startswith("rotary.")}
 
 
 def read(folder: Path, config: dict) -> DFlashDrafter:
@@ -220,12 +208,12 @@ def read(folder: Path, config: dict) -> DFlashDrafter:
         rms_norm_eps=config.get("rms_norm_eps", 1e-6), rope_theta=rope.get("rope_theta", config.get("rope_theta", 10000.0)),
         max_positions=config.get("max_position_embeddings", 4096)))
     state = load_file(folder / WEIGHTS_FILE)
-    expected = set(renamed_out(drafter.state_dict()))
+    expected = set(drafter.state_dict())
     missing, unknown = sorted(expected - set(state)), sorted(set(state) - expected)
     if missing or unknown:
         raise ValueError(f"{folder / WEIGHTS_FILE} does not fit a DFlash drafter of its config: missing {missing[:6]}, "
                          f"unexpected {unknown[:6]}")
-    drafter.load_state_dict(state, strict=False)
+    drafter.load_state_dict(state)
     return drafter
 
 
