@@ -21,3 +21,13 @@ def left_aligned(parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -
     order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)  # the valid positions first, in their order
     hidden = hidden.gather(1, order.to(hidden.device).view(*order.shape, 1, 1).expand(-1, -1, *hidden.shape[2:]))
     return hidden, tokens.gather(1, order.to(tokens.device)), valid.sum(1)
+
+
+def ragged_then_block(count: torch.Tensor, width: int, block: int) -> torch.Tensor:
+    """A causal mask [B, M, M] (M = width + block) over, per row, a left-aligned run of `width` slots of which the
+    first count[b] are real, then `block` slots every row has. Block rows see only real run slots (a short row's
+    holes are hidden); run rows see the run causally (a hole's row is read by no one)."""
+    slot = torch.arange(width + block, device=count.device)
+    causal = slot[None, :] <= slot[:, None]  # [M, M]
+    real = (slot[None, :] < count[:, None]) | (slot[None, :] >= width)  # [B, M]
+    return causal[None] & (real[:, None, :] | (slot[None, :, None] < width))

@@ -19,7 +19,7 @@ import torch
 from framework.core.proposer import DecodeState
 from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
-from proposers.common.committed import left_aligned
+from proposers.common.committed import left_aligned, ragged_then_block
 from proposers.common.position_tree import position_law_tree, shape_of, within
 from proposers.eagle.head import EagleHead
 from proposers.eagle.proposer import EagleProposer
@@ -69,10 +69,7 @@ class ParallelEagleProposer(EagleProposer):
         slots, block = torch.arange(A, device=device), torch.arange(1, depth, device=device)
         positions = torch.cat([self.cache.positions(slots), (self.cache.length + count - 1)[:, None] + block], dim=1)
         M = A + extra
-        seen = torch.arange(M, device=device)
-        causal = seen[None, :] <= seen[:, None]  # [M, M]
-        real = (seen[None, :] < count[:, None]) | (seen[None, :] >= A)  # [B, M]: a short row's holes are hidden
-        sees = causal[None] & (real[:, None, :] | (seen[None, :, None] < A))
+        sees = ragged_then_block(count.to(device), A, extra)  # [B, M, M]
         mask = torch.cat([self.cache.valid[:, None, :].expand(B, M, -1), sees], dim=2)[:, None]  # [B, 1, M, S]
         out = head(embedded, features, positions, self.cache.cache, attention_mask=mask)
         self.cache.keep(slots.expand(B, A), count)  # the committed positions stay; the masks are dropped

@@ -24,6 +24,7 @@ from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
 from framework.lm.cached_lm import CachedLM
 from framework.lm.models import tiny_random_model
+from proposers.common.committed import ragged_then_block
 from proposers.common.position_tree import position_law_tree, shape_of, within
 from verifiers.tree_verifier import Verification
 
@@ -100,11 +101,7 @@ class ParallelDraftProposer:
         tokens = torch.cat([lead, root, masks], dim=1)  # [B, L + depth]
         block = torch.arange(depth, device=device)
         offsets = torch.cat([torch.arange(L, device=device).expand(B, L), count[:, None] + block], dim=1)  # [B, M]
-        slot = torch.arange(L + depth, device=device)
-        causal = slot[None, :] <= slot[:, None]  # [M, M]
-        read = (slot[None, None, :] < count[:, None, None]) | (slot[None, None, :] >= L)  # [B, 1, M]: no holes
-        sees = causal[None] & (read | (slot[None, :, None] < L))  # rows of the lead see the lead causally
-        out = self.lm.forward(tokens, offsets, sees, logits_rows=L + block)
+        out = self.lm.forward(tokens, offsets, ragged_then_block(count, L, depth), logits_rows=L + block)
         kept = torch.where(torch.arange(L + 1, device=device)[None, :] < count[:, None], torch.arange(L + 1, device=device), L)
         self.lm.keep(kept, count + 1)  # the unread tokens and the root; the masks' KV is dropped
         self.lead = (lead[:, :0], torch.zeros_like(count))
