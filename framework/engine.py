@@ -31,6 +31,8 @@ class StepStats:
     nodes: int = 0  # tree nodes verified this step
     rows: torch.Tensor | None = None  # [B'] which rows of the batch as it started these are (finished rows leave it)
     side_rows: int = 0  # a proposer's side rows in the step's forward
+    drafted: torch.Tensor | None = None  # [B'] depth of the tree each row was offered (0: a row that may not speculate)
+    emitted: torch.Tensor | None = None  # [B'] tokens each row kept (generate fills it: EOS and the budget cut the last)
 
 
 @dataclass
@@ -188,8 +190,11 @@ class Decoder:
             last = hidden[torch.arange(hidden.shape[0], device=hidden.device), result.num_accepted.to(hidden.device)]
         self.state = DecodeState(root, seen, self.sampling, self.rng, last, hidden, count)
         t4 = _clock(device)
+        drafted = torch.full((len(self.rows),), tree.shape.max_depth if tree.num_nodes else 0)
+        if self.speculate is not None:
+            drafted = torch.where(self.speculate, drafted, 0)
         stats = StepStats(result.num_accepted, t1 - t0, t2 - t1, t3 - t2, t4 - t3, tree.num_nodes, self.rows,
-                          0 if side is None else side.num_rows)
+                          0 if side is None else side.num_rows, drafted)
         self.stats.steps.append(stats)
         self.policy.observe(tree, result, stats)
         return emitted
@@ -300,7 +305,8 @@ def generate(
     count = torch.zeros(B, dtype=torch.long)
     done = torch.zeros(B, dtype=torch.bool)
 
-    def emit(tokens: torch.Tensor) -> None:  # tokens [B', K], -1 padded: one per row still in the batch
+    def emit(tokens: torch.Tensor) -> torch.Tensor:  # tokens [B', K], -1 padded: one per row still in the batch
+        before = count[decoder.rows].clone()
         for row, b in enumerate(decoder.rows.tolist()):
             for t in tokens[row].tolist():
                 if done[b] or t < 0:
@@ -308,11 +314,13 @@ def generate(
                 out[b, count[b]] = t
                 count[b] += 1
                 done[b] = bool(count[b] >= max_new_tokens or t == eos_token_id)
+        return count[decoder.rows] - before  # [B'] tokens kept per row
 
     emit(decoder.prefill(input_ids)[:, None].cpu())
     while not bool(done.all()):
         if bool(done[decoder.rows].any()):  # finished rows leave the batch
             decoder.select((~done[decoder.rows]).nonzero().flatten())
         wanted = int((max_new_tokens - count)[decoder.rows].max()) - 1  # drafts past the budget would be thrown away
-        emit(decoder.step(wanted).cpu())
+        tokens = decoder.step(wanted).cpu()
+        decoder.stats.steps[-1].emitted = emit(tokens)
     return GenerationOutput(out, decoder.stats)

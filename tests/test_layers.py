@@ -23,11 +23,13 @@ LAYERS = {
     "zoo": (("framework.zoo",), {"core", "verifiers", "lm", "data", "training"}),
     "control": (("framework.control",), {"core"}),  # the speculation policies: the engine knows them by the Protocol
     "engine": (("framework.engine",), {"core", "verifiers"}),  # knows its target by the Protocol, not HFTarget
+    "metrics": (("framework.metrics",), set()),  # the reported figures, each by its definition, from decoding traces
+    "workloads": (("framework.workloads",), {"core", "data", "zoo"}),  # benchmark prompt suites and their rendering
     "proposers": (("proposers",), {"core", "verifiers", "lm", "zoo", "data", "training"}),
     "harness": (("framework.harness",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "data",
                                          "training"}),
     "experiments": (("experiments",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "harness",
-                                       "data", "training"}),
+                                       "data", "training", "workloads", "metrics"}),
 }
 OPTIONAL_BACKENDS = ("framework.lm.tree_attention_triton", "verifiers.triton_chain", "verifiers.triton_rules")
 
