@@ -40,9 +40,11 @@ identity of every row with plain decoding's rows of the same batch instead.
 from __future__ import annotations
 
 import json
+import os
+import platform
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 
@@ -53,15 +55,16 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from experiments.common import CONF, job_record, option, torch_threads, verifier_of, write_json
-from experiments.compare_report import FIXED, aggregate, markdown, merge, publish, write_outputs
+from experiments.compare_report import FIXED, aggregate, markdown, merge, publish, write_outputs, write_profiles
 from experiments.first_tokens import first_tokens, plot, summarise
 from experiments.methods import HF_METHODS, HF_PLD_DEFAULTS, build_methods, full_length_only
+from experiments.workload import Workload, answer_text, build_workload
 from framework.core import files
 from framework.core.sampling import SamplingConfig, hf_sampling
 from framework.engine import generate
 from framework.lm.target import HFTarget
 from framework.lm.text import encode_prompt, tokenizer_of
-from framework.zoo.prompts import CATEGORIES, stdlib_prompt_sets
+from framework.metrics.trace import RequestTrace, request_traces
 
 # Rows that are not a conf/proposer config -> their runner (experiments.methods): plain decoding of ours and
 # of transformers, transformers' assisted generation and its prompt lookup (at its defaults; matched: at our
@@ -70,9 +73,9 @@ RUNNERS = {"plain": "ours_plain", "hf_plain": "hf_plain", "hf_assisted": "hf_ass
            "hf_pld_matched": "hf_pld_matched"}
 DISCOVERED = ("hf_assisted", "hf_prompt_lookup")
 BASELINES = ("plain", "hf_plain")  # experiment.baseline: the per-prompt reference of every speedup
+ZOO_SUITE = "framework.workloads.zoo.ZooPrompts"
 OWN = "proposer"  # the method that is the run's own proposer group (e.g. -m proposer.gamma=2,4)
 ALL = "all"  # the summary rows' category: every category's runs together
-CUSTOM = "prompts"  # the one category of experiment.prompts (token ids, for targets without a tokenizer)
 
 
 def proposer_configs() -> list[str]:
@@ -149,10 +152,9 @@ def plan(cfg: DictConfig) -> Plan:
         raise ValueError(f"experiment.baseline must be one of {list(BASELINES)}, got {exp.baseline!r}")
     if OWN in methods and cfg.proposer is None:
         raise ValueError(f"experiment.methods: {OWN!r} is the run's own proposer group, but proposer=none")
-    categories = [CUSTOM] if exp.prompts is not None else list(exp.categories)
-    wrong = [c for c in categories if c not in (*CATEGORIES, CUSTOM)]
-    if wrong:
-        raise ValueError(f"unknown categories {wrong} in experiment.categories (have {list(CATEGORIES)})")
+    categories = []  # the workload's (experiments.workload.build_workload checks experiment.categories)
+    if exp.samples is not None and (isinstance(exp.samples, bool) or not isinstance(exp.samples, int) or exp.samples < 1):
+        raise ValueError(f"experiment.samples must be an integer >= 1 (prompts timed in all) or null, got {exp.samples!r}")
     wrong = [s for s in exp.samplings if s not in sampling_configs()]
     if wrong:
         raise ValueError(f"unknown samplings {wrong} in experiment.samplings (have {sampling_configs()})")
@@ -200,6 +202,8 @@ def fingerprint(cfg: DictConfig, batch: int = 1) -> str:
               "own": OmegaConf.to_container(cfg.proposer, resolve=True) if OWN in (exp.methods or []) else None}
     if batch != 1:  # B = 1 keeps the key of the records made before the batch axis
         fields["batch"] = batch
+    if exp.prompts is None and cfg.workload.suite._target_ != ZOO_SUITE:  # the zoo's keeps the keys made before workloads
+        fields["workload"] = OmegaConf.to_container(cfg.workload, resolve=True)
     return json.dumps(fields, sort_keys=True)  # a token-id workload is not named by its category and index
 
 
@@ -231,10 +235,13 @@ class Unit:
     sampling: str
     batch: int
     index: int
+    turn: int = 1  # of a multi-turn prompt: later turns follow the target's own answer to the one before
 
     def axes(self, policy: str) -> str:
-        """The id's tail: empty for the fixed policy at B = 1, so the records made before these axes stay valid."""
-        return (f"/policy={policy}" if policy != FIXED else "") + (f"/batch={self.batch}" if self.batch != 1 else "")
+        """The id's tail: empty for the fixed policy at B = 1 and turn 1, so the records made before these axes
+        stay valid."""
+        return ((f"/policy={policy}" if policy != FIXED else "") + (f"/batch={self.batch}" if self.batch != 1 else "")
+                + (f"/turn={self.turn}" if self.turn != 1 else ""))
 
     def run_id(self, method: str, policy: str = FIXED) -> str:
         return f"run/{method}/{self.sampling}/{self.category}/{self.index}{self.axes(policy)}"
@@ -243,7 +250,8 @@ class Unit:
         return f"plain/{self.sampling}/{self.category}/{self.index}/{turn}{self.axes(FIXED)}"
 
     def fields(self) -> dict:
-        return {"sampling": self.sampling, "category": self.category, "prompt": self.index, "batch": self.batch}
+        return {"sampling": self.sampling, "category": self.category, "prompt": self.index, "batch": self.batch,
+                "turn": self.turn}
 
 
 class Policies:
@@ -261,12 +269,17 @@ class Policies:
         return self.made[key]
 
 
-def attempt(runner, prompt, law, policy=None) -> dict:
+def attempt(runner, prompt, law, policy=None, think_end: int | None = None) -> dict:
+    """A run's record: its tokens, clock, forwards and, per row, the trace every metric is computed from
+    (framework.metrics; transformers' runners have only the clock: no steps, no first-token time)."""
     try:
         new, seconds, forwards, stats = runner(prompt, law, policy)
     except Exception as error:  # noqa: BLE001 - recorded, the rest goes on
         return {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc(limit=3)}
     out = {"tokens": new, "new_tokens": sum(len(row) for row in new), "seconds": seconds, "forwards": forwards}
+    traces = (request_traces(stats.steps, len(new), new, stats.prefill_s, seconds, think_end, think_end is not None)
+              if stats is not None else [RequestTrace((), (), (), len(row), None, seconds) for row in new])
+    out["traces"] = [asdict(t) for t in traces]
     if stats is not None:
         summary = stats.summary()
         # steps: the (step, row) pairs that decoded, so that accepted / steps is per row at any batch size
@@ -277,20 +290,28 @@ def attempt(runner, prompt, law, policy=None) -> dict:
 
 
 def timed_cells(plan: Plan, runners: dict, work: Workload, records: Records, baseline: str) -> None:
-    units = [Unit(c, s, b, i) for c in plan.categories for s in plan.samplings for b in plan.batch_sizes
-             for i in range(work.units[c])]
-    policies, turn = Policies(plan.policies), 0
+    units = [Unit(c, s, b, i, t) for c in plan.categories for s in plan.samplings for b in plan.batch_sizes
+             for i in range(work.units[c]) for t in range(1, work.turns(c, i) + 1)]
+    policies, rotation, think_end = Policies(plan.policies), 0, work.think_end()
     for unit in tqdm(units, desc="compare", unit="run"):
         missing = [(m, p) for m, p in plan.rows(unit.batch) if unit.run_id(m, p) not in records.done]
         if not missing:
             continue
-        prompt, law = work.batch(unit.category, unit.index, unit.batch), plan.samplings[unit.sampling]
-        plain = attempt(runners[RUNNERS[baseline]], prompt, law)
-        records.add({"id": unit.plain_id(turn), "method": "plain", **unit.fields(), **plain})
-        order = missing[turn % len(missing):] + missing[: turn % len(missing)]
-        turn += 1
+        law = plan.samplings[unit.sampling]
+        try:
+            prompt = work.batch(unit.category, unit.index, unit.batch, unit.turn,
+                                answers(runners[RUNNERS[baseline]], work, records, unit.sampling, law))
+        except Exception as error:  # noqa: BLE001 - a prompt that cannot be made (its turn too long): recorded
+            for method, policy in missing:
+                records.add({"id": unit.run_id(method, policy), "method": method, "policy": policy, **unit.fields(),
+                             "error": f"{type(error).__name__}: {error}"})
+            continue
+        plain = attempt(runners[RUNNERS[baseline]], prompt, law, think_end=think_end)
+        records.add({"id": unit.plain_id(rotation), "method": "plain", **unit.fields(), **plain})
+        order = missing[rotation % len(missing):] + missing[: rotation % len(missing)]
+        rotation += 1
         for method, policy in order:
-            out = attempt(runners[runner_of(method)], prompt, law, policies.of(method, policy, unit))
+            out = attempt(runners[runner_of(method)], prompt, law, policies.of(method, policy, unit), think_end)
             if "error" not in out and "error" not in plain:
                 out["plain_seconds"], out["plain_forwards"] = plain["seconds"], plain["forwards"]
                 out.update(greedy_identity(out["tokens"], plain["tokens"]) if law.greedy else {"same_as_plain": None})
@@ -298,6 +319,20 @@ def timed_cells(plan: Plan, runners: dict, work: Workload, records: Records, bas
                 out.setdefault("error", f"plain decoding failed: {plain['error']}")
             records.add({"id": unit.run_id(method, policy), "method": method, "policy": policy, **unit.fields(),
                          **{k: v for k, v in out.items() if k != "tokens"}})
+
+
+def answers(baseline, work: Workload, records: Records, sampling: str, law) -> Callable:
+    """answer(category, index, turn) -> the target's own answer to that turn of the prompt: the baseline's plain
+    decoding of it under this sampling (seeded), made once and kept in the records (a rerun reads it)."""
+    def answer(category: str, index: int, turn: int) -> str:
+        rid = f"answer/{sampling}/{category}/{index}/{turn}"
+        if rid not in records.done:
+            out = attempt(baseline, work.ids(category, index, turn, answer), law)
+            if "error" in out:
+                raise ValueError(f"the target's answer to turn {turn} of prompt {index} ({category}): {out['error']}")
+            records.add({"id": rid, "tokens": out["tokens"][0]})
+        return answer_text(work.tokenizer, records.done[rid]["tokens"])
+    return answer
 
 
 def greedy_identity(rows: list[list[int]], plain: list[list[int]]) -> dict:
@@ -331,40 +366,10 @@ def lossless_checks(cfg: DictConfig, plan: Plan, model, records: Records, out: P
             records.add({"id": rid, "method": method, "sampling": sampling, **record})
 
 
-@dataclass
-class Workload:
-    """Per category, the prompts [1, L] its batches draw from, and how many timed units (the first ones) it has."""
-
-    pools: dict[str, list[torch.Tensor]]
-    units: dict[str, int]
-
-    def batch(self, category: str, index: int, size: int) -> torch.Tensor:
-        """[size, L]: the prompts from `index` on (wrapping around), each cut to the shortest's length keeping
-        its last tokens, where it continues (generate takes no padding). Size 1: the prompt as it is."""
-        pool = self.pools[category]
-        rows = [pool[(index + j) % len(pool)][0] for j in range(size)]
-        length = min(len(row) for row in rows)
-        return torch.stack([row[len(row) - length:] for row in rows])
-
-
-def workload(cfg: DictConfig, plan: Plan, tokenizer) -> Workload:
-    """Each category's set (its first per_category prompts start a unit each), or experiment.prompts as token ids."""
-    exp = cfg.experiment
-    if exp.prompts is not None:
-        prompts = [encode_prompt(list(p), tokenizer) for p in exp.prompts]
-        return Workload({CUSTOM: prompts}, {CUSTOM: len(prompts)})
-    if tokenizer is None:
-        raise ValueError("the prompt sets are text: the target needs a tokenizer beside its checkpoint "
-                         "(e.g. models=zoo), or give experiment.prompts as token ids")
-    sets = stdlib_prompt_sets()
-    pools = {c: [encode_prompt(t, tokenizer) for t in sets[c]["prompt"]] for c in plan.categories}
-    return Workload(pools, {c: min(exp.per_category, len(pools[c])) for c in plan.categories})
-
-
 def warm_up(runners: dict, work: Workload, plan: Plan, rounds: int) -> None:
     """Untimed rounds of every runner on the first unit at each batch size (the first call of a model pays
     for its allocations; transformers' first generate for its setup)."""
-    category = next(iter(work.pools))
+    category = next(iter(work.units))
     for _ in range(rounds):
         for batch in plan.batch_sizes:
             prompt = work.batch(category, 0, batch)
@@ -382,7 +387,7 @@ def prime_policies(runners: dict, work: Workload, plan: Plan) -> None:
     factories = [f for f in plan.policies.values() if f is not None]
     if not sized or not factories:
         return
-    category, law = next(iter(work.pools)), next(iter(plan.samplings.values()))
+    category, law = next(iter(work.units)), next(iter(plan.samplings.values()))
     for factory in factories:
         for batch in plan.batch_sizes:
             attempt(runners[runner_of(sized[0])], work.batch(category, 0, batch), law, factory())
@@ -432,7 +437,8 @@ def _run(cfg: DictConfig, the_plan: Plan) -> dict:
 def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
     exp = cfg.experiment
     probe_model = instantiate(cfg.target)  # its own copy: the timed ones start fresh
-    work = workload(cfg, the_plan, tokenizer_of(probe_model))
+    work = build_workload(cfg, tokenizer_of(probe_model), getattr(probe_model.config, "max_position_embeddings", None))
+    the_plan.categories = list(work.units)
     probe(the_plan, probe_model, work.batch(the_plan.categories[0], 0, 1)[:, :8], listed=exp.methods is not None)
     del probe_model
     runners, settings, model = build_methods(
@@ -446,14 +452,27 @@ def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
     rows = table(the_plan, the_plan.categories, records.done.values())
     summary = table(the_plan, [ALL], [{**r, "category": ALL} for r in records.done.values()])
     result = {"rows": rows, "summary": summary, "skipped": the_plan.skipped, "notes": notes(the_plan),
-              "settings": settings, "baseline": exp.baseline, "config": OmegaConf.to_container(cfg, resolve=True)}
+              "settings": settings, "baseline": exp.baseline, "workload": work.description, "hardware": hardware(),
+              "samplings": {name: asdict(law) for name, law in the_plan.samplings.items()},
+              "config": OmegaConf.to_container(cfg, resolve=True)}
+    files.write_text(out / "prompts.jsonl", "".join(
+        json.dumps({"category": c, "prompt": i, "turn": t, "tokens": len(r.ids), "template": r.template, "text": r.text}) + "\n"
+        for (c, i, t), r in sorted(work.rendered.items())))  # what the target read, as rendered
     write_outputs(result, out)
+    write_profiles(result, records.done.values(), out)
     one = [r for r in summary if r["speedup"] is not None]
     # result.json, as every job writes one: what experiments.sweep_merge tabulates and a sweeper's objective
     write_json(cfg.output_dir, "result.json", {**job_record(), "config": result["config"],
                                                "speedup": one[0]["speedup"] if len(one) == 1 else None,
                                                "summary": {label(r): r["speedup"] for r in one}})
     return result
+
+
+def hardware() -> dict:
+    """The machine a run's clock measured."""
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "gpu": device,
+            "python": platform.python_version(), "system": platform.platform(terse=True)}
 
 
 def pld_variants(cfg: DictConfig, methods: list[str]) -> dict:

@@ -18,12 +18,18 @@ from pathlib import Path
 
 from experiments.common import job_overrides
 from framework.core import files
+from framework.metrics.acceptance import acceptance_summary
+from framework.metrics.latency import latency_summary
+from framework.metrics.profile import speculation_profile
+from framework.metrics.trace import RequestTrace
 
 BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
 SPLIT = ("draft_s", "target_s", "verify_s", "other_s")
 FIXED = "fixed"  # the policy of speculation as configured (generate's policy=None); records before the axis had it
+LATENCY = [f"{k}_{q}" for k in ("ttft", "tpot", "e2e") for q in ("p50", "p95", "p99")]
 COLUMNS = ["method", "policy", "sampling", "category", "batch", "tokens_per_forward", "speedup", "step_cost",
-           "tokens_per_s", "mean_accepted", "prompts", "greedy_identical", "lossless_check", "check_samples", "check_detectable_tv", "check_p",
+           "tokens_per_s", "plain_tokens_per_s", "mean_accepted", "accepted_length_pooled", "accepted_length_per_request",
+           "marginal", "conditional", "consistency", "thinking_length", "answer_length", *LATENCY, "prompts", "greedy_identical", "lossless_check", "check_samples", "check_detectable_tv", "check_p",
            *(f"{k[:-2]}_frac" for k in SPLIT), "seconds", "plain_seconds", "errors"]
 
 
@@ -75,7 +81,24 @@ def cell_row(cell: list[dict], check: dict, method: str, policy: str, sampling: 
         **{f"{k[:-2]}_frac": (split[k] / loop if loop else None) for k in SPLIT},
         "seconds": seconds, "plain_seconds": plain, "errors": "; ".join(errors) or None,
         "accepted_hist": {str(k): v for k, v in sorted(Counter(a for r in ok for a in r.get("accepted_counts", [])).items())},
+        "plain_tokens_per_s": tokens / plain if plain else None,  # the baseline's, on the same prompts
+        **trace_metrics([RequestTrace.of(t) for r in ok for t in r.get("traces", [])]),
     }
+
+
+def trace_metrics(traces: list[RequestTrace]) -> dict:
+    """framework.metrics over a cell's requests: both accepted lengths, per-position rates, the checks' verdict,
+    the thinking split and latency percentiles (flat, for the csv), and the whole summaries (for the profile)."""
+    acceptance, latency = acceptance_summary(traces), latency_summary(traces)
+    thinking = acceptance["thinking"] or {}
+    flat = {f"{k}_{q}": (latency[f"{k}_s"] or {}).get(q) for k in ("ttft", "tpot", "e2e") for q in ("p50", "p95", "p99")}
+    return {"accepted_length_pooled": acceptance["accepted_length_pooled"],
+            "accepted_length_per_request": acceptance["accepted_length_per_request"],
+            "marginal": acceptance["marginal"], "conditional": acceptance["conditional"],
+            "consistency": ("ok" if not acceptance["consistency_failures"] else "; ".join(acceptance["consistency_failures"][:3]))
+            if acceptance["drafting_steps"] else None,
+            "thinking_length": thinking.get("thinking"), "answer_length": thinking.get("answer"),
+            **flat, "acceptance": json.loads(json.dumps(acceptance)), "latency": latency}  # keys as compare.json has them
 
 
 def check_verdict(check: dict) -> str | None:
@@ -122,10 +145,93 @@ def markdown(result: dict) -> str:
     every = result["summary"] + result["rows"]
     shown = [c for c in MD_COLUMNS if c.header not in OPTIONAL or OPTIONAL[c.header](every)]
     text = policies_side_by_side(result["summary"]) + BY_METHOD + "\n\n" + cell_table(result["summary"], shown)
+    text += against_batch(result["summary"]) + metrics_table(result["summary"])
     if result.get("skipped"):
         text += "\nSkipped (do not run on this target): " + "; ".join(f"{k} ({v})" for k, v in result["skipped"].items()) + "\n"
     text += "".join(f"\n{note}\n" for note in result.get("notes", []))
-    return text + f"\n{BY_CATEGORY}\n\n" + cell_table(result["rows"], shown)
+    return text + f"\n{BY_CATEGORY}\n\n" + cell_table(result["rows"], shown) + configuration(result)
+
+
+CONFIGURATION = "### Configuration"
+
+
+def configuration(result: dict) -> str:
+    """What produced the tables: methods (resolved settings, draft vocabulary), samplings, the workload and its
+    rendering, batch sizes, policies, hardware and versions; nothing when the result lacks them (a merge)."""
+    config = result.get("config")
+    if not config:
+        return ""
+    exp, settings = config["experiment"], result.get("settings", {})
+    lines = [f"- target: `{json.dumps(config['target'])}` (vocabulary {settings.get('target_vocabulary', '-')})",
+             f"- workload: `{json.dumps(result.get('workload', {}))}`",
+             f"- samplings: `{json.dumps(result.get('samplings', exp['samplings']))}`",
+             f"- batch sizes {exp['batch_sizes']}, policies {exp['policies']}, max_new_tokens {exp['max_new_tokens']}, "
+             f"baseline {result.get('baseline')}, seed {config['seed']}, threads {exp['num_threads']}",
+             f"- hardware and versions: `{json.dumps(result.get('hardware', {}))}`; transformers "
+             f"{settings.get('transformers', '-')}, torch {settings.get('torch', '-')}"]
+    for name, method in settings.get("methods", {}).items():
+        lines.append(f"- {name}: draft vocabulary {method['draft_vocabulary'] or '-'}; `{json.dumps(method['config'])}`")
+    return f"\n{CONFIGURATION}\n\n" + "\n".join(lines) + "\n"
+
+
+ACCEPTANCE = "### Acceptance by definition and latency (all categories)"
+AGAINST_BATCH = "### Throughput against batch size (all categories)"
+POSITIONS = 5  # per-position rates shown in the table (every position is in compare.json and the profiles)
+
+
+def rates(values: list | None) -> str:
+    shown = [fmt(v) for v in (values or [])[:POSITIONS]]
+    return " ".join(shown) + (" ..." if values and len(values) > POSITIONS else "") or "-"
+
+
+def milliseconds(value) -> str:
+    return fmt(value and 1000 * value, 1)
+
+
+def metrics_table(summary: list[dict]) -> str:
+    """Per (method, policy, sampling, batch): both accepted lengths, per-position rates, the consistency checks,
+    the thinking split when there was one, and latency percentiles."""
+    thinking = any(r.get("thinking_length") is not None for r in summary)
+    head = ["method", "sampling", "batch", "accepted length pooled", "per request", "marginal by position",
+            "conditional by position", "checks", *(["thinking / answer"] if thinking else []),
+            "TTFT ms P50/P95/P99", "TPOT ms P50/P95/P99"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|---:|---:|---:|---|---|---|" + ("---:|" if thinking else "") + "---|---|"]
+    for r in summary:
+        latency = [" / ".join(milliseconds(r.get(f"{k}_{q}")) for q in ("p50", "p95", "p99")) for k in ("ttft", "tpot")]
+        split = [f"{fmt(r.get('thinking_length'))} / {fmt(r.get('answer_length'))}"] if thinking else []
+        lines.append("| " + " | ".join([series(r), r["sampling"], str(r.get("batch", 1)), fmt(r.get("accepted_length_pooled")),
+                                        fmt(r.get("accepted_length_per_request")), rates(r.get("marginal")),
+                                        rates(r.get("conditional")), r.get("consistency") or "-", *split, *latency]) + " |")
+    note = ("Accepted length pooled: 1 + accepted / drafting steps over every step (vLLM, SGLang, AIPerf); per request: "
+            "the mean of each request's own (SpecForge). Marginal: P(first i drafts accepted); conditional: P(i | the "
+            "first i - 1, and i drafted). Checks: pooled = 1 + sum of marginals (0.02), marginals never increase, every "
+            "step keeps its accepted drafts + 1. TTFT and TPOT over requests (a batch's rows share its clock).")
+    return f"\n{ACCEPTANCE}\n\n" + "\n".join(lines) + f"\n\n{note}\n"
+
+
+def against_batch(summary: list[dict]) -> str:
+    """With several batch sizes: per method, policy and sampling, tokens per second (every row's) and speedup
+    over the baseline of the same batch, one column per batch size; else nothing."""
+    batches = sorted({r.get("batch", 1) for r in summary})
+    if len(batches) < 2:
+        return ""
+    cells = {(series(r), r["sampling"], r.get("batch", 1)): r for r in summary}
+    lines = ["| method | sampling | " + " | ".join(f"B={b}: tokens/s (speedup)" for b in batches) + " |",
+             "|---|---|" + "---:|" * len(batches)]
+    baseline = {}
+    for (name, sampling, batch), r in cells.items():
+        baseline.setdefault((sampling, batch), r.get("plain_tokens_per_s"))
+    keys = list(dict.fromkeys((m, s) for m, s, _ in cells))
+    for method, sampling in [("baseline", s) for s in dict.fromkeys(s for _, s in keys)] + keys:
+        values = []
+        for b in batches:
+            if method == "baseline":
+                values.append(fmt(baseline.get((sampling, b)), 1))
+                continue
+            r = cells.get((method, sampling, b))
+            values.append(f"{fmt(r['tokens_per_s'], 1)} ({fmt(r['speedup'])}x)" if r and r["speedup"] is not None else "-")
+        lines.append("| " + " | ".join([method, sampling, *values]) + " |")
+    return f"\n{AGAINST_BATCH}\n\n" + "\n".join(lines) + "\n"
 
 
 def check_cell(r: dict) -> str:
@@ -182,6 +288,34 @@ def write_outputs(result: dict, out: Path) -> None:
     plots(result["rows"], result["summary"], out)
 
 
+def write_profiles(result: dict, records: Iterable[dict], out: Path) -> list[Path]:
+    """One speculation_profile.json per summary cell with drafting steps: profiles/<method>[/<policy>]/<sampling>
+    [/batch=B]/, its requests grouped by category."""
+    groups = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        if r["id"].startswith("run/") and "error" not in r:
+            key = (r["method"], r.get("policy", FIXED), r["sampling"], r.get("batch", 1))
+            groups[key][r["category"]] += [RequestTrace.of(t) for t in r.get("traces", [])]
+    config, settings, written = result.get("config") or {}, result.get("settings", {}), []
+    verifier = (config.get("verifier") or {}).get("_target_", "verifiers.token")
+    for row in result["summary"]:
+        policy, batch = row.get("policy", FIXED), row.get("batch", 1)
+        by_category = groups.get((row["method"], policy, row["sampling"], batch))
+        if not by_category or row.get("accepted_length_pooled") is None:
+            continue
+        folder = out / "profiles" / row["method"] / (policy if policy != FIXED else "") / row["sampling"] / (
+            f"batch={batch}" if batch != 1 else "")
+        conditions = {"workload": result.get("workload"), "sampling": (result.get("samplings") or {}).get(row["sampling"]),
+                      "policy": policy, "concurrency": batch, "engine": "speculum", "hardware": result.get("hardware"),
+                      "max_new_tokens": (config.get("experiment") or {}).get("max_new_tokens")}
+        profile = speculation_profile(by_category, row["method"], {"config": config.get("target"),
+                                                                   "vocabulary": settings.get("target_vocabulary")},
+                                      settings.get("methods", {}).get(row["method"], {}), verifier, conditions)
+        files.write_json(folder / "speculation_profile.json", profile)
+        written.append(folder / "speculation_profile.json")
+    return written
+
+
 def series(row: dict) -> str:
     """A plot's name for a (method, policy): the bare method under the fixed policy."""
     policy = row.get("policy", FIXED)
@@ -199,7 +333,9 @@ def plots(rows: list[dict], summary: list[dict], out: Path) -> None:
     smallest = min((r.get("batch", 1) for r in rows), default=1)
     cell_plots(plt, [r for r in rows if r.get("batch", 1) == smallest], out)
     if len({r.get("batch", 1) for r in summary}) > 1:
-        speedup_vs_batch(plt, summary, out / "speedup_vs_batch.png")
+        against_batch_plot(plt, summary, out / "speedup_vs_batch.png", "speedup", "speedup vs plain of the same batch")
+        against_batch_plot(plt, summary, out / "throughput_vs_batch.png", "tokens_per_s", "tokens per second (all rows)",
+                           baseline="plain_tokens_per_s")
 
 
 def cell_plots(plt, rows: list[dict], out: Path) -> None:
@@ -263,28 +399,35 @@ def cell_plots(plt, rows: list[dict], out: Path) -> None:
     plt.close(fig)
 
 
-def speedup_vs_batch(plt, summary: list[dict], path: Path) -> None:
-    """One panel per sampling, one line per (method, policy): a method's colour, solid under the fixed policy."""
+def against_batch_plot(plt, summary: list[dict], path: Path, key: str, ylabel: str, baseline: str | None = None) -> None:
+    """One panel per sampling, one line per (method, policy) of `key` against the batch size: a method's colour,
+    solid under the fixed policy; `baseline`: the baseline's own line of that row key (dashed black)."""
     samplings = list(dict.fromkeys(r["sampling"] for r in summary))
     palette = plt.get_cmap("tab20")  # a method's colour of its own (the default cycle repeats after 10)
     colours = {m: palette(i % 20) for i, m in enumerate(dict.fromkeys(r["method"] for r in summary))}
     batches = sorted({r.get("batch", 1) for r in summary})
     fig, axes = plt.subplots(1, len(samplings), figsize=(6 * len(samplings), 4.5), squeeze=False)
     for ax, sampling in zip(axes[0], samplings):
-        lines = defaultdict(list)
+        lines, base = defaultdict(list), {}
         for r in summary:
-            if r["sampling"] == sampling and r["speedup"] is not None:
-                lines[r["method"], r.get("policy", FIXED)].append((r.get("batch", 1), r["speedup"]))
+            if r["sampling"] == sampling and r.get(key) is not None:
+                lines[r["method"], r.get("policy", FIXED)].append((r.get("batch", 1), r[key]))
+            if r["sampling"] == sampling and baseline and r.get(baseline) is not None:
+                base.setdefault(r.get("batch", 1), r[baseline])
         for (method, policy), points in lines.items():
             xs, ys = zip(*sorted(points))
             ax.plot(xs, ys, marker="o", color=colours[method], linestyle="-" if policy == FIXED else "--",
                     label=series({"method": method, "policy": policy}))
-        ax.axhline(1.0, color="black", linewidth=0.8)
+        if base:
+            xs, ys = zip(*sorted(base.items()))
+            ax.plot(xs, ys, marker="s", color="black", linestyle=":", label="baseline")
+        else:
+            ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xscale("log", base=2)
         ax.minorticks_off()
         ax.set_xticks(batches, [str(b) for b in batches])
         ax.set_xlabel("batch size")
-        ax.set_ylabel("speedup vs plain of the same batch")
+        ax.set_ylabel(ylabel)
         ax.set_title(sampling, fontsize=9)
     axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))  # beside the panels, not on the lines
     fig.tight_layout()
@@ -309,7 +452,7 @@ def update_readme(table: Path, readme: Path = REPOSITORY / "README.md") -> None:
         raise ValueError(f"{readme} needs exactly one {BEGIN} and one {END} around its results section")
     head, rest = text.split(BEGIN)
     _, tail = rest.split(END)
-    summary = table.read_text().split(BY_CATEGORY)[0]
+    summary = table.read_text().split(BY_CATEGORY)[0].split(f"\n{AGAINST_BATCH}")[0].split(f"\n{ACCEPTANCE}")[0]
     if summary.startswith(SIDE_BY_SIDE):  # several policies: their side-by-side, the full summary on the results page
         summary = summary.split(BY_METHOD)[0]
     summary = summary.rstrip() + "\n"

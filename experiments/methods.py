@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 import transformers
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
 from experiments.common import option, timed_generate
@@ -64,6 +64,23 @@ def assistant_schedule(assistant: torch.nn.Module) -> dict:
     config.update(**defaults, defaults_only=True)
     return {**{k: getattr(config, k) for k in ASSISTANT_KEYS},
             "threshold_adapts": importlib.util.find_spec("sklearn") is not None}
+
+
+def draft_vocabulary(proposer) -> int | None:
+    """The vocabulary a proposer's learnt drafter writes in: a head's draft vocabulary (EAGLE-3's may be pruned),
+    else a draft model's; None for model-free proposers."""
+    for part in vars(proposer).values():
+        for module in (part, getattr(part, "model", None)):  # a head, or a draft model behind its runtime (CachedLM)
+            config = getattr(module, "config", None) if isinstance(module, torch.nn.Module) else None
+            size = getattr(config, "draft_vocab_size", None) or getattr(config, "vocab_size", None)
+            if isinstance(size, int):
+                return size
+    return None
+
+
+def method_settings(name: str, node, make_proposer) -> dict:
+    """What a results page says of a method: its resolved config and its draft vocabulary."""
+    return {"config": OmegaConf.to_container(node, resolve=True), "draft_vocabulary": draft_vocabulary(make_proposer())}
 
 
 def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants: dict):
@@ -119,7 +136,10 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
     runners = {"hf_plain": lambda: hf({}), "hf_assisted": lambda: hf({"assistant_model": assistant}),
                "hf_pld": lambda: hf(lookup("hf_pld")), "hf_pld_matched": lambda: hf(lookup("hf_pld_matched")),
                "ours_plain": lambda: ours(None)}
-    built = {m: runners[m]() if m in runners else ours(instantiate(proposers[m])) for m in methods}
+    factories = {m: instantiate(proposers[m]) for m in methods if m not in runners}
+    settings["methods"] = {m.removeprefix("ours_"): method_settings(m, proposers[m], make) for m, make in factories.items()}
+    settings["target_vocabulary"] = ours_model.config.vocab_size
+    built = {m: runners[m]() if m in runners else ours(factories[m]) for m in methods}
     return built, settings, ours_model
 
 

@@ -9,10 +9,13 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
+from transformers import AutoTokenizer
 
 from experiments import compare
 from experiments.compare_report import BEGIN, BY_CATEGORY, COLUMNS, END, merge, publish, update_readme
+from experiments.workload import Workload, build_workload
 from framework.harness.stats import detectable_tv
+from framework.zoo.checkpoints import EMBEDDED
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 TINY = ["models=tiny", "experiment.prompts=[[1,2,3,4,5],[7,7,7,8,9,1,7]]", "experiment.max_new_tokens=5",
@@ -57,6 +60,31 @@ def test_every_cell_with_speed_identity_and_a_lossless_check(tmp_path):
     assert "| draft | t1 | prompts |" in (tmp_path / "compare.md").read_text()
     for png in ("speedup_by_category", "accepted_length", "time_split"):
         assert (tmp_path / f"{png}.png").stat().st_size > 0
+    metrics_by_definition(tmp_path, result, runs)
+
+
+def metrics_by_definition(tmp_path, result, runs):
+    """Both accepted lengths and the per-position rates from the records' own counts, the checks passed, latency
+    for every row (first-token time for ours only), a speculation profile per drafting cell, the configuration."""
+    for r in result["summary"]:
+        cell = [x for x in runs if x["method"] == r["method"] and x["sampling"] == r["sampling"]]
+        steps = [(a, d) for x in cell for t in x["traces"] for a, d in zip(t["accepted"], t["drafted"]) if d]
+        assert r["e2e_p50"] is not None
+        if r["method"].startswith("hf_") or not steps:  # transformers' clock only; a lookup that never matched
+            assert r["accepted_length_pooled"] is None and (r["ttft_p50"] is None) == r["method"].startswith("hf_")
+            continue
+        assert r["consistency"] == "ok" and r["ttft_p50"] is not None and r["tpot_p99"] >= r["tpot_p50"]
+        assert r["accepted_length_pooled"] == pytest.approx(1 + sum(a for a, _ in steps) / len(steps))
+        assert r["accepted_length_pooled"] == pytest.approx(1 + sum(r["marginal"]))
+        per_request = [1 + sum(a for a, d in zip(t["accepted"], t["drafted"]) if d) / sum(1 for d in t["drafted"] if d)
+                       for x in cell for t in x["traces"]]
+        assert r["accepted_length_per_request"] == pytest.approx(sum(per_request) / len(per_request))
+        profile = json.loads((tmp_path / "profiles" / r["method"] / r["sampling"] / "speculation_profile.json").read_text())
+        assert profile["mean_accept_length"] == pytest.approx(r["accepted_length_pooled"])
+        assert profile["validation"]["mean_consistency"]["passed"] and profile["measurement_conditions"]["concurrency"] == 1
+    text = (tmp_path / "compare.md").read_text()
+    assert "### Acceptance by definition and latency" in text and "### Configuration" in text
+    assert "- draft: draft vocabulary 64;" in text
 
 
 def test_rerun_skips_done_cells_and_a_failing_cell_does_not_stop_the_rest(tmp_path):
@@ -115,9 +143,10 @@ def test_own_proposer_needs_one(tmp_path):
         compare.plan(load(tmp_path, "experiment.methods=[proposer]", "proposer=none"))
 
 
-def test_unknown_category_lists_the_sets(tmp_path):
-    with pytest.raises(ValueError, match=r"unknown categories \['poetry'\].*'code_continuation'"):
-        compare.plan(load(tmp_path, "experiment.prompts=null", "experiment.categories=[code_continuation,poetry]"))
+def test_unknown_category_lists_the_workloads(tmp_path):
+    cfg = load(tmp_path, "experiment.prompts=null", "experiment.categories=[code_continuation,poetry]")
+    with pytest.raises(ValueError, match=r"unknown categories \['poetry'\].*workload zoo has.*'code_continuation'"):
+        build_workload(cfg, AutoTokenizer.from_pretrained(EMBEDDED / "target"), None)
 
 
 def test_readme_section_is_replaced_between_its_markers(tmp_path):
@@ -228,9 +257,9 @@ def test_batches_are_timed_against_plain_decoding_of_the_same_batch(tmp_path):
 
 
 def test_a_batch_is_consecutive_prompts_cut_to_the_shortest_keeping_their_ends():
-    pool = [torch.tensor([[1, 2, 3, 4, 5]]), torch.tensor([[6, 7, 8, 9, 10, 11, 12]]), torch.tensor([[13, 14, 15]])]
-    work = compare.Workload({"c": pool}, {"c": 3})
-    assert torch.equal(work.batch("c", 1, 1), pool[1])  # size 1: the prompt as it is
+    pool = [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11, 12], [13, 14, 15]]
+    work = Workload({"c": pool}, {"c": 3})
+    assert work.batch("c", 1, 1).tolist() == [pool[1]]  # size 1: the prompt as it is
     assert work.batch("c", 0, 2).tolist() == [[1, 2, 3, 4, 5], [8, 9, 10, 11, 12]]
     assert work.batch("c", 2, 2).tolist() == [[13, 14, 15], [3, 4, 5]]  # wraps around
     assert work.batch("c", 1, 4).tolist() == [[10, 11, 12], [13, 14, 15], [3, 4, 5], [10, 11, 12]]

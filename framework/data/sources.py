@@ -59,13 +59,14 @@ def local_files(path: str) -> list[str] | None:
     return matches or None
 
 
-def load_rows(path: str, split: str = "train", builder: str | None = None) -> datasets.Dataset:
-    """Rows of a local file / folder / glob (json, jsonl, parquet) or, when no local path matches, a hub id."""
+def load_rows(path: str, split: str = "train", builder: str | None = None, name: str | None = None) -> datasets.Dataset:
+    """Rows of a local file / folder / glob (json, jsonl, parquet) or, when no local path matches, a hub id
+    (`name`: its configuration, e.g. gsm8k's "main"; `split` picks the hub set's split, a local file is one)."""
     found = local_files(path)
     if found is None:
         if Path(path).expanduser().is_absolute() or path.startswith("."):
             raise FileNotFoundError(f"no data at {path}")
-        return datasets.load_dataset(path, split=split)  # a hub id (or a local dataset script)
+        return datasets.load_dataset(path, name, split=split)  # a hub id (or a local dataset script)
     suffixes = {Path(f).suffix for f in found}
     if builder is None:
         if suffixes <= {".json", ".jsonl"}:

@@ -9,8 +9,8 @@ Over the steps that drafted (a step that offered no draft is not a draft, as vLL
                                  (vLLM's "per-position acceptance rate"); 1 + sum(marginal) = pooled length
     conditional[i]               P(position i accepted | the first i - 1 were, and i was drafted)
     histogram                    steps by accepted count (and by drafted depth: adaptive depths change K)
-    thinking / answer            the pooled length of the steps inside the thinking span (up to the step
-                                 that emits its end token) and after it
+    thinking / answer            the pooled length of the steps before the one that emits the end of the
+                                 thinking span, and of those after it (specdec_bench's split)
 """
 
 from __future__ import annotations
@@ -75,18 +75,18 @@ def histogram_by_draft_length(traces: Sequence[RequestTrace]) -> dict[int, dict[
 
 
 def thinking_split(traces: Sequence[RequestTrace]) -> dict[str, float | None] | None:
-    """Pooled lengths inside the thinking span and after it; None when no request started inside one.
-    A step belongs to the span when its first token is at or before the end token (the step that emits
-    the end token drafted inside the span); a request that never closed its span is thinking throughout."""
+    """Pooled lengths inside the thinking span and after it, as specdec_bench's ThinkingAcceptance splits them:
+    steps before the one whose tokens hold the end token think, steps after it answer, and that step counts in
+    neither; a request that never closed its span thinks throughout. None when no request started thinking."""
     inside, after = [], []
     reasoning = [t for t in traces if t.thinking]
     if not reasoning:
         return None
     for t in reasoning:
         end = t.think_end if t.think_end is not None else float("inf")
-        for a, d, _, start in t.steps():
-            if d > 0:
-                (inside if start <= end else after).append((a, d))
+        for a, d, e, start in t.steps():
+            if d > 0 and not start <= end < start + e:
+                (inside if start + e <= end else after).append((a, d))
     return {"thinking": pooled_length(inside), "answer": pooled_length(after),
             "thinking_steps": len(inside), "answer_steps": len(after)}
 

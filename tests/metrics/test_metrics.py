@@ -2,11 +2,13 @@
 
 Request A (thinking; its end token at output index 5), steps (accepted, drafted, kept):
     (2,3,3) (0,3,1) (3,3,4) (1,3,2)         first tokens 1, starts at 1, 4, 5, 9; 11 tokens
-Request B: (1,2,2) (2,2,3) (0,0,1) (2,4,2)  the third drafted nothing; the last cut by the budget; 9 tokens
+Request B (thinking; end token at 4): (1,2,2) (2,2,3) (0,0,1) (2,4,2)   starts at 1, 3, 6, 7; the third drafted
+    nothing; the last cut by the budget; 9 tokens
 Drafting steps: 7, accepted 11 -> pooled 1 + 11/7; per request: A 1 + 6/4, B 1 + 5/3.
 marginal: #(a >= i) / 7 = 6/7, 4/7, 1/7, 0/7
 conditional: 6/7; 4 of 6 reached (a >= 1, d >= 2); 1 of 3 reached (a >= 2, d >= 3); position 4 never reached
-thinking (A only): steps starting at or before 5 -> (2, 0, 3): 1 + 5/3; after: (1): 2
+thinking: the step holding the end token counts in neither (A's third, B's second); before it A (2, 0), B (1):
+    1 + 3/3; after it A (1), B (2) (B's plain step drafted nothing): 1 + 3/2
 latency: A ttft 0.1, e2e 1.1 -> tpot 1.0 / 10; B ttft 0.3, e2e 1.9 -> tpot 1.6 / 8
 """
 
@@ -24,11 +26,12 @@ from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
 from framework.metrics.acceptance import acceptance_summary, consistency
 from framework.metrics.latency import latency_summary, quantile
+from framework.metrics.profile import speculation_profile, validation
 from framework.metrics.trace import RequestTrace, request_traces
 from proposers.draft_model import DraftModelProposer
 
 A = RequestTrace((2, 0, 3, 1), (3, 3, 3, 3), (3, 1, 4, 2), 1, 0.1, 1.1, think_end=5, thinking=True)
-B = RequestTrace((1, 2, 0, 2), (2, 2, 0, 4), (2, 3, 1, 2), 1, 0.3, 1.9)
+B = RequestTrace((1, 2, 0, 2), (2, 2, 0, 4), (2, 3, 1, 2), 1, 0.3, 1.9, think_end=4, thinking=True)
 HAND = {
     "accepted_length_pooled": 1 + 11 / 7,
     "accepted_length_per_request": ((1 + 6 / 4) + (1 + 5 / 3)) / 2,
@@ -36,7 +39,7 @@ HAND = {
     "conditional": [6 / 7, 4 / 6, 1 / 3, None],
     "histogram": {0: 1, 1: 2, 2: 3, 3: 1},
     "histogram_by_draft_length": {2: {1: 1, 2: 1}, 3: {0: 1, 1: 1, 2: 1, 3: 1}, 4: {2: 1}},
-    "thinking": {"thinking": 1 + 5 / 3, "answer": 2.0, "thinking_steps": 3, "answer_steps": 1},
+    "thinking": {"thinking": 1 + 3 / 3, "answer": 1 + 3 / 2, "thinking_steps": 3, "answer_steps": 2},
     "drafting_steps": 7,
 }
 
@@ -116,3 +119,17 @@ def test_the_engines_traces_are_consistent_and_count_every_token(batch):
     summary = acceptance_summary(traces)
     assert math.isclose(summary["accepted_length_pooled"], 1 + out.stats.accepted_total /
                         sum(int((s.drafted > 0).sum()) for s in out.stats.steps))
+
+
+def test_the_speculation_profile_has_specdec_bench_conventions():
+    profile = speculation_profile({"c1": [A], "c2": [B]}, "draft", {"name": "t"}, {"name": "d"}, "token", {"batch": 1})
+    assert profile["schema_version"] == "1.0" and profile["measured"] and profile["num_speculative_tokens"] == 4
+    assert close(profile["marginal_accept_rates"], [round(x, 6) for x in (6 / 7, 4 / 7, 1 / 7, 0.0)])
+    assert close(profile["conditional_accept_rates"], [round(x, 6) for x in (6 / 7, 2 / 3, 1 / 4, 0.0)])
+    assert close(profile["mean_accept_length"], 1 + 11 / 7)
+    assert profile["acceptance_length_histogram"] == {"1": 1, "2": 2, "3": 3, "4": 1}  # lengths count the bonus
+    assert close(profile["accept_length_by_k"], {"2": 2.5, "3": 2.5, "4": 3.0})
+    assert close(profile["per_category"]["c1"]["mean_accept_length"], 2.5)
+    assert profile["validation"]["mean_consistency"]["passed"] and profile["validation"]["marginal_monotonicity"]["passed"]
+    assert not validation([0.5, 0.6], 2.1)["marginal_monotonicity"]["passed"]
+    assert not validation([0.5, 0.4], 2.5)["mean_consistency"]["passed"]
