@@ -4,6 +4,7 @@
     python -m experiments.compare experiment=compare_smoke         # 1 prompt per category, 16 tokens (minutes)
     python -m experiments.compare 'experiment.methods=[draft,prompt_lookup,hf_assisted]'
     python -m experiments.compare experiment.publish=<run folder>/compare.md   # docs/results.md and the README table
+    python -m experiments.compare workload=spec_bench workload.suite.source=<question.jsonl> experiment.samples=48
     python -m experiments.compare -m 'experiment.methods=[proposer]' proposer=draft proposer.gamma=2,4,6 \
         hydra/launcher=joblib && python -m experiments.compare experiment.merge=multirun/<date>/<time>
     python -m experiments.compare experiment=categories proposer=draft_tree   # Spec-Bench style, one method, timing only
@@ -50,6 +51,7 @@ from pathlib import Path
 
 import hydra
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from tqdm.auto import tqdm
@@ -453,7 +455,7 @@ def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
     summary = table(the_plan, [ALL], [{**r, "category": ALL} for r in records.done.values()])
     result = {"rows": rows, "summary": summary, "skipped": the_plan.skipped, "notes": notes(the_plan),
               "settings": settings, "baseline": exp.baseline, "workload": work.description, "hardware": hardware(),
-              "samplings": {name: asdict(law) for name, law in the_plan.samplings.items()},
+              "samplings": {name: asdict(law) for name, law in the_plan.samplings.items()}, "command": command(),
               "config": OmegaConf.to_container(cfg, resolve=True)}
     files.write_text(out / "prompts.jsonl", "".join(
         json.dumps({"category": c, "prompt": i, "turn": t, "tokens": len(r.ids), "template": r.template, "text": r.text}) + "\n"
@@ -466,6 +468,13 @@ def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
                                                "speedup": one[0]["speedup"] if len(one) == 1 else None,
                                                "summary": {label(r): r["speedup"] for r in one}})
     return result
+
+
+def command() -> str | None:
+    """The command line that made the run (None when called from Python)."""
+    if not HydraConfig.initialized():
+        return None
+    return " ".join(["python -m experiments.compare", *HydraConfig.get().overrides.task])
 
 
 def hardware() -> dict:
@@ -494,7 +503,7 @@ def main(cfg: DictConfig) -> float | None:
         print(markdown(merge(Path(cfg.experiment.merge))))
         return
     if cfg.experiment.publish is not None:  # a finished run's compare.md: the results page and the README's table
-        publish(Path(cfg.experiment.publish))
+        publish(Path(cfg.experiment.publish), page=cfg.experiment.publish_page, readme=cfg.experiment.publish_readme)
         return
     result = run(cfg)
     print((Path(cfg.output_dir) / "compare.md").read_text())

@@ -20,6 +20,7 @@ from framework.workloads.render import Rendering
 from framework.workloads.suite import BenchPrompt, by_category
 
 CUSTOM = "prompts"  # the one category of experiment.prompts (token ids, for targets without a tokenizer)
+THINK_START = "<think>"
 THINK_END = "</think>"  # the end of a reasoning model's thinking span (Qwen3, DeepSeek-R1 and their kin)
 
 
@@ -131,8 +132,14 @@ def build_workload(cfg: DictConfig, tokenizer, context: int | None) -> Workload:
 
 
 def answer_text(tokenizer, tokens: list[int]) -> str:
-    """A turn's answer as the next turn's history: up to its first special token (the end of the turn; every
-    method runs to its budget here, EOS off), without special tokens."""
-    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    """A turn's answer as the next turn's history: up to its end (the first special token other than the thinking
+    span's; every method runs to its budget here, EOS off), its thinking left out as chat templates leave out past
+    reasoning, without special tokens."""
+    thinking = set(tokenizer.convert_tokens_to_ids([THINK_START, THINK_END]))
+    special = set(getattr(tokenizer, "all_special_ids", []) or []) - thinking
     cut = next((i for i, t in enumerate(tokens) if t in special), len(tokens))
-    return tokenizer.decode(tokens[:cut], skip_special_tokens=True).strip()
+    tokens = tokens[:cut]
+    end = tokenizer.convert_tokens_to_ids(THINK_END)
+    if end in tokens:
+        tokens = tokens[len(tokens) - tokens[::-1].index(end):]
+    return tokenizer.decode(tokens, skip_special_tokens=True).strip()

@@ -165,10 +165,16 @@ def test_publishing_writes_every_cell_to_the_results_page(tmp_path):
     (tmp_path / "README.md").write_text(f"{BEGIN}\n{END}\n")
     table = tmp_path / "compare.md"
     table.write_text(f"| summary |\n\n{BY_CATEGORY}\n\n| every | cell |\n")
+    (tmp_path / "time_split.png").write_bytes(b"png")
     publish(table, tmp_path)
     page = (tmp_path / "docs" / "results.md").read_text()
-    assert page.startswith("# Results") and page.endswith(table.read_text())
+    assert page.startswith("# Results") and table.read_text() in page
+    assert page.endswith("![time_split](results/time_split.png)\n")
+    assert (tmp_path / "docs" / "results" / "time_split.png").read_bytes() == b"png"
     assert "| every | cell |" not in (tmp_path / "README.md").read_text()
+    (tmp_path / "README.md").write_text("no markers: not touched\n")
+    publish(table, tmp_path, page="results_spec_bench", readme=False)
+    assert (tmp_path / "docs" / "results_spec_bench.md").read_text().startswith("# Results: results_spec_bench")
 
 
 @pytest.mark.slow

@@ -78,6 +78,12 @@ def write_text(path: str | Path, text: str) -> Path:
     return Path(path)
 
 
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    with replacing(path) as temporary:
+        temporary.write_bytes(data)
+    return Path(path)
+
+
 def write_json(path: str | Path, data, indent: int | None = 2) -> Path:
     return write_text(path, json.dumps(data, indent=indent))
 

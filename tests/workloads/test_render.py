@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from transformers import AutoTokenizer
 
 from experiments import compare
-from experiments.workload import build_workload, quota
+from experiments.workload import Workload, answer_text, build_workload, quota
 from framework.lm.chat_models import pair_tokenizer, save_tiny_chat_target
 from framework.workloads.render import Rendering
 from framework.workloads.suite import BenchPrompt
@@ -109,3 +109,21 @@ def test_samples_are_shared_out_over_the_categories_in_turn():
     assert quota({"a": 3, "b": 1, "c": 5}, 6, 5) == {"a": 3, "b": 1, "c": 2}
     assert quota({"a": 3, "b": 1}, None, 2) == {"a": 2, "b": 1}
     assert quota({"a": 1, "b": 1}, 10, 5) == {"a": 1, "b": 1}
+
+
+def test_the_thinking_span_is_measured_where_the_template_opens_one(tokenizer):
+    thinking = AutoTokenizer.from_pretrained(tokenizer.name_or_path)
+    thinking.add_tokens(["<think>", "</think>"], special_tokens=True)
+    thinking.chat_template = THINKING_TEMPLATE
+    end = thinking.convert_tokens_to_ids("</think>")
+    assert Workload({}, {}, thinking, Rendering()).think_end() == end
+    assert Workload({}, {}, thinking, Rendering(thinking=False)).think_end() is None  # an empty span in the prompt
+    assert Workload({}, {}, tokenizer, Rendering()).think_end() is None  # ChatML without a thinking span
+
+
+def test_an_answer_ends_at_its_turn_and_leaves_its_thinking_out(tokenizer):
+    thinking = AutoTokenizer.from_pretrained(tokenizer.name_or_path)
+    thinking.add_tokens(["<think>", "</think>"], special_tokens=True)
+    ids = lambda text: thinking(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    assert answer_text(thinking, ids("Some thought.</think> The answer.<|im_end|>trailing")) == "The answer."
+    assert answer_text(thinking, ids("Plain answer<|endoftext|>more")) == "Plain answer"
