@@ -344,6 +344,7 @@ def test_the_goodput_policy_has_rows_of_its_own(tmp_path):
     (["experiment.batch_sizes=4"], r"experiment.batch_sizes must be a non-empty list, got 4"),
     (["experiment.policies=[fixed,fastest]"], r"unknown policies \['fastest'\] in experiment.policies \(have \[.*'fixed'"),
     (["experiment.baseline=hf_plain", "experiment.batch_sizes=[1,4]"], r"hf_plain decodes one prompt at a time"),
+    (["experiment.samples=0"], r"experiment.samples must be an integer >= 1 \(prompts timed in all\) or null, got 0"),
 ])
 def test_bad_axes_fail_naming_the_setting(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
