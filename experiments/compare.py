@@ -16,7 +16,11 @@ experiment.methods is null: the others are listed as skipped, with why), plus tr
 `hf_prompt_lookup` (its prompt lookup at its defaults), and `proposer`: the run's own proposer
 group with its command-line overrides (what a sweep over tree settings varies; a merged sweep names
 each job's overrides); also `plain`, `hf_plain` and `hf_pld_matched` when listed. Cells: method x policy x
-sampling x category x batch size. The presets in conf/experiment (compare_smoke, categories, bench_hf,
+sampling x category x batch size; the categories and prompts are the workload's (conf/workload, rendered for the
+target: experiments.workload), a multi-turn prompt's later turns timed after the target's own answer. Every run
+keeps per-row traces, from which each cell's metrics are computed by their definitions (framework.metrics:
+both accepted lengths, per-position rates and their checks, latency percentiles; a speculation_profile.json per
+cell). The presets in conf/experiment (compare_smoke, categories, bench_hf,
 compare_batch) are settings of this run.
 
 Batch sizes (experiment.batch_sizes): at B > 1 a timed run decodes B consecutive prompts of the category's
