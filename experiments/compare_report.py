@@ -333,10 +333,29 @@ def plots(rows: list[dict], summary: list[dict], out: Path) -> None:
 
     smallest = min((r.get("batch", 1) for r in rows), default=1)
     cell_plots(plt, [r for r in rows if r.get("batch", 1) == smallest], out)
+    per_request_plot(plt, [r for r in summary if r.get("batch", 1) == smallest], out / "accepted_length_per_request.png")
     if len({r.get("batch", 1) for r in summary}) > 1:
         against_batch_plot(plt, summary, out / "speedup_vs_batch.png", "speedup", "speedup vs plain of the same batch")
         against_batch_plot(plt, summary, out / "throughput_vs_batch.png", "tokens_per_s", "tokens per second (all rows)",
                            baseline="plain_tokens_per_s")
+
+
+def per_request_plot(plt, summary: list[dict], path: Path) -> None:
+    """Each request's own accepted length (from its histogram), per method and sampling: the spread the pooled
+    and per-request means summarise."""
+    cells = [(f"{series(r)}\n{r['sampling']}", [1 + sum(int(a) * n for a, n in h.items()) / sum(h.values())
+                                                for h in (r.get("acceptance") or {}).get("per_request_histograms", []) if h])
+             for r in summary]
+    cells = [(name, values) for name, values in cells if values]
+    if not cells:
+        return
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(cells)), 4))
+    ax.boxplot([values for _, values in cells], showmeans=True)
+    ax.set_xticks(range(1, len(cells) + 1), [name for name, _ in cells], rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("accepted length per request")
+    fig.tight_layout()
+    files.save_figure(fig, path, dpi=110)
+    plt.close(fig)
 
 
 def cell_plots(plt, rows: list[dict], out: Path) -> None:
@@ -444,7 +463,8 @@ do not edit by hand. The command, configuration, machine and versions are at the
 [experiments](experiments.md).
 
 """
-PLOTS = ("speedup_by_category", "accepted_length", "time_split", "speedup_vs_batch", "throughput_vs_batch")
+PLOTS = ("speedup_by_category", "accepted_length", "accepted_length_per_request", "time_split", "speedup_vs_batch",
+         "throughput_vs_batch")
 
 
 def update_readme(table: Path, readme: Path = REPOSITORY / "README.md") -> None:

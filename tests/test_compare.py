@@ -58,7 +58,7 @@ def test_every_cell_with_speed_identity_and_a_lossless_check(tmp_path):
     assert summary["draft", "t1"]["speedup"] == rows["draft", "t1"]["speedup"]  # one category: the same
     assert json.loads((tmp_path / "compare.json").read_text())["rows"] == result["rows"]
     assert "| draft | t1 | prompts |" in (tmp_path / "compare.md").read_text()
-    for png in ("speedup_by_category", "accepted_length", "time_split"):
+    for png in ("speedup_by_category", "accepted_length", "accepted_length_per_request", "time_split"):
         assert (tmp_path / f"{png}.png").stat().st_size > 0
     metrics_by_definition(tmp_path, result, runs)
 
