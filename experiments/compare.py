@@ -277,14 +277,15 @@ class Policies:
 
 def attempt(runner, prompt, law, policy=None, think_end: int | None = None) -> dict:
     """A run's record: its tokens, clock, forwards and, per row, the trace every metric is computed from
-    (framework.metrics; transformers' runners have only the clock: no steps, no first-token time)."""
+    (framework.metrics; transformers' runners have no steps: their clock and first-token time only)."""
     try:
-        new, seconds, forwards, stats = runner(prompt, law, policy)
+        timed = runner(prompt, law, policy)
     except Exception as error:  # noqa: BLE001 - recorded, the rest goes on
         return {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc(limit=3)}
-    out = {"tokens": new, "new_tokens": sum(len(row) for row in new), "seconds": seconds, "forwards": forwards}
-    traces = (request_traces(stats.steps, len(new), new, stats.prefill_s, seconds, think_end, think_end is not None)
-              if stats is not None else [RequestTrace((), (), (), len(row), None, seconds) for row in new])
+    new, seconds, stats = timed.tokens, timed.seconds, timed.stats
+    out = {"tokens": new, "new_tokens": sum(len(row) for row in new), "seconds": seconds, "forwards": timed.forwards}
+    traces = (request_traces(stats.steps, len(new), new, timed.ttft_s, seconds, think_end, think_end is not None)
+              if stats is not None else [RequestTrace((), (), (), len(row), timed.ttft_s, seconds) for row in new])
     out["traces"] = [asdict(t) for t in traces]
     if stats is not None:
         summary = stats.summary()

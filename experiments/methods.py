@@ -12,15 +12,18 @@ import importlib.util
 import inspect
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import transformers
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+from transformers.generation.streamers import BaseStreamer
 
 from experiments.common import option, timed_generate
 from framework.core.sampling import SamplingConfig, hf_sampling
+from framework.engine import GenerationStats
 from framework.lm.target import HFTarget
 
 HF_METHODS = ("hf_plain", "hf_assisted", "hf_pld", "hf_pld_matched")  # one prompt at a time, no policy
@@ -83,9 +86,36 @@ def method_settings(name: str, node, make_proposer) -> dict:
     return {"config": OmegaConf.to_container(node, resolve=True), "draft_vocabulary": draft_vocabulary(make_proposer())}
 
 
+@dataclass
+class Timed:
+    """One timed generation: new tokens per row, its clock, the target's forwards, and ours' per-step stats
+    (transformers' runners have none: their first-token time comes from a streamer instead)."""
+
+    tokens: list[list[int]]
+    seconds: float
+    forwards: int
+    stats: GenerationStats | None = None
+    ttft_s: float | None = None
+
+
+class FirstTokenClock(BaseStreamer):
+    """transformers' streamer hook as a clock: generate puts the prompt first, then new tokens as they come."""
+
+    def __init__(self, start: float):
+        self.start, self.puts, self.ttft_s = start, 0, None
+
+    def put(self, value) -> None:
+        self.puts += 1
+        if self.puts == 2:
+            self.ttft_s = time.perf_counter() - self.start
+
+    def end(self) -> None:
+        pass
+
+
 def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants: dict):
-    """name -> run(prompt [B, L], sampling, policy=None) -> (new tokens per row, seconds, forwards,
-    GenerationStats or None); transformers' runners take B = 1 and no policy."""
+    """name -> run(prompt [B, L], sampling, policy=None) -> Timed; transformers' runners take B = 1 and no
+    policy."""
     ours_model, hf_model = instantiate(cfg.target), instantiate(cfg.target)
     if hf_model is ours_model:
         raise ValueError("cfg.target must build a fresh model per instantiate (transformers needs its own copy)")
@@ -111,7 +141,8 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
             _sync(ours_model)
             out, seconds = timed_generate(target, make_proposer() if make_proposer else None, prompt, cfg, sampling, tokens,
                                           policy=policy)
-            return [[t for t in row if t >= 0] for row in out.tokens.tolist()], seconds, ours_calls.calls - before, out.stats
+            return Timed([[t for t in row if t >= 0] for row in out.tokens.tolist()], seconds, ours_calls.calls - before,
+                         out.stats, out.stats.prefill_s)
         return run
 
     def hf(extra: dict) -> Callable:
@@ -123,11 +154,12 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
             torch.manual_seed(cfg.seed)  # transformers samples from torch's global generator
             _sync(hf_model)
             start = time.perf_counter()
+            clock = FirstTokenClock(start)
             out = hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens,
-                                    min_new_tokens=tokens, eos_token_id=None,
+                                    min_new_tokens=tokens, eos_token_id=None, streamer=clock,
                                     pad_token_id=hf_model.generation_config.pad_token_id, **hf_sampling(sampling), **extra)
             new = out[0, ids.shape[1]:].tolist()  # .tolist() waits for the device
-            return [new], time.perf_counter() - start, hf_calls.calls - before, None
+            return Timed([new], time.perf_counter() - start, hf_calls.calls - before, None, clock.ttft_s)
         return run
 
     def lookup(name: str) -> dict:
