@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from framework.workloads.mt_bench import as_turns, id_of, text_of, where
+from framework.workloads.rows import as_turns, id_of, text_of, where
 from framework.workloads.suite import BenchPrompt, read_rows
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from framework.workloads import mt_bench
-from framework.workloads.mt_bench import id_of, text_of, turns_of, where
+from framework.workloads.rows import id_of, text_of, turns_of, where
 from framework.workloads.suite import BenchPrompt, read_rows
 
 TASKS = ("translation", "summarization", "qa", "math_reasoning", "rag")

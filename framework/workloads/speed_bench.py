@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from framework.workloads.mt_bench import as_turns, id_of, text_of, turns_of, where
+from framework.workloads.rows import as_turns, id_of, text_of, turns_of, where
 from framework.workloads.suite import BenchPrompt, read_rows
 
 PLACEHOLDER = "FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE USING SPECDEC_BENCH"
