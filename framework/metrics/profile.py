@@ -17,8 +17,8 @@ from framework.metrics.acceptance import (
     accepted_length_pooled,
     drafting_steps,
     histogram,
-    histogram_by_draft_length,
     marginal,
+    pooled_length,
 )
 from framework.metrics.trace import RequestTrace
 
@@ -47,12 +47,10 @@ def speculation_profile(by_category: Mapping[str, Sequence[RequestTrace]], metho
     traces = [t for group in by_category.values() for t in group]
     rates = [round(r, 6) for r in marginal(traces)]
     mean = accepted_length_pooled(traces)
-    by_k = {str(k): accepted_length_pooled([RequestTrace(tuple(a for a, d in steps), tuple(d for _, d in steps),
-                                                         tuple(a + 1 for a, _ in steps))])
-            for k in histogram_by_draft_length(traces)
-            for steps in [[(a, d) for a, d in drafting_steps(traces) if d == k]]}
+    steps = drafting_steps(traces)
+    by_k = {str(k): pooled_length([(a, d) for a, d in steps if d == k]) for k in sorted({d for _, d in steps})}
     return {
-        "schema_version": SCHEMA_VERSION, "measured": bool(drafting_steps(traces)), "method": method,
+        "schema_version": SCHEMA_VERSION, "measured": bool(steps), "method": method,
         "draft_checkpoint": draft, "target_model": target, "num_speculative_tokens": len(rates),
         "block_size": None, "max_supported_k": len(rates), "verification_method": verification,
         "conditional_accept_rates": [round(c, 6) for c in chained(rates)], "marginal_accept_rates": rates,
