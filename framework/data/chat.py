@@ -57,13 +57,15 @@ def with_system(messages: list[Message], system_prompt: str | None) -> list[Mess
     return [Message("system", system_prompt), *messages]
 
 
-def render_text(tokenizer, messages: list[Message], generation_prompt: bool = False) -> str:
+def render_text(tokenizer, messages: list[Message], generation_prompt: bool = False, **template_options) -> str:
+    """The conversation as the tokenizer's chat template writes it; template_options reach the template (e.g.
+    enable_thinking)."""
     if getattr(tokenizer, "chat_template", None) is None:
         name = getattr(tokenizer, "name_or_path", "") or "the target's tokenizer"
         raise ValueError(f"{name} has no chat template: conversations cannot be rendered (train on plain text "
                          "with data=text, or give the tokenizer a chat_template)")
     return tokenizer.apply_chat_template([{"role": m.role, "content": m.content} for m in messages], tokenize=False,
-                                         add_generation_prompt=generation_prompt)
+                                         add_generation_prompt=generation_prompt, **template_options)
 
 
 def encode(tokenizer, text: str) -> list[int]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from framework.data.chat import Message, with_system
+from framework.data.chat import Message, encode, render_text, with_system
 from framework.workloads.suite import BenchPrompt
 
 TEMPLATES = ("auto", "chat", "raw")
@@ -62,8 +62,7 @@ class Rendering:
         messages = [m for user, answer in zip(prompt.turns, answers)
                     for m in (Message("user", user), Message("assistant", answer))]
         messages = with_system([*messages, Message("user", prompt.turns[turn])], prompt.system or self.system_prompt)
-        text = tokenizer.apply_chat_template([{"role": m.role, "content": m.content} for m in messages], tokenize=False,
-                                             add_generation_prompt=True, **self.template_options(tokenizer))
+        text = render_text(tokenizer, messages, generation_prompt=True, **self.template_options(tokenizer))
         return Rendered(with_bos(tokenizer, text), text, "chat")
 
     def template_options(self, tokenizer) -> dict:
@@ -84,7 +83,7 @@ class Rendering:
 def with_bos(tokenizer, text: str) -> list[int]:
     """The text's ids with the tokenizer's BOS exactly once: kept when the text writes it, added when the
     tokenizer would add one and the text does not."""
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    ids = encode(tokenizer, text)
     bos = tokenizer.bos_token_id
     adds = bos is not None and tokenizer("", add_special_tokens=True)["input_ids"][:1] == [bos]
     if adds and ids[:1] != [bos]:
