@@ -12,18 +12,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import torch
+
 from framework.metrics.trace import RequestTrace
 
 QUANTILES = (50, 95, 99)
 
 
 def quantile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100), linear between the order statistics."""
-    ordered = sorted(values)
-    at = (len(ordered) - 1) * q / 100
-    low = math.floor(at)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+    """The q-th percentile (0-100), linear between the order statistics (torch's default, as numpy's)."""
+    return float(torch.quantile(torch.tensor(values, dtype=torch.float64), q / 100))
 
 
 def spread(values: Sequence[float]) -> dict[str, float] | None:
