@@ -19,14 +19,16 @@ from pathlib import Path
 from experiments.common import job_overrides
 from framework.core import files
 from framework.metrics.acceptance import acceptance_summary
-from framework.metrics.latency import latency_summary
+from framework.metrics.latency import QUANTILES, latency_summary
 from framework.metrics.profile import speculation_profile
 from framework.metrics.trace import RequestTrace
 
 BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
 SPLIT = ("draft_s", "target_s", "verify_s", "other_s")
 FIXED = "fixed"  # the policy of speculation as configured (generate's policy=None); records before the axis had it
-LATENCY = [f"{k}_{q}" for k in ("ttft", "tpot", "e2e") for q in ("p50", "p95", "p99")]
+PERCENTILES = tuple(f"p{q}" for q in QUANTILES)  # framework.metrics.latency's, as the csv's and tables' columns
+CLOCKS = ("ttft", "tpot", "e2e")
+LATENCY = [f"{k}_{q}" for k in CLOCKS for q in PERCENTILES]
 COLUMNS = ["method", "policy", "sampling", "category", "batch", "tokens_per_forward", "speedup", "step_cost",
            "tokens_per_s", "plain_tokens_per_s", "mean_accepted", "accepted_length_pooled", "accepted_length_per_request",
            "marginal", "conditional", "consistency", "thinking_length", "answer_length", *LATENCY, "prompts", "greedy_identical", "lossless_check", "check_samples", "check_detectable_tv", "check_p",
@@ -91,7 +93,7 @@ def trace_metrics(traces: list[RequestTrace]) -> dict:
     the thinking split and latency percentiles (flat, for the csv), and the whole summaries (for the profile)."""
     acceptance, latency = acceptance_summary(traces), latency_summary(traces)
     thinking = acceptance["thinking"] or {}
-    flat = {f"{k}_{q}": (latency[f"{k}_s"] or {}).get(q) for k in ("ttft", "tpot", "e2e") for q in ("p50", "p95", "p99")}
+    flat = {f"{k}_{q}": (latency[f"{k}_s"] or {}).get(q) for k in CLOCKS for q in PERCENTILES}
     return {"accepted_length_pooled": acceptance["accepted_length_pooled"],
             "accepted_length_per_request": acceptance["accepted_length_per_request"],
             "marginal": acceptance["marginal"], "conditional": acceptance["conditional"],
@@ -195,10 +197,10 @@ def metrics_table(summary: list[dict]) -> str:
     thinking = any(r.get("thinking_length") is not None for r in summary)
     head = ["method", "sampling", "batch", "accepted length pooled", "per request", "marginal by position",
             "conditional by position", "checks", *(["thinking / answer"] if thinking else []),
-            "TTFT ms P50/P95/P99", "TPOT ms P50/P95/P99"]
+            *(f"{k} ms {'/'.join(q.upper() for q in PERCENTILES)}" for k in ("TTFT", "TPOT"))]
     lines = ["| " + " | ".join(head) + " |", "|---|---|---:|---:|---:|---|---|---|" + ("---:|" if thinking else "") + "---|---|"]
     for r in summary:
-        latency = [" / ".join(milliseconds(r.get(f"{k}_{q}")) for q in ("p50", "p95", "p99")) for k in ("ttft", "tpot")]
+        latency = [" / ".join(milliseconds(r.get(f"{k}_{q}")) for q in PERCENTILES) for k in ("ttft", "tpot")]
         split = [f"{fmt(r.get('thinking_length'))} / {fmt(r.get('answer_length'))}"] if thinking else []
         lines.append("| " + " | ".join([series(r), r["sampling"], str(r.get("batch", 1)), fmt(r.get("accepted_length_pooled")),
                                         fmt(r.get("accepted_length_per_request")), rates(r.get("marginal")),
