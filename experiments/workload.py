@@ -15,6 +15,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from experiments.common import whole_number
 from framework.lm.text import encode_prompt
 from framework.workloads.render import Rendering
 from framework.workloads.suite import BenchPrompt, by_category
@@ -115,7 +116,8 @@ def build_workload(cfg: DictConfig, tokenizer, context: int | None) -> Workload:
     wrong = [c for c in wanted if c not in groups]
     if wrong:
         raise ValueError(f"unknown categories {wrong} in experiment.categories: workload {suite.name} has {list(groups)}")
-    limits = [n for n in (node.max_prompt_tokens, context and context - exp.max_new_tokens) if n]
+    cap = None if node.max_prompt_tokens is None else whole_number("workload.max_prompt_tokens", node.max_prompt_tokens, 1)
+    limits = [n for n in (cap, context and context - exp.max_new_tokens) if n]
     limit = min(limits) if limits else None
     kept = {c: [p for p in groups[c] if limit is None or fits(rendering, tokenizer, p, limit)] for c in wanted}
     left_out = {c: len(groups[c]) - len(kept[c]) for c in wanted if len(groups[c]) > len(kept[c])}

@@ -101,6 +101,8 @@ def test_a_length_cap_leaves_long_prompts_out_and_counts_them(tmp_path, chat_tar
     work = build_workload(cfg, tokenizer, None)
     assert work.description["left_out_too_long"] == {"reasoning": 1} and work.description["max_prompt_tokens"] == 85
     assert list(work.units) == ["writing", "coding"]  # a category with nothing that fits is left out
+    with pytest.raises(ValueError, match=r"workload.max_prompt_tokens must be an integer >= 1, got 0"):
+        build_workload(load(tmp_path, chat_target, "workload.max_prompt_tokens=0"), tokenizer, None)
     with pytest.raises(ValueError, match="no prompt fits 3 tokens"):
         build_workload(load(tmp_path, chat_target, "workload.max_prompt_tokens=3"), tokenizer, None)
 
