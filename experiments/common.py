@@ -24,6 +24,7 @@ from hydra.errors import MissingConfigException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from framework.constraints.grammar import GrammarConstraint
 from framework.core import files
 from framework.data.regenerate import RegenerateConfig, regenerate
 from framework.data.sources import Messages, cached_splits
@@ -52,14 +53,44 @@ def verifier_of(cfg: DictConfig):
     return instantiate(cfg.verifier) if cfg.get("verifier") is not None else LOSSLESS
 
 
+def constraint_of(cfg: DictConfig, target: HFTarget) -> GrammarConstraint | None:
+    """The run's grammar (cfg.grammar, conf/grammar) compiled for the target's tokenizer, or None. Compiled once
+    per grammar and target: a constraint restarts its state at every prefill."""
+    if cfg.get("grammar") is None:
+        return None
+    key = (json.dumps(OmegaConf.to_container(cfg.grammar, resolve=True), sort_keys=True), id(target.lm.model))
+    if key not in _CONSTRAINTS:
+        tokenizer = tokenizer_of(target.lm.model)
+        if tokenizer is None:
+            raise ValueError("a grammar needs the target's tokenizer (the token strings): this target has none")
+        grammar = instantiate(cfg.grammar, _convert_="object")
+        _CONSTRAINTS[key] = GrammarConstraint(grammar, tokenizer, target.vocab_size, [stop_token_of(cfg, target)])
+    return _CONSTRAINTS[key]
+
+
+_CONSTRAINTS: dict[tuple, GrammarConstraint] = {}
+
+
+def stop_token_of(cfg: DictConfig, target: HFTarget) -> int | None:
+    """cfg.eos_token_id; under a grammar, the tokenizer's EOS when none is set (the grammar ends the text there)."""
+    if cfg.eos_token_id is not None or cfg.get("grammar") is None:
+        return cfg.eos_token_id
+    tokenizer = tokenizer_of(target.lm.model)
+    if tokenizer is None or tokenizer.eos_token_id is None:
+        raise ValueError("a grammar needs a stop token: set eos_token_id")
+    return tokenizer.eos_token_id
+
+
 def timed_generate(target: HFTarget, proposer, prompt: torch.Tensor, cfg: DictConfig, sampling,
-                   max_new_tokens: int | None = None, policy=None) -> tuple[GenerationOutput, float]:
-    """generate() with cfg's seed, EOS and verifier; max_new_tokens defaults to cfg.max_new_tokens; policy:
-    how much each step speculates (None: as the proposer is configured)."""
+                   max_new_tokens: int | None = None, policy=None, constraint=None) -> tuple[GenerationOutput, float]:
+    """generate() with cfg's seed, EOS, verifier and grammar; max_new_tokens defaults to cfg.max_new_tokens;
+    policy: how much each step speculates (None: as the proposer is configured); constraint: in place of the
+    run's own (None: cfg.grammar's)."""
     verifier = verifier_of(cfg)
+    constraint = constraint if constraint is not None else constraint_of(cfg, target)
     start = time.perf_counter()
     out = generate(target, proposer, prompt, cfg.max_new_tokens if max_new_tokens is None else max_new_tokens, sampling=sampling, seed=cfg.seed,
-                   eos_token_id=cfg.eos_token_id, verifier=verifier, policy=policy)
+                   eos_token_id=stop_token_of(cfg, target), verifier=verifier, policy=policy, constraint=constraint)
     return out, time.perf_counter() - start  # generate returns CPU tokens: device work is done
 
 

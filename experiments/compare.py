@@ -80,6 +80,7 @@ RUNNERS = {"plain": "ours_plain", "hf_plain": "hf_plain", "hf_assisted": "hf_ass
 DISCOVERED = ("hf_assisted", "hf_prompt_lookup")
 BASELINES = ("plain", "hf_plain")  # experiment.baseline: the per-prompt reference of every speedup
 ZOO_SUITE = "framework.workloads.zoo.ZooPrompts"
+UNDER_A_GRAMMAR = ("grammar", "mix_grammar")  # draft what a grammar forces: experiments.structured times them
 OWN = "proposer"  # the method that is the run's own proposer group (e.g. -m proposer.gamma=2,4)
 ALL = "all"  # the summary rows' category: every category's runs together
 
@@ -148,9 +149,12 @@ class Plan:
 def plan(cfg: DictConfig) -> Plan:
     """Every name checked before any work: unknown names fail, listing the valid ones."""
     exp = cfg.experiment
+    if cfg.get("grammar") is not None:  # its first-token and exact checks know no constraint
+        raise ValueError("experiments.compare takes no grammar (its lossless checks know none): time methods under "
+                         "a grammar with experiments.structured")
     known = proposer_configs()
     listed = exp.methods is not None
-    methods = list(exp.methods) if listed else known + list(DISCOVERED)
+    methods = list(exp.methods) if listed else [m for m in known if m not in UNDER_A_GRAMMAR] + list(DISCOVERED)
     wrong = [m for m in methods if m not in known and m not in RUNNERS and m != OWN]
     if wrong:
         raise ValueError(f"unknown methods {wrong} in experiment.methods (have {known + list(RUNNERS)} and {OWN!r})")

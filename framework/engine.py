@@ -11,11 +11,20 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from framework.core.constraint import Constraint, prune_forbidden, root_mask
+from framework.core.logprobs import TokenLogprobs, reported_sampling, token_logprobs
 from framework.core.policy import FixedPolicy, Plan, Policy
 from framework.core.proposer import DecodeState, Proposer, SideRowProposer
 from framework.core.ragged_tree import RaggedTrees
 from framework.core.randomness import RandomSource, TorchSource
-from framework.core.sampling import SamplingConfig, mark_seen, process_logits, process_tree_logits, seen_tokens
+from framework.core.sampling import (
+    SamplingConfig,
+    mark_seen,
+    process_logits,
+    process_tree_logits,
+    seen_along_tree,
+    seen_tokens,
+)
 from framework.core.target import Target
 from framework.core.tree import CandidateTree
 from verifiers import LOSSLESS, Verification, Verifier, verify
@@ -79,6 +88,7 @@ class GenerationStats:
 class GenerationOutput:
     tokens: torch.Tensor  # [B, T] new tokens; -1 after a row's EOS or its budget
     stats: GenerationStats
+    logprobs: TokenLogprobs | None = None  # [B, T] (and [B, T, n] alternatives) when generate was asked for them
 
 
 def _clock(device: torch.device) -> float:
@@ -100,11 +110,20 @@ class Decoder:
         verifier: Verifier = LOSSLESS,
         policy: Policy | None = None,
         speculate: torch.Tensor | None = None,
+        constraint: Constraint | None = None,
+        top_logprobs: int | None = None,
     ):
         """policy: how much to speculate each step (None: as the proposer is configured, every step).
-        speculate [B] bool: rows that may accept drafts (False: that row decodes plainly, in the same batch)."""
+        speculate [B] bool: rows that may accept drafts (False: that row decodes plainly, in the same batch).
+        constraint: what may come next (a grammar, framework/core/constraint.py), masked at every tree node.
+        top_logprobs: None, or n >= 0: each emitted token's log-probability and the n most likely
+        alternatives there are kept in `logprobs` after every prefill and step (framework/core/logprobs.py)."""
+        if top_logprobs is not None and (isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or top_logprobs < 0):
+            raise ValueError(f"top_logprobs must be None or an integer >= 0, got {top_logprobs!r}")
         self.target, self.proposer, self.sampling, self.rng = target, proposer, sampling, rng
         self.eos_token_id, self.verifier = eos_token_id, verifier
+        self.constraint, self.top_logprobs = constraint, top_logprobs
+        self.logprobs: TokenLogprobs | None = None  # of the tokens the last prefill or step emitted
         self.policy = policy or FixedPolicy()
         self.speculate = None if speculate is None else torch.as_tensor(speculate).bool().cpu()
         self.stats = GenerationStats()
@@ -128,6 +147,8 @@ class Decoder:
         if copies > 1 and input_ids.shape[0] != 1:
             raise ValueError("prefill copies need a single-row prompt")
         start = _clock(self.target.device)
+        if self.constraint is not None:
+            self.constraint.start(input_ids.shape[0])
         if self.proposer is not None:  # first: a proposer may settle its needs against the target here
             self.proposer.prefill(input_ids, self.target)
         # needs are declared, not wired (and a target reused from an earlier run computes no more)
@@ -139,18 +160,28 @@ class Decoder:
             self.target.select(torch.zeros(copies, dtype=torch.long))
             if self.proposer is not None:
                 self.proposer.select(torch.zeros(copies, dtype=torch.long))
+            if self.constraint is not None:
+                self.constraint.select(torch.zeros(copies, dtype=torch.long))
             logits, seen = logits.expand(copies, -1), seen.expand(copies, -1)
             hidden = None if hidden is None else hidden.expand(copies, *hidden.shape[1:])
+        allowed = None if self.constraint is None else root_mask(self.constraint, logits.shape[0], logits.device)
+        law = process_logits(logits, self.sampling, seen, allowed)
         if root is None:
-            root = self.rng.categorical(process_logits(logits, self.sampling, seen))
+            root = self.rng.categorical(law)
         root = root.to(logits.device).expand(logits.shape[0])
+        if self.constraint is not None:
+            self.constraint.advance(root[:, None])
+        if self.top_logprobs is not None:
+            reported = process_logits(logits, reported_sampling(self.sampling), seen, allowed) if self.sampling.greedy else law
+            self.logprobs = token_logprobs(reported[:, None], root[:, None], self.top_logprobs)
         self.rows = torch.arange(root.shape[0])
         if self.speculate is not None and self.speculate.shape != root.shape:
             raise ValueError(f"speculate must hold one flag per row ({root.shape[0]}), got shape {tuple(self.speculate.shape)}")
         self.policy.start(self.target, root.shape[0])
         count = torch.full((root.shape[0],), input_ids.shape[1], device=root.device)
         self.state = DecodeState(root, mark_seen(seen, root[:, None]), self.sampling, self.rng,
-                                 None if hidden is None else hidden[:, -1], hidden, None if hidden is None else count)
+                                 None if hidden is None else hidden[:, -1], hidden, None if hidden is None else count,
+                                 constraint=self.constraint)
         self.stats.prefill_s += _clock(self.target.device) - start
         return root
 
@@ -165,15 +196,23 @@ class Decoder:
         tree, trimmed = self.policy.trim(tree)
         wanted = [d for d in (max_depth, plan.depth) if d is not None]
         tree, cut = tree.within_depth(self.depth_limit(min(wanted) if wanted else None))
-        kept = trimmed if cut is None else cut if trimmed is None else trimmed[cut]  # nodes of the proposer's tree
+        kept = within(trimmed, cut)  # [N'] nodes of the proposer's tree (None: all of them)
+        allowed = None
+        if self.constraint is not None:  # masks along every path; point nodes no row may take go before the forward
+            tree, allowed, pruned = prune_forbidden(tree, self.constraint.allowed(tree.tokens, tree.shape))
+            kept = within(kept, pruned)
         side = self.proposer.side_rows(tree) if isinstance(self.proposer, SideRowProposer) and plan.drafts else None
         t1 = _clock(device)
         out = self.target.forward_tree(state.root, tree, side)
         t2 = _clock(device)
-        p = self.target_laws(out.logits, state, tree)
+        p = self.target_laws(out.logits, state, tree, allowed)
         result = self.verify(tree, p)
         t3 = _clock(device)
         self.target.commit(result)
+        if self.constraint is not None:
+            self.advance_constraint(tree, result)
+        if self.top_logprobs is not None:
+            self.logprobs = self.emitted_logprobs(out.logits, p, state, tree, allowed, result)
         if side is not None:
             self.proposer.observe_side(out.side_logits)
         if self.proposer is not None:  # in the proposer's own node indices: the nodes cut away are still in its tree
@@ -188,7 +227,7 @@ class Decoder:
             hidden = committed_rows(out.hidden, result.path)  # [B, D+1, layers, H]
             count = result.num_accepted + 1
             last = hidden[torch.arange(hidden.shape[0], device=hidden.device), result.num_accepted.to(hidden.device)]
-        self.state = DecodeState(root, seen, self.sampling, self.rng, last, hidden, count)
+        self.state = DecodeState(root, seen, self.sampling, self.rng, last, hidden, count, constraint=self.constraint)
         t4 = _clock(device)
         drafted = torch.full((len(self.rows),), tree.shape.max_depth if tree.num_nodes else 0)
         if self.speculate is not None:
@@ -215,10 +254,31 @@ class Decoder:
                         validate=False)
         return Verification(result.tokens, result.num_accepted, result.path)
 
-    def target_laws(self, logits: torch.Tensor, state: DecodeState, tree: CandidateTree) -> torch.Tensor:
+    def target_laws(self, logits: torch.Tensor, state: DecodeState, tree: CandidateTree,
+                    allowed: torch.Tensor | None = None) -> torch.Tensor:
         """logits [B, N+1, V] -> the laws the verifier judges by: plain sampling's, each along its node's own
-        path (a hook: the harness plants a bug here, and nowhere else, to show it is caught)."""
-        return process_tree_logits(logits, self.sampling, state.seen, tree.tokens, tree.shape)
+        path, under the constraint's mask there (allowed [B, N+1, V]: every node and the bonus position)
+        (a hook: the harness plants a bug here, and nowhere else, to show it is caught)."""
+        return process_tree_logits(logits, self.sampling, state.seen, tree.tokens, tree.shape, allowed)
+
+    def advance_constraint(self, tree: CandidateTree, result: Verification) -> None:
+        """The constraint follows the emitted tokens only: a rejected path never reaches its state (a hook)."""
+        self.constraint.advance(result.tokens)
+
+    def emitted_logprobs(self, logits: torch.Tensor, p: torch.Tensor, state: DecodeState, tree: CandidateTree,
+                         allowed: torch.Tensor | None, result: Verification) -> TokenLogprobs:
+        """Each emitted token's log-probability under the target's law at its parent: the root's row for the
+        first, then each accepted node's (framework/core/logprobs.py)."""
+        rows = torch.zeros_like(result.tokens)  # [B, N+1]: row 0 past the emitted tokens (their token is -1)
+        rows[:, 1 : result.path.shape[1] + 1] = (result.path + 1).clamp_min(0)
+        rows = rows.to(p.device)
+        laws = p.gather(1, rows[..., None].expand(-1, -1, p.shape[-1]))  # [B, K, V]
+        if self.sampling.greedy:  # the point mass says nothing: the temperature-1 law of the same rows
+            cfg = reported_sampling(self.sampling)
+            seen = seen_along_tree(state.seen, tree.tokens, tree.shape) if cfg.uses_history else None
+            take = lambda t: None if t is None else t.gather(1, rows[..., None].expand(-1, -1, t.shape[-1]).to(t.device))  # noqa: E731
+            laws = process_logits(take(logits), cfg, take(seen), take(allowed))
+        return token_logprobs(laws, result.tokens, self.top_logprobs)
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep the batch rows `rows` [B'] (those still decoding), in that order: the target's KV, the
@@ -233,8 +293,10 @@ class Decoder:
         self.rows = self.rows[rows.cpu()]
         state = self.state
         take = lambda t: None if t is None else t[rows.to(t.device)]  # noqa: E731
+        if self.constraint is not None:
+            self.constraint.select(rows)
         self.state = DecodeState(take(state.root), take(state.seen), state.sampling, state.rng, take(state.target_hidden),
-                                 take(state.committed_hidden), take(state.committed_count), state.plan)
+                                 take(state.committed_hidden), take(state.committed_count), state.plan, state.constraint)
 
     def depth_limit(self, wanted: int | None) -> int:
         """The deepest a tree may be this step: what is wanted, and what the context has room for."""
@@ -243,6 +305,11 @@ class Decoder:
             raise ValueError(f"a row reached the model's context of {self.target.max_positions} tokens: nothing more fits")
         limits = [limit for limit in (wanted, room) if limit is not None]
         return min(limits) if limits else 1 << 30
+
+
+def within(outer: torch.Tensor | None, inner: torch.Tensor | None) -> torch.Tensor | None:
+    """Node indices of a cut of a cut: inner [N''] indexes the tree `outer` [N'] indexes (None: all nodes)."""
+    return inner if outer is None else outer if inner is None else outer[inner]
 
 
 def committed_rows(per_row: torch.Tensor, path: torch.Tensor) -> torch.Tensor:
@@ -291,27 +358,39 @@ def generate(
     attention_mask: torch.Tensor | None = None,
     policy: Policy | None = None,
     speculate=None,
+    constraint: Constraint | None = None,
+    logprobs: int | None = None,
 ) -> GenerationOutput:
     """Speculative decoding (plain decoding when proposer is None). input_ids [B, L], every row a whole
     prompt: there is no padding (an attention_mask with zeros is refused). policy: how much to speculate
     each step (None: as the proposer is configured; framework.control.goodput.GoodputPolicy sizes each step
-    to its expected tokens per second). speculate: one bool per row (False: that request decodes plainly)."""
+    to its expected tokens per second). speculate: one bool per row (False: that request decodes plainly).
+    constraint: a grammar the output follows (framework.constraints.grammar.GrammarConstraint).
+    logprobs: None, or n >= 0: return each token's log-probability and the n most likely alternatives."""
     check_prompt(target, input_ids, max_new_tokens, attention_mask)
     B = input_ids.shape[0]
-    decoder = Decoder(target, proposer, sampling, rng or TorchSource(seed=seed), eos_token_id, verifier, policy, speculate)
+    decoder = Decoder(target, proposer, sampling, rng or TorchSource(seed=seed), eos_token_id, verifier, policy, speculate,
+                      constraint, logprobs)
     out = torch.full((B, max_new_tokens), -1, dtype=torch.long)
+    kept = None if logprobs is None else TokenLogprobs(torch.zeros(B, max_new_tokens, dtype=torch.float64),
+                                                       torch.zeros(B, max_new_tokens, logprobs, dtype=torch.long),
+                                                       torch.zeros(B, max_new_tokens, logprobs, dtype=torch.float64))
     if max_new_tokens == 0:
-        return GenerationOutput(out, decoder.stats)
+        return GenerationOutput(out, decoder.stats, kept)
     count = torch.zeros(B, dtype=torch.long)
     done = torch.zeros(B, dtype=torch.bool)
 
     def emit(tokens: torch.Tensor) -> torch.Tensor:  # tokens [B', K], -1 padded: one per row still in the batch
         before = count[decoder.rows].clone()
         for row, b in enumerate(decoder.rows.tolist()):
-            for t in tokens[row].tolist():
+            for k, t in enumerate(tokens[row].tolist()):
                 if done[b] or t < 0:
                     break
                 out[b, count[b]] = t
+                if kept is not None:
+                    got = decoder.logprobs
+                    kept.chosen[b, count[b]], kept.top_ids[b, count[b]], kept.top[b, count[b]] = \
+                        got.chosen[row, k], got.top_ids[row, k], got.top[row, k]
                 count[b] += 1
                 done[b] = bool(count[b] >= max_new_tokens or t == eos_token_id)
         return count[decoder.rows] - before  # [B'] tokens kept per row
@@ -323,4 +402,4 @@ def generate(
         wanted = int((max_new_tokens - count)[decoder.rows].max()) - 1  # drafts past the budget would be thrown away
         tokens = decoder.step(wanted).cpu()
         decoder.stats.steps[-1].emitted = emit(tokens)
-    return GenerationOutput(out, decoder.stats)
+    return GenerationOutput(out, decoder.stats, kept)

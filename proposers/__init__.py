@@ -1,10 +1,11 @@
 """Proposers: a package per family (medusa, eagle, ngram, rest, parallel; search and common beside them), the
-draft model and the mix as modules; each returns a CandidateTree whose kind tells how it chose."""
+draft model, the grammar's forced tokens and the mix as modules; each returns a CandidateTree whose kind tells how it chose."""
 
 from proposers.draft_model import DraftModelProposer
 from proposers.eagle.head import EagleHead
 from proposers.eagle.parallel import ParallelEagleProposer
 from proposers.eagle.proposer import EagleProposer
+from proposers.grammar import GrammarProposer
 from proposers.heads import load_head
 from proposers.medusa.heads import MedusaHeads
 from proposers.medusa.proposer import MedusaProposer
@@ -18,5 +19,5 @@ from proposers.rest.proposer import RestProposer
 __all__ = [
     "DraftModelProposer", "EagleProposer", "EagleHead", "MedusaProposer", "MedusaHeads", "LookaheadProposer",
     "PromptLookupProposer", "MixProposer", "RestProposer", "load_head", "DFlashProposer", "ParallelDraftProposer",
-    "ParallelEagleProposer",
+    "ParallelEagleProposer", "GrammarProposer",
 ]

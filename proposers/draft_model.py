@@ -116,8 +116,9 @@ class DraftModelProposer:
                 out = self.lm.forward(tokens[:, rows - 1], torch.full((rows.numel(),), level), self.mask[rows][:, : fed + rows.numel()])
             fed += rows.numel()
             seen = seen_along_tree(state.seen, tokens, self.shape)[:, rows] if cfg.uses_history else None
-            law = self.draft_law(out.logits, cfg, seen)  # [B, M, V] what each read row's children are drawn from
-            q[:, rows] = self.reported_law(law, out.logits).to(q.dtype)
+            allowed = None if state.constraint is None else state.constraint.allowed(tokens, self.shape, rows)
+            law = self.draft_law(out.logits, cfg, seen, allowed)  # [B, M, V] what each read row's children are drawn from
+            q[:, rows] = self.reported_law(law, out.logits, cfg, seen).to(q.dtype)
             for m, row in enumerate(rows.tolist()):  # draw each node's children from its own law
                 kids = [i for i in range(N) if parents[i] == row - 1]
                 if kids:
@@ -142,12 +143,13 @@ class DraftModelProposer:
         return CandidateTree.empty(root.shape[0], root.device)
 
     # Hooks, one decision each, so that the harness can plant a bug in exactly one place.
-    def draft_law(self, logits: torch.Tensor, cfg: SamplingConfig, seen) -> torch.Tensor:
-        """The law children are drawn from: the draft's logits processed as plain sampling would."""
-        return process_logits(logits, cfg, seen)
+    def draft_law(self, logits: torch.Tensor, cfg: SamplingConfig, seen, allowed=None) -> torch.Tensor:
+        """The law children are drawn from: the draft's logits processed as plain sampling would, after the
+        constraint's mask along the node's path (allowed [B, M, V]: no draw spent on a token the target can't take)."""
+        return process_logits(logits, cfg, seen, allowed)
 
-    def reported_law(self, law: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        """The q handed to the verifier: the very law the children were drawn from."""
+    def reported_law(self, law: torch.Tensor, logits: torch.Tensor, cfg: SamplingConfig, seen) -> torch.Tensor:
+        """The q handed to the verifier: the very law the children were drawn from (mask included)."""
         return law
 
     def draw(self, law: torch.Tensor, count: int, rng, point_mass: bool) -> torch.Tensor:

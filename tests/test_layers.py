@@ -1,6 +1,6 @@
 """The layers are packages and the imports say so: a module imports only its own layer and those below.
 
-core < verifiers < data < training < lm, zoo, control < engine, proposers < harness < experiments. The engine and the proposers
+core < verifiers < data < training < lm, zoo, control, constraints < engine, proposers < harness < experiments. The engine and the proposers
 never import each other, and the engine imports no model runtime: it knows targets and proposers by
 their Protocols in framework.core. Imports sit at module level, so
 a module's dependencies are its first lines; the one exception is an optional back end (Triton).
@@ -21,15 +21,16 @@ LAYERS = {
     "training": (("framework.training",), {"core", "data"}),  # the loop and losses every drafter trains with
     "lm": (("framework.lm",), {"core", "verifiers"}),
     "zoo": (("framework.zoo",), {"core", "verifiers", "lm", "data", "training"}),
-    "control": (("framework.control",), {"core"}),  # the speculation policies: the engine knows them by the Protocol
+    "control": (("framework.control",), {"core"}),
+    "constraints": (("framework.constraints",), {"core"}),  # grammars through a grammar engine, as Constraints  # the speculation policies: the engine knows them by the Protocol
     "engine": (("framework.engine",), {"core", "verifiers"}),  # knows its target by the Protocol, not HFTarget
     "metrics": (("framework.metrics",), set()),  # the reported figures, each by its definition, from decoding traces
     "workloads": (("framework.workloads",), {"core", "data", "zoo"}),  # benchmark prompt suites and their rendering
     "proposers": (("proposers",), {"core", "verifiers", "lm", "zoo", "data", "training"}),
     "harness": (("framework.harness",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "data",
-                                         "training"}),
+                                         "training", "constraints"}),
     "experiments": (("experiments",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "harness",
-                                       "data", "training", "workloads", "metrics"}),
+                                       "data", "training", "workloads", "metrics", "constraints"}),
 }
 OPTIONAL_BACKENDS = ("framework.lm.tree_attention_triton", "verifiers.triton_chain", "verifiers.triton_rules")
 

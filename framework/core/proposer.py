@@ -7,6 +7,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from framework.core.constraint import Constraint
 from framework.core.policy import Plan
 from framework.core.randomness import RandomSource
 from framework.core.sampling import SamplingConfig
@@ -32,6 +33,9 @@ class DecodeState:
     # drafts at most plan.depth levels; at depth 0 it drafts nothing and returns an empty tree, keeping
     # its books (the root, the committed features) for the next step that drafts.
     plan: Plan = Plan()
+    # What may come next (a grammar), per row, at the committed state: a proposer that draws from a law takes
+    # its q after constraint.allowed along its own paths (framework/core/constraint.py). Read, never advanced.
+    constraint: Constraint | None = None
 
 
 class Proposer(Protocol):

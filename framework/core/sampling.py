@@ -1,14 +1,17 @@
 """The one place where logits become the exact law plain sampling draws from.
 
-Order (as in Hugging Face generate): repetition penalty on the raw logits, then temperature,
-top-k, top-p, min-p. Temperature 0 is greedy: a one-hot on the first argmax.
+Order (as in Hugging Face generate): logit bias on the raw logits, repetition penalty, the constraint's
+mask (a grammar: tokens it forbids get -inf), then temperature, top-k, top-p, min-p. Temperature 0 is
+greedy: a one-hot on the first argmax among the tokens left.
 The verifier and every proposer take their probabilities from here, so p and q are always
 the processed laws, never raw logits.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from math import isnan
 
 import torch
 
@@ -22,8 +25,23 @@ class SamplingConfig:
     top_p: float = 1.0  # 1 = off
     min_p: float = 0.0  # 0 = off
     repetition_penalty: float = 1.0  # 1 = off; applied to every token already in the sequence
+    # Added to the raw logits of these token ids (OpenAI's and vLLM's logit_bias); a mapping {id: bias} is
+    # kept as sorted (id, bias) pairs, so the config stays hashable. -inf bans a token. (Annotated as a bare
+    # tuple: OmegaConf, which Hydra turns built configs back into, takes no tuple of tuples.)
+    logit_bias: tuple = ()
 
     def __post_init__(self) -> None:
+        pairs = self.logit_bias.items() if isinstance(self.logit_bias, Mapping) else self.logit_bias
+        try:
+            pairs = tuple(sorted((int(k), float(v)) for k, v in pairs))
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"logit_bias must map token ids to numbers, got {self.logit_bias!r}") from error
+        for token, bias in pairs:
+            if token < 0 or isnan(bias) or bias == float("inf"):
+                raise ValueError(f"logit_bias: token ids must be >= 0 and biases finite or -inf, got {token}: {bias}")
+        if len({token for token, _ in pairs}) != len(pairs):
+            raise ValueError(f"logit_bias names a token twice: {self.logit_bias!r}")
+        object.__setattr__(self, "logit_bias", pairs)
         if not self.temperature >= 0:
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if int(self.top_k) != self.top_k or self.top_k < 0:
@@ -45,13 +63,25 @@ class SamplingConfig:
 
 
 def hf_sampling(sampling: SamplingConfig) -> dict:
-    """generate() kwargs for the same law. Only temperature is mapped: transformers orders its
-    warpers its own way, so top-k / top-p / min-p / penalties are refused rather than approximated."""
+    """generate() kwargs for the same law. Only temperature and logit_bias (as sequence_bias, applied first
+    there too) are mapped: transformers orders its warpers its own way, so top-k / top-p / min-p / penalties
+    are refused rather than approximated."""
     if (sampling.top_k, sampling.top_p, sampling.min_p, sampling.repetition_penalty) != (0, 1.0, 0.0, 1.0):
         raise ValueError(f"only temperature maps to transformers' sampling here, got {sampling}")
+    bias = {"sequence_bias": {(token,): value for token, value in sampling.logit_bias}} if sampling.logit_bias else {}
     if sampling.greedy:
-        return {"do_sample": False}
-    return {"do_sample": True, "temperature": sampling.temperature, "top_k": 0, "top_p": 1.0}
+        return {"do_sample": False, **bias}
+    return {"do_sample": True, "temperature": sampling.temperature, "top_k": 0, "top_p": 1.0, **bias}
+
+
+def apply_logit_bias(logits: torch.Tensor, bias: tuple[tuple[int, float], ...]) -> torch.Tensor:
+    """logits [..., V] plus each (token id, bias) pair's bias at that id."""
+    ids = [token for token, _ in bias]
+    if max(ids) >= logits.shape[-1]:
+        raise ValueError(f"logit_bias names token {max(ids)}, but the vocabulary has {logits.shape[-1]} tokens")
+    add = torch.zeros(logits.shape[-1], dtype=logits.dtype, device=logits.device)
+    add[ids] = torch.tensor([b for _, b in bias], dtype=logits.dtype, device=logits.device)
+    return logits + add
 
 
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
@@ -70,11 +100,12 @@ def _keep_top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 def process_logits(
-    logits: torch.Tensor, cfg: SamplingConfig, seen: torch.Tensor | None = None
+    logits: torch.Tensor, cfg: SamplingConfig, seen: torch.Tensor | None = None, allowed: torch.Tensor | None = None
 ) -> torch.Tensor:
     """logits [..., V] -> the exact sampling law [..., V] (same dtype, float32 at least).
 
     seen [..., V] bool: tokens already in each row's own sequence (for the repetition penalty).
+    allowed [..., V] bool: tokens a constraint lets come next (None: all).
     """
     top = logits.amax(-1)  # one pass for both checks: a max is NaN if any entry is, -inf if all are
     if bool((torch.isnan(top) | (top == float("-inf"))).any()):
@@ -83,10 +114,17 @@ def process_logits(
         raise ValueError("every logit in a row is -inf: no token can be sampled")
     if not logits.dtype.is_floating_point or logits.element_size() < 4:
         logits = logits.float()
-    if cfg.uses_history:  # the penalty scales finite logits only: the checks above still hold
+    if cfg.logit_bias:  # first, as in HF's generate: the penalty then scales the biased logits
+        logits = apply_logit_bias(logits, cfg.logit_bias)
+    if cfg.uses_history:  # the penalty keeps -inf at -inf and finite logits finite
         if seen is None:
             raise ValueError("repetition_penalty needs the tokens seen along each row's path")
         logits = apply_repetition_penalty(logits, seen, cfg.repetition_penalty)
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, float("-inf"))
+    if cfg.logit_bias or allowed is not None:
+        if bool((logits.amax(-1) == float("-inf")).any()):
+            raise ValueError("no token is left in a row: the grammar and logit_bias (-inf) together forbid every token")
     if cfg.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
     if cfg.temperature != 1.0:
@@ -139,11 +177,12 @@ def seen_along_tree(seen_context: torch.Tensor, tokens: torch.Tensor, parents: t
 
 def process_tree_logits(
     logits: torch.Tensor, cfg: SamplingConfig, seen_context: torch.Tensor | None, tokens: torch.Tensor,
-    parents: torch.Tensor | TreeShape
+    parents: torch.Tensor | TreeShape, allowed: torch.Tensor | None = None
 ) -> torch.Tensor:
     """logits [B, N+1, V] at the root and every node -> laws [B, N+1, V], each along its own path.
 
     seen_context [B, V]: tokens already in each row's sequence (needed for the repetition penalty).
+    allowed [B, N+1, V]: the constraint's mask along each node's own path (framework/core/constraint.py).
     """
     seen = seen_along_tree(seen_context, tokens, parents) if cfg.uses_history else None
-    return process_logits(logits, cfg, seen)
+    return process_logits(logits, cfg, seen, allowed)

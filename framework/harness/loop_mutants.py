@@ -25,6 +25,7 @@ from framework.engine import Decoder
 from framework.harness.exact import compare
 from framework.harness.mutants import draw_deduplicated, draw_sorted_by_q, raw_softmax, target_without_temperature
 from framework.harness.real import exact_loop_law, teacher_forced_law
+from framework.harness.toy_grammar import A_THEN_B, PAIRS, ToyGrammar
 from framework.lm import tree_attention
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
@@ -66,9 +67,11 @@ class LoopCase:
     proposer_factory: Callable | None = field(default=None, compare=False)
     vocab: int = 3  # 2 makes wor siblings exhaust the support: deep wor trees enumerate in a second
     policy_factory: Callable | None = field(default=None, compare=False)  # a speculation policy per world (None: fixed)
+    grammar: ToyGrammar | None = None  # the output follows it: the loop through the grammar engine, the reference by hand
 
     def describe(self) -> str:
         settings = ", ".join(f"{k}={v}" for k, v in self.proposer.items()) if self.proposer else "a proposer factory"
+        settings += f", grammar {self.grammar.regex}" if self.grammar is not None else ""
         default = SamplingConfig()
         sampled = "".join(f", {f.name}={getattr(self.sampling, f.name)}" for f in fields(SamplingConfig)
                           if getattr(self.sampling, f.name) != getattr(default, f.name))
@@ -78,9 +81,13 @@ class LoopCase:
         prompt = torch.tensor([[t % self.vocab for t in self.prompt]])
         target, draft = (tiny_random_model("llama", seed=seed, vocab_size=self.vocab, **TOY) for seed in (0, 1))
         factory = self.proposer_factory or (lambda: proposer_type(draft, **self.proposer))
+        grammar = self.grammar
         spec = exact_loop_law(target, factory, prompt, self.depth, self.sampling, verifier=verifier or self.verifier,
-                              target_factory=target_factory, decoder_type=decoder_type, policy_factory=self.policy_factory)
-        return compare(spec, teacher_forced_law(target, prompt, self.depth, self.sampling)).tv
+                              target_factory=target_factory, decoder_type=decoder_type, policy_factory=self.policy_factory,
+                              constraint_factory=None if grammar is None else grammar.constraint)
+        reference = teacher_forced_law(target, prompt, self.depth, self.sampling,
+                                       allowed_next=None if grammar is None else grammar.allowed_next)
+        return compare(spec, reference).tv
 
 
 @dataclass(frozen=True)
@@ -97,11 +104,18 @@ class LoopMutant:
     policy: Callable | None = None  # a speculation policy with the bug, in place of the witness's own
 
     def tvs(self) -> tuple[float, float]:
-        """(TV of the clean code on the witness, TV with the bug planted)."""
+        """(TV of the clean code on the witness, TV with the bug planted). A bug that makes the loop emit a token
+        its grammar forbids is stopped by the constraint's own check at the commit: the loop raises, which counts
+        as caught (TV infinite), never as a pass."""
         clean = self.witness.tv()
         with self.plant():
             witness = self.witness if self.policy is None else replace(self.witness, policy_factory=self.policy)
-            buggy = witness.tv(self.target, self.decoder, self.proposer, self.verifier)
+            try:
+                buggy = witness.tv(self.target, self.decoder, self.proposer, self.verifier)
+            except ValueError as error:
+                if "the grammar forbids" not in str(error):
+                    raise
+                buggy = float("inf")
         return clean, buggy
 
 
@@ -164,13 +178,13 @@ def wrong_attention_scale():
     return context()
 
 
-def top_p_before_temperature(logits, cfg, seen=None):
+def top_p_before_temperature(logits, cfg, seen=None, allowed=None):
     """The nucleus taken on the untempered law, the temperature applied after (transformers: the other way)."""
     if cfg.greedy or cfg.top_p >= 1:
-        return ORIGINAL_PROCESS_LOGITS(logits, cfg, seen)
+        return ORIGINAL_PROCESS_LOGITS(logits, cfg, seen, allowed)
     keep = sampling._keep_top_p(torch.softmax(logits.double(), -1), cfg.top_p)
     cut = logits.masked_fill(~keep, float("-inf"))
-    return ORIGINAL_PROCESS_LOGITS(cut, replace(cfg, top_p=1.0), seen)
+    return ORIGINAL_PROCESS_LOGITS(cut, replace(cfg, top_p=1.0), seen, allowed)
 
 
 ORIGINAL_PROCESS_LOGITS = sampling.process_logits  # this module keeps it while the bug is planted
@@ -180,8 +194,15 @@ ORIGINAL_PROCESS_LOGITS = sampling.process_logits  # this module keeps it while 
 
 
 class ReportsRawQ(DraftModelProposer):
-    def reported_law(self, law, logits):
+    def reported_law(self, law, logits, cfg, seen):
         return torch.softmax(logits.double(), -1)
+
+
+class ReportsUnmaskedQ(DraftModelProposer):
+    """Draws from the law after the grammar's mask, but hands the verifier the law before it."""
+
+    def reported_law(self, law, logits, cfg, seen):
+        return sampling.process_logits(logits, cfg, seen)
 
 
 class DrawsDeduplicated(DraftModelProposer):
@@ -195,12 +216,34 @@ class DrawsSortedByQ(DraftModelProposer):
 
 
 class RawTargetLaw(Decoder):
-    def target_laws(self, logits, state, tree):
+    def target_laws(self, logits, state, tree, allowed=None):
         return raw_softmax(logits.double(), self.sampling)
 
 
+class BonusUnmasked(Decoder):
+    """The grammar's mask at the drafted nodes' parents only: a leaf's row (where the bonus token is drawn
+    once every node is accepted) keeps the unconstrained law (vLLM #44292)."""
+
+    def target_laws(self, logits, state, tree, allowed=None):
+        if allowed is not None and tree.num_nodes:
+            leaves = torch.ones(tree.num_nodes, dtype=torch.bool)
+            leaves[tree.parents[tree.parents >= 0]] = False
+            allowed = allowed.clone()
+            allowed[:, 1:][:, leaves] = True
+        return super().target_laws(logits, state, tree, allowed)
+
+
+class GrammarFollowsDrafts(Decoder):
+    """The grammar advanced along the drafted chain (the tree's first root-to-leaf path) instead of the emitted
+    tokens: a rejected draft enters its state, the recovered token does not."""
+
+    def advance_constraint(self, tree, result):
+        path = tree.shape.paths[0] if tree.num_nodes else []
+        self.constraint.advance(tree.tokens[:, path] if path else result.tokens)
+
+
 class TargetWithoutTemperature(Decoder):
-    def target_laws(self, logits, state, tree):
+    def target_laws(self, logits, state, tree, allowed=None):
         return target_without_temperature(logits, self.sampling)
 
 
@@ -256,6 +299,10 @@ SAMPLED_CHAIN = LoopCase(dict(gamma=2, kind="iid"), sampling=SamplingConfig(temp
 SAMPLED_POINT = LoopCase(dict(gamma=3, kind="point"), sampling=SamplingConfig(temperature=0.7))
 IID_SIBLINGS = LoopCase(dict(branching=3, depth=1, kind="iid"), depth=2)
 POLICY_CHAIN = LoopCase(dict(gamma=2, kind="iid"), depth=2, policy_factory=lambda: GoodputPolicy(**POLICY_COSTS))
+GRAMMAR_CHAIN = LoopCase(dict(gamma=2, kind="iid"), depth=3, grammar=A_THEN_B)  # rows advanced by what they emit
+GRAMMAR_SAMPLED = LoopCase(dict(gamma=2, kind="iid"), depth=2, grammar=PAIRS, vocab=5)  # two tokens left after a mask
+GRAMMAR_POINT = LoopCase(dict(gamma=1, kind="point"), depth=3, grammar=PAIRS, vocab=5,
+                         sampling=SamplingConfig(temperature=0.8))  # every node accepted: the bonus is drawn at the leaf
 
 
 def loop_mutants() -> list[LoopMutant]:
@@ -287,4 +334,10 @@ def loop_mutants() -> list[LoopMutant]:
         m("traversal-path-off-by-one", "traversal verification hands the KV commit node i - 1 for each accepted node i > 0",
           LoopCase(dict(branching=2, depth=2, kind="point"), depth=5, verifier=TraversalVerifier()),
           verifier=TraversalPathOffByOne()),
+        m("grammar-bonus-unmasked", "the grammar's mask left off the bonus position (a leaf's row)", GRAMMAR_POINT,
+          decoder=BonusUnmasked),
+        m("grammar-follows-drafts", "the grammar advanced along the drafted path, not the emitted tokens", GRAMMAR_CHAIN,
+          decoder=GrammarFollowsDrafts),
+        m("grammar-q-before-mask", "the draft draws after the grammar's mask but reports its law before it",
+          GRAMMAR_SAMPLED, proposer=ReportsUnmaskedQ),
     ]

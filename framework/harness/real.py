@@ -75,6 +75,7 @@ def exact_loop_law(
     target_factory: Callable = HFTarget,
     decoder_type: type[Decoder] = Decoder,
     policy_factory: Callable | None = None,
+    constraint_factory: Callable | None = None,
 ) -> dict[tuple[int, ...], float]:
     """Exact law of the first `depth` tokens emitted by the real loop (enumerating every coin).
 
@@ -89,7 +90,9 @@ def exact_loop_law(
     def run(rng) -> list[tuple[int, ...]]:
         proposer = proposer_factory() if proposer_factory else None
         policy = policy_factory() if policy_factory else None
-        decoder = decoder_type(target_factory(target_model), proposer, sampling, rng, eos_token_id, verifier, policy)
+        constraint = constraint_factory() if constraint_factory else None
+        decoder = decoder_type(target_factory(target_model), proposer, sampling, rng, eos_token_id, verifier, policy,
+                               constraint=constraint)
         return run_first_tokens(decoder, prompt, rng.batch_size, depth, expand=False, on_finished=rng.retire)
 
     return enumerate_law(run, batch_size)
@@ -116,13 +119,15 @@ def _expanded(cache, rows: int):
 def teacher_forced_law(
     model, prompt: torch.Tensor, depth: int, sampling: SamplingConfig,
     eos_token_id: int | None = None, min_prob: float = 0.0, chunk: int = 256,
+    allowed_next: Callable[[tuple[int, ...]], list[int]] | None = None,
 ) -> dict[tuple, float]:
     """The target's law of its first `depth` tokens; prefixes under min_prob go to OTHER.
 
     Independent of the code under test (framework/harness/reference.py): plain HF forwards of each prefix
     on a copy of the model that runs transformers' own (SDPA) attention (the prompt's cache computed once by HF
     and copied per chunk of `chunk` prefixes), the law from transformers' own logits processors; no tree
-    attention, no framework.core.sampling, no verifier.
+    attention, no framework.core.sampling, no verifier. allowed_next(emitted tokens) -> the tokens a constraint
+    allows next: a rule of the reference's own, through transformers' prefix-constrained processor.
     """
     model = own_attention_copy(model)
     law: dict[tuple, float] = {OTHER: 0.0}
@@ -130,6 +135,7 @@ def teacher_forced_law(
     device = next(model.parameters()).device
     prompt = prompt.to(device)
     cache, start_position = _prompt_cache(model, prompt), prompt.shape[1] - 1
+    rule = None if allowed_next is None else lambda row, ids: allowed_next(tuple(ids[prompt.shape[1]:].tolist()))
     for level in range(depth):
         prefixes = list(frontier)
         nxt: dict[tuple, float] = {}
@@ -141,7 +147,7 @@ def teacher_forced_law(
             logits = model(ids, cache=_expanded(cache, len(part)), position_ids=positions).logits[:, -1].double()
             sequences = torch.cat([prompt.expand(len(part), -1), tail], 1)  # the penalty's history
             mass = torch.tensor([frontier[x] for x in part], dtype=torch.float64, device=device)[:, None] \
-                * reference_law(logits, sampling, sequences)  # [b, V]
+                * reference_law(logits, sampling, sequences, rule)  # [b, V]
             kept = mass >= max(min_prob, 1e-300)  # zero mass is no outcome at all
             law[OTHER] += float(mass[~kept].sum())
             for (row, token), prob in zip(torch.nonzero(kept).tolist(), mass[kept].tolist()):

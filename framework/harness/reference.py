@@ -5,18 +5,23 @@ attention. A reference computed with those would share their bugs (a top-p appli
 a wrong attention scale), so the reference takes neither: the logits come from a copy of the model on
 transformers' own SDPA attention (its eager one computes the softmax in float32, 1e-8 off a float64 law),
 and the law from transformers' own logits processors, in the order its
-`generate` applies them (repetition penalty, temperature, top-k, top-p, min-p; greedy: the first argmax).
+`generate` applies them (sequence bias for logit_bias, repetition penalty, the prefix constraint for a grammar,
+temperature, top-k, top-p, min-p; greedy: the first argmax). A grammar's reference is a rule written by hand
+(framework/harness/toy_grammar.py), never the grammar engine the loop runs.
 """
 
 from __future__ import annotations
 
 import copy
+from typing import Callable
 
 import torch
 from transformers import (
     LogitsProcessorList,
     MinPLogitsWarper,
+    PrefixConstrainedLogitsProcessor,
     RepetitionPenaltyLogitsProcessor,
+    SequenceBiasLogitsProcessor,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
     TopPLogitsWarper,
@@ -24,12 +29,19 @@ from transformers import (
 
 from framework.core.sampling import SamplingConfig
 
+AllowedNext = Callable[[int, torch.Tensor], list[int]]  # (batch row, its sequence) -> the tokens allowed next
 
-def hf_processors(cfg: SamplingConfig) -> LogitsProcessorList:
-    """transformers' processors for `cfg`, in generate's order (temperature left out when greedy)."""
+
+def hf_processors(cfg: SamplingConfig, allowed_next: AllowedNext | None = None) -> LogitsProcessorList:
+    """transformers' processors for `cfg` (and a constraint's rule), in generate's order (temperature left out
+    when greedy)."""
     processors = LogitsProcessorList()
+    if cfg.logit_bias:
+        processors.append(SequenceBiasLogitsProcessor({(token,): bias for token, bias in cfg.logit_bias}))
     if cfg.repetition_penalty != 1.0:
         processors.append(RepetitionPenaltyLogitsProcessor(cfg.repetition_penalty))
+    if allowed_next is not None:
+        processors.append(PrefixConstrainedLogitsProcessor(allowed_next, num_beams=1))
     if cfg.greedy:
         return processors
     if cfg.temperature != 1.0:
@@ -43,9 +55,10 @@ def hf_processors(cfg: SamplingConfig) -> LogitsProcessorList:
     return processors
 
 
-def reference_law(logits: torch.Tensor, cfg: SamplingConfig, sequences: torch.Tensor) -> torch.Tensor:
+def reference_law(logits: torch.Tensor, cfg: SamplingConfig, sequences: torch.Tensor,
+                  allowed_next: AllowedNext | None = None) -> torch.Tensor:
     """logits [B, V] after sequences [B, L] (the prompt and what followed: the penalty's history) -> [B, V]."""
-    scores = hf_processors(cfg)(sequences, logits.double())
+    scores = hf_processors(cfg, allowed_next)(sequences, logits.double())
     if cfg.greedy:
         return torch.nn.functional.one_hot(scores.argmax(-1), scores.shape[-1]).double()
     return torch.softmax(scores, -1)

@@ -10,7 +10,8 @@ path above them (the position reads a mask there, not the drafted token). So:
   (the sampling's temperature, top-k, top-p and min-p), and q goes to the verifier as the law of
   every child at that depth. That q is exact because a depth-d token was drawn from position d's law
   and nothing else: the law of the position, not of the drafted path (docs/design.md section 8).
-  The repetition penalty is left out: it depends on the path, the draw did not.
+  The repetition penalty is left out: it depends on the path, the draw did not. A constraint's mask does
+  depend on the path, so under a grammar q is taken per node, after the mask along that node's path.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from framework.core.constraint import Constraint
 from framework.core.drafting import draw_children, top_tokens
 from framework.core.randomness import RandomSource
 from framework.core.sampling import SamplingConfig, process_logits
@@ -30,9 +32,11 @@ from framework.zoo.checkpoints import find_folder
 
 
 def position_law_tree(logits: torch.Tensor, shape: TreeShape, kind: str, sampling: SamplingConfig,
-                      rng: RandomSource) -> CandidateTree:
+                      rng: RandomSource, constraint: Constraint | None = None) -> CandidateTree:
     """logits [B, K, V] (position d-1 proposes depth d) -> the tree of `shape` (at most K deep), its
-    children chosen by `kind`, with scores (each node's draft probability along its path)."""
+    children chosen by `kind`, with scores (each node's draft probability along its path). constraint: iid /
+    wor children are drawn from the position's law after its mask along the node's own path (point trees
+    are ranked as they are: the engine drops the nodes the mask forbids)."""
     if shape.num_nodes == 0:
         return CandidateTree.empty(logits.shape[0], logits.device)
     if kind == "point":
@@ -42,13 +46,19 @@ def position_law_tree(logits: torch.Tensor, shape: TreeShape, kind: str, samplin
         probs = logits.float().softmax(-1).gather(2, ranked)  # [B, K, R]
         chosen = probs[:, shape.depth - 1, shape.ranks.to(probs.device)]  # [B, N] each node's own probability
         return CandidateTree(tree.tokens, shape, None, "point", along_paths(chosen, shape))
-    laws = process_logits(logits, replace(sampling, repetition_penalty=1.0))  # [B, K, V]
-    row_depth = torch.cat([torch.zeros(1, dtype=torch.long), shape.depth]).clamp_max(laws.shape[1] - 1)
-    q = laws[:, row_depth.to(laws.device)]  # [B, N+1, V]: row i draws the children at depth(i) + 1
+    cfg = replace(sampling, repetition_penalty=1.0)
+    row_depth = torch.cat([torch.zeros(1, dtype=torch.long), shape.depth]).clamp_max(logits.shape[1] - 1)
     tokens = torch.zeros(logits.shape[0], shape.num_nodes, dtype=torch.long, device=logits.device)
-    for row, kids in enumerate(shape.child_lists):
-        if kids:
-            tokens[:, kids] = draw_children(q[:, row], len(kids), kind, rng, point_mass=sampling.greedy)
+    q = torch.empty(tokens.shape[0], shape.num_nodes + 1, logits.shape[-1], device=logits.device,
+                    dtype=torch.float64 if logits.dtype == torch.float64 else torch.float32)  # [B, N+1, V]
+    for rows in [torch.zeros(1, dtype=torch.long)] + [level + 1 for level in shape.levels]:  # level by level
+        # row i draws the children at depth(i) + 1 from that position's law, after the constraint's mask there
+        allowed = None if constraint is None else constraint.allowed(tokens, shape, rows)
+        q[:, rows] = process_logits(logits[:, row_depth[rows].to(logits.device)], cfg, allowed=allowed).to(q.dtype)
+        for row in rows.tolist():
+            kids = shape.child_lists[row]
+            if kids:
+                tokens[:, kids] = draw_children(q[:, row], len(kids), kind, rng, point_mass=sampling.greedy)
     drawn = q[:, shape.parents + 1].gather(2, tokens[..., None]).squeeze(2).float()  # [B, N] each node's q
     return CandidateTree(tokens, shape, q, kind, along_paths(drawn, shape))
 

@@ -53,7 +53,7 @@ class ParallelEagleProposer(EagleProposer):
             self.backlog.append(self.committed(state))
             return CandidateTree.empty(state.root.shape[0], state.root.device)
         logits = self.parallel_logits(state, shape.max_depth)
-        return position_law_tree(logits, shape, self.kind, self.sampling or state.sampling, state.rng)
+        return position_law_tree(logits, shape, self.kind, self.sampling or state.sampling, state.rng, state.constraint)
 
     def parallel_logits(self, state: DecodeState, depth: int) -> torch.Tensor:
         """One head call: the committed positions (kept) and depth - 1 masks after the root's -> logits [B, depth, V]."""

@@ -75,7 +75,7 @@ class MedusaProposer:
         if shape.num_nodes == 0:  # a plain step: no head is read
             return CandidateTree.empty(state.root.shape[0], state.root.device)
         logits = self.heads(state.target_hidden[:, -1], self.lm_head)  # [B, K, V]
-        return position_law_tree(logits, shape, self.kind, self.sampling or state.sampling, state.rng)
+        return position_law_tree(logits, shape, self.kind, self.sampling or state.sampling, state.rng, state.constraint)
 
     def commit(self, result: Verification) -> None:
         pass  # stateless: the next hidden state comes from the target

@@ -70,7 +70,7 @@ class DFlashProposer:
         hidden, _, count = left_aligned(self.backlog + [committed])
         self.backlog = []
         logits = self.block_logits(hidden, count, state.root, shape.max_depth)
-        return position_law_tree(logits, shape, self.kind, self.sampling or state.sampling, state.rng)
+        return position_law_tree(logits, shape, self.kind, self.sampling or state.sampling, state.rng, state.constraint)
 
     def block_logits(self, hidden: torch.Tensor, count: torch.Tensor, root: torch.Tensor, drafts: int) -> torch.Tensor:
         """hidden [B, A, L, H] of the newly committed positions (count [B] valid), root [B] -> logits [B, drafts, V]."""

@@ -90,7 +90,7 @@ class ParallelDraftProposer:
             self.lead = ragged_concat(self.lead, (root, torch.ones_like(self.lead[1])))
             return CandidateTree.empty(state.root.shape[0], state.root.device)
         logits = self.block_logits(root, shape.max_depth)
-        return position_law_tree(logits, shape, self.kind, self.sampling or state.sampling, state.rng)
+        return position_law_tree(logits, shape, self.kind, self.sampling or state.sampling, state.rng, state.constraint)
 
     def block_logits(self, root: torch.Tensor, depth: int) -> torch.Tensor:
         """One forward of [unread tokens, root, masks]: logits [B, depth, V] of the root and the masks."""

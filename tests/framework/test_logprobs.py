@@ -1,0 +1,65 @@
+"""Log-probabilities returned by generate: each emitted token's under the processed target law along its own
+path (a grammar, a logit bias and the penalty included), the same with or without speculation, checked against
+transformers' own processors on a plain forward of each prefix."""
+
+import pytest
+import torch
+
+from framework.core.sampling import SamplingConfig
+from framework.engine import generate
+from framework.harness.loop_mutants import TOY
+from framework.harness.reference import reference_law
+from framework.harness.toy_grammar import PAIRS
+from framework.lm.models import tiny_random_model
+from framework.lm.target import HFTarget
+from proposers import DraftModelProposer
+
+SAMPLED = SamplingConfig(temperature=0.9, repetition_penalty=1.2, logit_bias={1: 1.0})
+GREEDY = SamplingConfig(temperature=0, logit_bias={1: 1.0})
+
+
+def reference_logprobs(model, prompt, tokens, sampling):
+    """[T, V] log-laws at each emitted position by plain forwards and transformers' processors (greedy: T = 1)."""
+    law_cfg = SamplingConfig(logit_bias=sampling.logit_bias, repetition_penalty=sampling.repetition_penalty) \
+        if sampling.greedy else sampling
+    rows = []
+    for t in range(len(tokens)):
+        sequence = torch.cat([prompt[0], torch.tensor(tokens[:t], dtype=torch.long)])[None]
+        logits = model(sequence).logits[:, -1].double()
+        rule = lambda row, ids: PAIRS.allowed_next(tuple(ids[prompt.shape[1]:].tolist()))  # noqa: E731
+        rows.append(reference_law(logits, law_cfg, sequence, rule)[0].log())
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("sampling", [SAMPLED, GREEDY], ids=["sampled", "greedy"])
+@pytest.mark.parametrize("speculative", [False, True], ids=["plain", "speculative"])
+def test_logprobs_are_the_processed_target_law(sampling, speculative):
+    target = tiny_random_model("llama", seed=0, vocab_size=5, **TOY)
+    draft = tiny_random_model("llama", seed=1, vocab_size=5, **TOY)
+    prompt = torch.tensor([[1, 2, 0, 3]])
+    proposer = DraftModelProposer(draft, gamma=3, kind="iid" if not sampling.greedy else "point") if speculative else None
+    out = generate(HFTarget(target), proposer, prompt, 12, sampling, seed=3, constraint=PAIRS.constraint(), logprobs=2)
+    tokens = out.tokens[0].tolist()
+    assert -1 not in tokens
+    expected = reference_logprobs(target, prompt, tokens, sampling)  # [T, V]
+    chosen = expected.gather(1, torch.tensor(tokens)[:, None]).squeeze(1)
+    torch.testing.assert_close(out.logprobs.chosen[0], chosen, atol=1e-9, rtol=0)
+    torch.testing.assert_close(out.logprobs.top[0], expected.topk(2, dim=-1).values, atol=1e-9, rtol=0)
+    if sampling.greedy:  # the token is the first argmax of the reported law
+        assert out.logprobs.top_ids[0, :, 0].tolist() == tokens
+    if speculative:
+        assert out.stats.summary()["tokens_per_forward"] > 1  # tokens came from accepted drafts too
+
+
+def test_positions_past_the_end_carry_nothing():
+    target = tiny_random_model("llama", seed=0, vocab_size=5, **TOY)
+    out = generate(HFTarget(target), None, torch.tensor([[1, 2]]), 6, SamplingConfig(), seed=0, eos_token_id=4, logprobs=0)
+    ended = out.tokens[0] < 0
+    assert out.logprobs.top.shape == (1, 6, 0)
+    assert bool((out.logprobs.chosen[0][ended] == 0).all()) and bool((out.logprobs.chosen[0][~ended] < 0).all())
+
+
+def test_logprobs_count_is_checked():
+    target = tiny_random_model("llama", seed=0, vocab_size=5, **TOY)
+    with pytest.raises(ValueError, match="top_logprobs must be None or an integer >= 0"):
+        generate(HFTarget(target), None, torch.tensor([[1, 2]]), 3, logprobs=-1)
