@@ -92,6 +92,12 @@ def _run(cfg: DictConfig) -> dict:
         "speedup": plain_median / spec_median,
         "lossless": verifier_of(cfg).lossless,  # False for a lossy rule (verifier=typical): never a lossless speedup
     }
+    if spec.logprobs is not None:  # row 0's emitted tokens: under the processed law, and the n best there
+        kept = len(tokens)
+        result["logprobs"] = spec.logprobs.chosen[0, :kept].tolist()
+        result["top_logprobs"] = [dict(zip(ids, values)) for ids, values in
+                                  zip(spec.logprobs.top_ids[0, :kept].tolist(), spec.logprobs.top[0, :kept].tolist())]
+        result["plain_logprobs"] = plain.logprobs.chosen[0, : len(emitted(plain))].tolist()
     result["path"] = str(write_json(cfg.output_dir, "result.json", result))
     return result
 

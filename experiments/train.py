@@ -12,7 +12,11 @@ Everything lands in `experiment.root` (a fixed folder, not Hydra's dated one, so
 call resumes): root/tokenizer, root/data/stdlib-*.pt (the token data, framework/data), root/<name>/checkpoints/step_*,
 root/<name>/final. The tokenizer and the streams are made once and reused, so every model of the
 zoo shares them, and a machine without the corpus (another Python, no `datasets`) can train from
-a copied root. A model with a `teacher` is distilled from the teacher's raw laws (root/<teacher>/best).
+a copied root. A model with `tokenizer_vocab_size` and/or `tokenizer_sample` gets its own tokenizer instead
+(root/tokenizer_<size>[_sample<fraction>], trained the same way on the same split or on that seeded fraction of its
+files, so that its merges and ids differ; its token data, the whole split, lands in root/data too), e.g. a draft for
+cross-tokenizer speculation. A model with a `teacher` is distilled from the teacher's raw laws (root/<teacher>/best);
+a teacher and an own tokenizer together are refused (the laws would be over different vocabularies).
 With `calibrate`, each final model then gets one temperature fitted on the validation documents
 and folded into its output head (framework/zoo/calibrate.py): cross-entropy for a model of its
 own, KL to the calibrated teacher for a distilled one.
@@ -38,13 +42,22 @@ def run(cfg: DictConfig) -> dict[str, Path | None]:
     exp = instantiate(cfg.experiment, job=None)
     if exp.num_threads is not None:
         torch.set_num_threads(exp.num_threads)
+    names = exp.only if exp.only is not None else list(exp.models)
+    for name in names:  # refused before anything is trained
+        spec = exp.models[name]
+        own = spec.get("tokenizer_vocab_size"), spec.get("tokenizer_sample")
+        if own != (None, None) and spec.get("teacher"):
+            raise ValueError(f"model {name!r} has its own tokenizer (tokenizer_vocab_size={own[0]}, tokenizer_sample="
+                             f"{own[1]}) and a teacher ({spec.teacher!r}): distillation compares laws token by token, "
+                             "so it needs the teacher's vocabulary; drop one of the two")
     root = Path(exp.root)
     root.mkdir(parents=True, exist_ok=True)
-    tokenizer, streams = tokenizer_and_streams(exp, root)
-    names = exp.only if exp.only is not None else list(exp.models)
+    shared = tokenizer_and_streams(exp, root)  # made even when no model uses it: `only=[]` prepares a root
     finals = {}
     for name in names:
         spec = exp.models[name]
+        own = spec.get("tokenizer_vocab_size"), spec.get("tokenizer_sample")
+        tokenizer, streams = shared if own == (None, None) else tokenizer_and_streams(exp, root, *own)
         settings = instantiate(OmegaConf.merge(cfg.experiment.train, spec.get("train") or {}))  # TrainConfig
         teacher = root / spec["teacher"] if spec.get("teacher") else None
         raw_teacher = None  # distillation reads the teacher's laws before its calibration

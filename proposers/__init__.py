@@ -1,6 +1,7 @@
 """Proposers: a package per family (medusa, eagle, ngram, rest, parallel; search and common beside them), the
 draft model, the grammar's forced tokens and the mix as modules; each returns a CandidateTree whose kind tells how it chose."""
 
+from proposers.cross_vocab import CrossVocabularyProposer, VocabularyMap
 from proposers.draft_model import DraftModelProposer
 from proposers.eagle.head import EagleHead
 from proposers.eagle.parallel import ParallelEagleProposer
@@ -15,9 +16,11 @@ from proposers.ngram.prompt_lookup import PromptLookupProposer
 from proposers.parallel.dflash_proposer import DFlashProposer
 from proposers.parallel.pard import ParallelDraftProposer
 from proposers.rest.proposer import RestProposer
+from proposers.string_match import StringMatchProposer
 
 __all__ = [
     "DraftModelProposer", "EagleProposer", "EagleHead", "MedusaProposer", "MedusaHeads", "LookaheadProposer",
     "PromptLookupProposer", "MixProposer", "RestProposer", "load_head", "DFlashProposer", "ParallelDraftProposer",
-    "ParallelEagleProposer", "GrammarProposer",
+    "ParallelEagleProposer", "GrammarProposer", "CrossVocabularyProposer", "VocabularyMap",
+    "StringMatchProposer",
 ]

@@ -83,18 +83,23 @@ class DraftModelProposer:
         self.deferred: torch.Tensor | None = None  # [B, K] accepted tokens the next root forward reads first
         self.skipped: torch.Tensor | None = None  # [B, K] the same, held over a plain step (until its commit)
         self.mask = self.shape.ancestors  # [N+1, N+1]; slot of node i is i + 1 (level order)
+        self.exhausted = False  # the draft's own context is full: it drafts nothing more in this generation
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
-        if self.lm.vocab_size != target.vocab_size:
-            raise ValueError(f"draft vocabulary ({self.lm.vocab_size}) differs from the target's ({target.vocab_size})")
+        self.check_vocabulary(target.vocab_size)
         if self.lm.device != target.device or self.lm.dtype != target.dtype:
             raise ValueError(
                 f"draft on {self.lm.device}/{self.lm.dtype} but target on {target.device}/{target.dtype}: "
                 "put both on the same device and dtype"
             )
         self.lm.reset(input_ids.shape[0])
-        self.skipped = None
+        self.skipped, self.exhausted = None, False
         self.deferred = input_ids.to(self.lm.device)  # read with the first root: never, if no step drafts
+
+    def check_vocabulary(self, target_vocab: int) -> None:
+        if self.lm.vocab_size != target_vocab:
+            raise ValueError(f"draft vocabulary ({self.lm.vocab_size}) differs from the target's ({target_vocab}): "
+                             "a draft with another tokenizer drafts through proposer=cross_vocab")
 
     def propose(self, state: DecodeState) -> CandidateTree:
         if not state.plan.drafts:
@@ -108,12 +113,19 @@ class DraftModelProposer:
         fed = 0  # pending slots written (root = slot 0)
         depth = self.schedule.depth if self.schedule is not None else len(self.levels)
         depth = min(depth, state.plan.depth) if state.plan.depth is not None else depth
+        room = self.draft_room(state.root)
+        if room is not None and room < 1:  # the root no longer fits the draft's context (a draft of another
+            self.exhausted = True          # tokenizer reads more tokens than the target): plain steps from here
+        if self.exhausted:
+            return CandidateTree.empty(B, state.root.device)
+        depth = depth if room is None else min(depth, room)
         for level in range(depth):  # read the root, then each level that may have children
             rows = torch.tensor([0]) if level == 0 else self.levels[level - 1] + 1  # tree rows read now
             if level == 0:
                 out = self.read_root(state.root)
             else:
-                out = self.lm.forward(tokens[:, rows - 1], torch.full((rows.numel(),), level), self.mask[rows][:, : fed + rows.numel()])
+                out = self.lm.forward(self.draft_tokens(tokens[:, rows - 1]), torch.full((rows.numel(),), level),
+                                      self.mask[rows][:, : fed + rows.numel()])
             fed += rows.numel()
             seen = seen_along_tree(state.seen, tokens, self.shape)[:, rows] if cfg.uses_history else None
             allowed = None if state.constraint is None else state.constraint.allowed(tokens, self.shape, rows)
@@ -152,6 +164,23 @@ class DraftModelProposer:
         """The q handed to the verifier: the very law the children were drawn from (mask included)."""
         return law
 
+    def draft_room(self, root: torch.Tensor) -> int | None:
+        """Levels the draft can still read before its context ends (None: no limit): what is deferred and the
+        root come first."""
+        if self.lm.max_positions is None:
+            return None
+        lead = 0 if self.deferred is None else self.deferred.shape[1]
+        return self.lm.max_positions - int(self.lm.length.max()) - lead - self.root_width(root)
+
+    def root_width(self, root: torch.Tensor) -> int:
+        """Draft tokens the root takes (one: the same vocabulary)."""
+        return 1
+
+    def draft_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Tree tokens (the target's ids) as the draft model reads them: the same ids (another vocabulary maps them,
+        proposers/cross_vocab.py)."""
+        return tokens
+
     def draw(self, law: torch.Tensor, count: int, rng, point_mass: bool) -> torch.Tensor:
         """count children [B, count] of this proposer's kind from law [B, V]."""
         return draw_children(law, count, self.kind, rng, point_mass=point_mass)
@@ -177,6 +206,8 @@ class DraftModelProposer:
         """Keep the accepted nodes' KV; tokens accepted without a draft slot (a deepest node never
         read, or, inside a mix, nodes of another part's tree: path -1) are deferred to the next
         root forward, or, when rows lack different numbers of them, get theirs in one forward now."""
+        if self.exhausted:
+            return
         if self.deferred is not None:
             raise RuntimeError("commit called twice without a propose between: deferred tokens were never read")
         if self.skipped is not None:  # a plain step: nothing drafted, nothing to keep; the root waits with the rest

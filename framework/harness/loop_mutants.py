@@ -26,10 +26,11 @@ from framework.harness.exact import compare
 from framework.harness.mutants import draw_deduplicated, draw_sorted_by_q, raw_softmax, target_without_temperature
 from framework.harness.real import exact_loop_law, teacher_forced_law
 from framework.harness.toy_grammar import A_THEN_B, PAIRS, ToyGrammar
+from framework.harness.toy_vocabularies import toy_vocabulary
 from framework.lm import tree_attention
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
-from proposers import DraftModelProposer, LookaheadProposer
+from proposers import CrossVocabularyProposer, DraftModelProposer, LookaheadProposer
 from verifiers import LOSSLESS, TreeVerifier
 from verifiers.block import BlockVerifier
 from verifiers.traversal import TraversalVerifier
@@ -68,10 +69,12 @@ class LoopCase:
     vocab: int = 3  # 2 makes wor siblings exhaust the support: deep wor trees enumerate in a second
     policy_factory: Callable | None = field(default=None, compare=False)  # a speculation policy per world (None: fixed)
     grammar: ToyGrammar | None = None  # the output follows it: the loop through the grammar engine, the reference by hand
+    vocabulary: Callable | None = field(default=None, compare=False)  # a draft of another vocabulary: () -> VocabularyMap
 
     def describe(self) -> str:
         settings = ", ".join(f"{k}={v}" for k, v in self.proposer.items()) if self.proposer else "a proposer factory"
         settings += f", grammar {self.grammar.regex}" if self.grammar is not None else ""
+        settings += ", a draft of another vocabulary" if self.vocabulary is not None else ""
         default = SamplingConfig()
         sampled = "".join(f", {f.name}={getattr(self.sampling, f.name)}" for f in fields(SamplingConfig)
                           if getattr(self.sampling, f.name) != getattr(default, f.name))
@@ -79,8 +82,14 @@ class LoopCase:
 
     def tv(self, target_factory=HFTarget, decoder_type=Decoder, proposer_type=DraftModelProposer, verifier=None) -> float:
         prompt = torch.tensor([[t % self.vocab for t in self.prompt]])
-        target, draft = (tiny_random_model("llama", seed=seed, vocab_size=self.vocab, **TOY) for seed in (0, 1))
-        factory = self.proposer_factory or (lambda: proposer_type(draft, **self.proposer))
+        vocabulary = None if self.vocabulary is None else self.vocabulary()
+        target = tiny_random_model("llama", seed=0, vocab_size=self.vocab, **TOY)
+        draft = tiny_random_model("llama", seed=1, vocab_size=vocabulary.draft_size if vocabulary else self.vocab, **TOY)
+        if vocabulary is not None:  # the draft proposes through the map (a mutant's class, or the clean one)
+            cross = proposer_type if issubclass(proposer_type, CrossVocabularyProposer) else CrossVocabularyProposer
+            factory = self.proposer_factory or (lambda: cross(draft, vocabulary, **self.proposer))
+        else:
+            factory = self.proposer_factory or (lambda: proposer_type(draft, **self.proposer))
         grammar = self.grammar
         spec = exact_loop_law(target, factory, prompt, self.depth, self.sampling, verifier=verifier or self.verifier,
                               target_factory=target_factory, decoder_type=decoder_type, policy_factory=self.policy_factory,
@@ -205,6 +214,19 @@ class ReportsUnmaskedQ(DraftModelProposer):
         return sampling.process_logits(logits, cfg, seen)
 
 
+class DraftsOffTheIntersection(CrossVocabularyProposer):
+    """Draws from the draft's whole vocabulary (the intersection mask left off the draws; a token the target does
+    not spell snapped to target id 0) while the verifier gets the masked law, as it should."""
+
+    def draft_law(self, logits, cfg, seen, allowed=None):
+        own = sampling.process_logits(logits, replace(cfg, repetition_penalty=1.0, logit_bias=()))
+        law = torch.zeros(*logits.shape[:-1], self.vocabulary.target_size, dtype=own.dtype)
+        return law.index_add_(-1, self.target_of.clamp_min(0), own)
+
+    def reported_law(self, law, logits, cfg, seen):
+        return CrossVocabularyProposer.draft_law(self, logits, cfg, seen)
+
+
 class DrawsDeduplicated(DraftModelProposer):
     def draw(self, law, count, rng, point_mass):
         return draw_deduplicated(law, count, self.kind, rng)
@@ -300,6 +322,7 @@ SAMPLED_POINT = LoopCase(dict(gamma=3, kind="point"), sampling=SamplingConfig(te
 IID_SIBLINGS = LoopCase(dict(branching=3, depth=1, kind="iid"), depth=2)
 POLICY_CHAIN = LoopCase(dict(gamma=2, kind="iid"), depth=2, policy_factory=lambda: GoodputPolicy(**POLICY_COSTS))
 GRAMMAR_CHAIN = LoopCase(dict(gamma=2, kind="iid"), depth=3, grammar=A_THEN_B)  # rows advanced by what they emit
+CROSS_VOCABULARY = LoopCase(dict(gamma=2, kind="iid"), depth=2, vocab=5, vocabulary=toy_vocabulary)  # a second tokenizer
 GRAMMAR_SAMPLED = LoopCase(dict(gamma=2, kind="iid"), depth=2, grammar=PAIRS, vocab=5)  # two tokens left after a mask
 GRAMMAR_POINT = LoopCase(dict(gamma=1, kind="point"), depth=3, grammar=PAIRS, vocab=5,
                          sampling=SamplingConfig(temperature=0.8))  # every node accepted: the bonus is drawn at the leaf
@@ -340,4 +363,6 @@ def loop_mutants() -> list[LoopMutant]:
           decoder=GrammarFollowsDrafts),
         m("grammar-q-before-mask", "the draft draws after the grammar's mask but reports its law before it",
           GRAMMAR_SAMPLED, proposer=ReportsUnmaskedQ),
+        m("cross-vocabulary-mask-missing", "a draft of another vocabulary draws off the intersection (its law "
+          "unmasked) but reports the masked law", CROSS_VOCABULARY, proposer=DraftsOffTheIntersection),
     ]

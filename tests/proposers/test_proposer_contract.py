@@ -183,6 +183,8 @@ BAD_SETTINGS = {  # proposer -> (a bad setting, what its error says)
     "peagle": ("proposer.kind=typical", "kind must be"),
     "grammar": ("proposer.depth=0", "depth must be >= 1"),
     "mix_grammar": ("proposer.budget=0", "budget must be >= 1"),
+    "cross_vocab": ("proposer.gamma=0", "gamma >= 1"),
+    "string_match": ("proposer.gamma=0", "gamma must be >= 1"),
 }
 
 

@@ -1,0 +1,98 @@
+"""A draft of another tokenizer matched on the text (SLEM: string-level exact match; transformers' universal
+assisted generation): the draft continues the text greedily in its own vocabulary, unmasked, and its
+continuation, spelled in the target's tokens, is a point chain. Exact at any temperature: the chain is chosen
+blind to the verifier's coins, and the point rule accepts each token with the target's own p(x) (at greedy,
+when it is the target's argmax). It gives up TLI's p / q gain; its reach is every draft token, not only the
+shared ones.
+
+The draft's cache keeps what it read of the committed text, each target token in its own spelling (as
+proposers/cross_vocab.py reads it); the tokens it drafted are dropped at every commit and the accepted ones
+read again, spelled, with the next root: the draft's and the target's tokenizations never need to line up.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from framework.core.proposer import DecodeState
+from framework.core.tree import CandidateTree
+from framework.lm import tree_attention
+from framework.lm.cached_lm import CachedLM
+from proposers.cross_vocab import VocabularyMap
+from verifiers.tree_verifier import Verification
+
+
+class StringMatchProposer:
+    hidden_layers = ()
+    couples_rows = False  # every draft token spells as one target token at least: each row's chain is gamma long
+
+    def __init__(self, draft_model, to_draft: VocabularyMap, to_target: VocabularyMap, gamma: int = 4,
+                 backend: str | None = "auto"):
+        """to_draft: target tokens spelled in draft tokens (what the draft reads); to_target: draft tokens spelled in
+        target tokens (what it proposes), e.g. VocabularyMap.of_folders with the two folders swapped; gamma: draft
+        tokens per step."""
+        if gamma < 1:
+            raise ValueError(f"gamma must be >= 1, got {gamma}")
+        if to_draft.target_size != to_target.draft_size or to_draft.draft_size != to_target.target_size:
+            raise ValueError("to_draft and to_target must map the same two vocabularies, in opposite directions")
+        tree_attention.use_tree_attention(draft_model, backend)
+        self.lm = CachedLM(draft_model, tree_backend=backend)
+        if to_draft.draft_size != self.lm.vocab_size:
+            raise ValueError(f"the vocabulary maps are for {to_draft.draft_size} draft tokens, the draft has {self.lm.vocab_size}")
+        self.to_draft, self.to_target, self.gamma = to_draft, to_target, gamma
+        self.unread: list[list[int]] = []  # per row: committed draft tokens not yet in the draft's cache
+        self.drafted = False  # this step read and drafted (its drafted slots are dropped at commit)
+
+    def prefill(self, input_ids: torch.Tensor, target) -> None:
+        if self.to_draft.target_size != target.vocab_size:
+            raise ValueError(f"the vocabulary maps are for {self.to_draft.target_size} target tokens, the target has {target.vocab_size}")
+        self.lm.reset(input_ids.shape[0])
+        self.unread = [self.spell(row, self.to_draft) for row in input_ids.tolist()]
+
+    @staticmethod
+    def spell(tokens: list[int], vocabulary: VocabularyMap) -> list[int]:
+        return [piece for t in tokens for piece in vocabulary.expansions[t]]
+
+    def read(self, rows: list[list[int]]) -> torch.Tensor:
+        """Commit the draft tokens rows[b] (ragged, each >= 1); the logits after each row's last one [B, V_d]."""
+        counts = torch.tensor([len(row) for row in rows])
+        K = int(counts.max())
+        padded = torch.tensor([row + [0] * (K - len(row)) for row in rows], device=self.lm.device)
+        out = self.lm.forward(padded, torch.arange(K), torch.ones(K, K, dtype=torch.bool).tril())
+        self.lm.keep(torch.arange(K).expand(len(rows), K), counts.to(self.lm.device))
+        return out.logits[torch.arange(len(rows)), (counts - 1).to(out.logits.device)]
+
+    def propose(self, state: DecodeState) -> CandidateTree:
+        B = state.root.shape[0]
+        self.unread = [lead + self.spell([t], self.to_draft) for lead, t in zip(self.unread, state.root.tolist())]
+        gamma = self.gamma if state.plan.depth is None else min(self.gamma, state.plan.depth)
+        if self.lm.max_positions is not None:  # drafted tokens are read after the committed text, the last one not
+            read = self.lm.length.cpu() + torch.tensor([len(row) for row in self.unread])
+            gamma = min(gamma, self.lm.max_positions - int(read.max()) + 1)
+        if not state.plan.drafts or gamma <= 0:  # (past the draft's context: what is unread waits, unread)
+            self.drafted = False
+            return CandidateTree.empty(B, state.root.device)
+        self.drafted = True
+        logits = self.read(self.unread)
+        self.unread = [[] for _ in range(B)]
+        drafted = []
+        for level in range(gamma):  # greedy in the draft's own vocabulary; the last token is not read
+            token = logits.argmax(-1)  # [B]
+            drafted.append(token)
+            if level + 1 < gamma:
+                logits = self.lm.forward(token[:, None], torch.tensor([level]),
+                                         torch.ones(1, level + 1, dtype=torch.bool)).logits[:, -1]
+        spelled = [self.spell(row, self.to_target)[:gamma] for row in torch.stack(drafted, 1).tolist()]
+        return CandidateTree.chain(torch.tensor(spelled, dtype=torch.long, device=state.root.device).view(B, gamma))
+
+    def commit(self, result: Verification) -> None:
+        """Drop the drafted slots; the accepted tokens are read, spelled, before the next root."""
+        B = result.tokens.shape[0]
+        if self.drafted:
+            self.lm.keep(torch.zeros(B, 0, dtype=torch.long), torch.zeros(B, dtype=torch.long))
+        for b, (row, accepted) in enumerate(zip(result.tokens.tolist(), result.num_accepted.tolist())):
+            self.unread[b] += self.spell(row[:accepted], self.to_draft)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.lm.select(rows)
+        self.unread = [list(self.unread[r]) for r in rows.tolist()]
