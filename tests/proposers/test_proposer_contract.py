@@ -56,10 +56,11 @@ class Setting:
 
 # The default tier: every method at T = 1, and the spread each family's own grid kept by default
 # (Medusa's three kinds; sampled EAGLE trees under top-k and the penalty). self_draft is draft with another
-# model and mix's parts are swapped for mix_draft's: their exact check repeats another's, so -m slow.
+# model and mix's parts are swapped for mix_draft's; without a grammar, grammar drafts nothing and mix_grammar is
+# the draft model's chain (their exact laws under grammars: tests/constraints): their exact check repeats another's, so -m slow.
 DEFAULT = {("medusa", "t1", ("proposer.kind=iid",)), ("medusa", "t1", ("proposer.kind=wor",)), ("medusa", "t07_topk2", ()),
            ("medusa", "penalty15", ("proposer.kind=iid",)), ("eagle", "t07_topk2", ()), ("eagle2", "penalty15", ())}
-REPEATS = {"self_draft", "mix"}
+REPEATS = {"self_draft", "mix", "grammar", "mix_grammar"}
 VARIANTS = {"medusa": [(), ("proposer.kind=iid",), ("proposer.kind=wor",)]}
 SETTINGS = [Setting(p, s, o, "default" if (s == "t1" and not o and p not in REPEATS) or (p, s, o) in DEFAULT else "slow")
             for p in PROPOSERS for o in VARIANTS.get(p, [()]) for s in SAMPLINGS]

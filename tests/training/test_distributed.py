@@ -35,6 +35,7 @@ def one_process(chat_target, chat_files, tmp_path_factory):
     return curve(out)
 
 
+@pytest.mark.slow  # three interpreters and 40 steps: half a minute, a sixth of the default tier's budget
 def test_two_processes_follow_the_one_process_curve(one_process, chat_target, chat_files, tmp_path):
     run([str(chat_target), str(chat_files["messages"]), str(tmp_path)], processes=2)
     (one, _), (two, saved) = one_process, curve(tmp_path)
