@@ -23,6 +23,7 @@ import torch
 from framework.core.sampling import SamplingConfig, process_logits
 from framework.zoo.checkpoints import find_folder
 from framework.zoo.tokenizer import load_tokenizer
+from proposers.common.ragged_read import read_ragged
 from proposers.draft_model import DraftModelProposer
 from verifiers.tree_verifier import Verification
 
@@ -173,9 +174,7 @@ class CrossVocabularyProposer(DraftModelProposer):
         if bool((counts == K).all()):
             self.deferred = torch.tensor(rows, dtype=torch.long, device=self.lm.device).view(len(rows), K)
             return
-        padded = torch.tensor([row + [0] * (K - len(row)) for row in rows], device=self.lm.device)
-        self.lm.forward(padded, torch.arange(K), torch.ones(K, K, dtype=torch.bool).tril())
-        self.lm.keep(torch.arange(K).expand(len(rows), K), counts.to(self.lm.device))
+        read_ragged(self.lm, rows)
         self.deferred = None
 
     def last_piece(self, root: torch.Tensor) -> torch.Tensor:

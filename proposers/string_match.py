@@ -18,6 +18,7 @@ from framework.core.proposer import DecodeState
 from framework.core.tree import CandidateTree
 from framework.lm import tree_attention
 from framework.lm.cached_lm import CachedLM
+from proposers.common.ragged_read import read_ragged
 from proposers.cross_vocab import VocabularyMap
 from verifiers.tree_verifier import Verification
 
@@ -53,15 +54,6 @@ class StringMatchProposer:
     def spell(tokens: list[int], vocabulary: VocabularyMap) -> list[int]:
         return [piece for t in tokens for piece in vocabulary.expansions[t]]
 
-    def read(self, rows: list[list[int]]) -> torch.Tensor:
-        """Commit the draft tokens rows[b] (ragged, each >= 1); the logits after each row's last one [B, V_d]."""
-        counts = torch.tensor([len(row) for row in rows])
-        K = int(counts.max())
-        padded = torch.tensor([row + [0] * (K - len(row)) for row in rows], device=self.lm.device)
-        out = self.lm.forward(padded, torch.arange(K), torch.ones(K, K, dtype=torch.bool).tril())
-        self.lm.keep(torch.arange(K).expand(len(rows), K), counts.to(self.lm.device))
-        return out.logits[torch.arange(len(rows)), (counts - 1).to(out.logits.device)]
-
     def propose(self, state: DecodeState) -> CandidateTree:
         B = state.root.shape[0]
         self.unread = [lead + self.spell([t], self.to_draft) for lead, t in zip(self.unread, state.root.tolist())]
@@ -73,7 +65,7 @@ class StringMatchProposer:
             self.drafted = False
             return CandidateTree.empty(B, state.root.device)
         self.drafted = True
-        logits = self.read(self.unread)
+        logits = read_ragged(self.lm, self.unread)  # [B, V_d] after each row's last committed token
         self.unread = [[] for _ in range(B)]
         drafted = []
         for level in range(gamma):  # greedy in the draft's own vocabulary; the last token is not read
