@@ -65,8 +65,8 @@ def bits_to_mask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 class GrammarConstraint:
     """One xgrammar matcher per row. allowed() walks each requested row's path from the committed state and
-    rolls back, so the state only ever holds emitted tokens; a row that finished (its stop token accepted)
-    allows everything, as nothing it drafts is emitted."""
+    rolls back, so the state only ever holds emitted tokens. A row whose grammar finished (its stop token
+    emitted) allows its stop tokens only: a run that does not stop there stays in the language."""
 
     def __init__(self, grammar: Grammar, tokenizer, vocab_size: int, stop_token_ids: Sequence[int] = ()):
         """tokenizer: a Hugging Face tokenizer or the token strings in id order; vocab_size: the target's
@@ -74,6 +74,7 @@ class GrammarConstraint:
         self.grammar, self.vocab_size = grammar, vocab_size
         self.compiled = grammar.compile(tokenizer_info(tokenizer, vocab_size, stop_token_ids))
         self.matchers: list[xgrammar.GrammarMatcher] = []
+        self.stop_token_ids = list(stop_token_ids)
 
     def start(self, batch_size: int) -> None:
         self.matchers = [xgrammar.GrammarMatcher(self.compiled) for _ in range(batch_size)]
@@ -86,6 +87,7 @@ class GrammarConstraint:
         bitmask = xgrammar.allocate_token_bitmask(len(self.matchers) * len(rows), self.vocab_size)  # all allowed
         for b, (matcher, row_tokens) in enumerate(zip(self.matchers, tokens.tolist())):
             if matcher.is_terminated():
+                bitmask[b * len(rows): (b + 1) * len(rows)] = self.stop_bits()
                 continue
             walked: list[int] = []  # tokens the matcher holds beyond the committed state
             for r, row in enumerate(rows):
@@ -108,10 +110,21 @@ class GrammarConstraint:
                 matcher.rollback(len(walked))
         return bits_to_mask(bitmask, self.vocab_size).view(len(self.matchers), len(rows), self.vocab_size).to(tokens.device)
 
+    def stop_bits(self) -> torch.Tensor:
+        """The packed bitmask [ceil(V / 32)] of the stop tokens alone."""
+        bits = torch.zeros((self.vocab_size + 31) // 32, dtype=torch.int64)
+        for token in self.stop_token_ids:
+            bits[token // 32] |= 1 << (token % 32)
+        return bits.to(torch.int32)  # bit 31 wraps to the sign bit, as xgrammar's int32 words hold it
+
     def advance(self, tokens: torch.Tensor) -> None:
         for b, (matcher, row_tokens) in enumerate(zip(self.matchers, tokens.tolist())):
             for token in row_tokens:
-                if token < 0 or matcher.is_terminated():
+                if token < 0:
+                    continue
+                if matcher.is_terminated():  # only a stop token may follow the end (allowed() says so)
+                    if token not in self.stop_token_ids:
+                        raise ValueError(f"row {b} emitted token {token} after its grammar finished, which the grammar forbids")
                     continue
                 if not matcher.accept_token(token):
                     raise ValueError(f"row {b} emitted token {token}, which the grammar forbids there")

@@ -114,3 +114,18 @@ def test_json_schema_on_the_zoo_tokenizer_follows_the_schema():
     allowed = constraint.allowed(chain.tokens, chain.shape)
     assert not bool(forbidden_nodes(chain, allowed).any())
     assert not bool(allowed[0, 1:len(ids), eos].any()) and bool(allowed[0, len(ids), eos])
+
+
+def test_after_its_end_a_grammar_allows_its_stop_token_only():
+    tokenizer = load_tokenizer(find_folder("target", "tokenizer.json"))
+    eos = tokenizer.eos_token_id
+    constraint = GrammarConstraint(Grammar(regex="ab"), tokenizer, len(tokenizer), [eos])
+    constraint.start(1)
+    constraint.advance(torch.tensor([tokenizer.encode("ab") + [eos]]))
+    assert constraint.finished() == [True]
+    chain = CandidateTree.chain(torch.tensor([[eos, 5]]))
+    allowed = constraint.allowed(chain.tokens, chain.shape)
+    assert [row.nonzero().flatten().tolist() for row in allowed[0]] == [[eos]] * 3
+    constraint.advance(torch.tensor([[eos]]))  # a run that does not stop there emits the stop token again
+    with pytest.raises(ValueError, match="after its grammar finished"):
+        constraint.advance(torch.tensor([[5]]))
