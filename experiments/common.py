@@ -71,6 +71,13 @@ def constraint_of(cfg: DictConfig, target: HFTarget) -> GrammarConstraint | None
 _CONSTRAINTS: dict[tuple, GrammarConstraint] = {}
 
 
+def without_grammar(cfg: DictConfig, entry: str) -> None:
+    """Refuse a grammar where an entry point's checks know none (their laws would silently be the free ones)."""
+    if cfg.get("grammar") is not None:
+        raise ValueError(f"{entry} takes no grammar (its checks know none): time methods under a grammar with "
+                         "experiments.structured; their exact laws under grammars are tests/constraints")
+
+
 def stop_token_of(cfg: DictConfig, target: HFTarget) -> int | None:
     """cfg.eos_token_id; under a grammar, the tokenizer's EOS when none is set (the grammar ends the text there)."""
     if cfg.eos_token_id is not None or cfg.get("grammar") is None:

@@ -60,7 +60,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from experiments.common import CONF, job_record, option, torch_threads, verifier_of, write_json
+from experiments.common import CONF, job_record, option, torch_threads, verifier_of, without_grammar, write_json
 from experiments.compare_report import FIXED, aggregate, markdown, merge, publish, write_outputs, write_profiles
 from experiments.first_tokens import first_tokens, plot, summarise
 from experiments.methods import HF_METHODS, HF_PLD_DEFAULTS, build_methods, full_length_only
@@ -149,9 +149,7 @@ class Plan:
 def plan(cfg: DictConfig) -> Plan:
     """Every name checked before any work: unknown names fail, listing the valid ones."""
     exp = cfg.experiment
-    if cfg.get("grammar") is not None:  # its first-token and exact checks know no constraint
-        raise ValueError("experiments.compare takes no grammar (its lossless checks know none): time methods under "
-                         "a grammar with experiments.structured")
+    without_grammar(cfg, "experiments.compare")
     known = proposer_configs()
     listed = exp.methods is not None
     methods = list(exp.methods) if listed else [m for m in known if m not in UNDER_A_GRAMMAR] + list(DISCOVERED)

@@ -22,6 +22,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from experiments.common import without_grammar
 from experiments.first_tokens import first_tokens, plot, summarise
 from framework.core import files
 from framework.lm.text import encode_prompt, tokenizer_of
@@ -29,6 +30,7 @@ from framework.lm.text import encode_prompt, tokenizer_of
 
 def run(cfg: DictConfig) -> dict:
     exp = cfg.experiment
+    without_grammar(cfg, "experiments.first_token")
     if exp.num_threads is not None:
         torch.set_num_threads(exp.num_threads)
     model, factory, sampling = instantiate(cfg.target), instantiate(cfg.proposer), instantiate(cfg.sampling)

@@ -7,7 +7,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
+from experiments.check import run as run_check
 from experiments.common import CONF
+from experiments.compare import run as run_compare
+from experiments.first_token import run as run_first_token
 from experiments.run import run
 from experiments.structured import run as run_structured
 from experiments.structured import schema_errors
@@ -48,3 +51,10 @@ def test_the_schema_checker_names_what_is_wrong():
     assert schema_errors(good, schema) == []
     assert schema_errors({**good, "size": True}, schema) == ["$.size: not a integer"]
     assert schema_errors({**good, "extra": 1, "tags": ["x"] * 4}, schema) == ["$: extra extra", "$.tags: over 3 items"]
+
+
+@pytest.mark.parametrize("entry, config_name", [(run_check, "check"), (run_compare, "compare"), (run_first_token, "first_token")])
+def test_entry_points_whose_checks_know_no_grammar_refuse_one(entry, config_name, tmp_path):
+    cfg = load("grammar=identifier_list", f"output_dir={tmp_path}", config_name=config_name)
+    with pytest.raises(ValueError, match="takes no grammar"):
+        entry(cfg)
