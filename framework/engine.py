@@ -269,16 +269,14 @@ class Decoder:
                          allowed: torch.Tensor | None, result: Verification) -> TokenLogprobs:
         """Each emitted token's log-probability under the target's law at its parent: the root's row for the
         first, then each accepted node's (framework/core/logprobs.py)."""
-        rows = torch.zeros_like(result.tokens)  # [B, N+1]: row 0 past the emitted tokens (their token is -1)
-        rows[:, 1 : result.path.shape[1] + 1] = (result.path + 1).clamp_min(0)
-        rows = rows.to(p.device)
-        laws = p.gather(1, rows[..., None].expand(-1, -1, p.shape[-1]))  # [B, K, V]
+        at_parents = lambda t: None if t is None else committed_rows(t, result.path)  # noqa: E731  [B, D+1, ...]
         if self.sampling.greedy:  # the point mass says nothing: the temperature-1 law of the same rows
             cfg = reported_sampling(self.sampling)
             seen = seen_along_tree(state.seen, tree.tokens, tree.shape) if cfg.uses_history else None
-            take = lambda t: None if t is None else t.gather(1, rows[..., None].expand(-1, -1, t.shape[-1]).to(t.device))  # noqa: E731
-            laws = process_logits(take(logits), cfg, take(seen), take(allowed))
-        return token_logprobs(laws, result.tokens, self.top_logprobs)
+            laws = process_logits(at_parents(logits), cfg, at_parents(seen), at_parents(allowed))
+        else:
+            laws = at_parents(p)
+        return token_logprobs(laws, result.tokens[:, : laws.shape[1]], self.top_logprobs)  # emitted: D + 1 at most
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep the batch rows `rows` [B'] (those still decoding), in that order: the target's KV, the
