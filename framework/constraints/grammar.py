@@ -75,6 +75,10 @@ class GrammarConstraint:
         self.compiled = grammar.compile(tokenizer_info(tokenizer, vocab_size, stop_token_ids))
         self.matchers: list[xgrammar.GrammarMatcher] = []
         self.stop_token_ids = list(stop_token_ids)
+        stop_bits = torch.zeros((vocab_size + 31) // 32, dtype=torch.int64)  # the packed mask of the stop tokens alone
+        for token in self.stop_token_ids:
+            stop_bits[token // 32] |= 1 << (token % 32)
+        self.stop_bits = stop_bits.to(torch.int32)  # bit 31 wraps to the sign bit, as xgrammar's int32 words hold it
 
     def start(self, batch_size: int) -> None:
         self.matchers = [xgrammar.GrammarMatcher(self.compiled) for _ in range(batch_size)]
@@ -86,9 +90,6 @@ class GrammarConstraint:
         paths = shape.root_paths
         bitmask = xgrammar.allocate_token_bitmask(len(self.matchers) * len(rows), self.vocab_size)  # all allowed
         for b, (matcher, row_tokens) in enumerate(zip(self.matchers, tokens.tolist())):
-            if matcher.is_terminated():
-                bitmask[b * len(rows): (b + 1) * len(rows)] = self.stop_bits()
-                continue
             walked: list[int] = []  # tokens the matcher holds beyond the committed state
             for r, row in enumerate(rows):
                 path = [row_tokens[i] for i in paths[row]]
@@ -100,22 +101,21 @@ class GrammarConstraint:
                     del walked[common:]
                 reachable = True
                 for token in path[common:]:
-                    if not matcher.accept_token(token):  # forbidden here: the row is unreachable
+                    if matcher.is_terminated():  # past the end only a stop token, which the matcher does not hold
+                        reachable = token in self.stop_token_ids
+                    elif matcher.accept_token(token):
+                        walked.append(token)
+                    else:
                         reachable = False
+                    if not reachable:  # forbidden here: the row is unreachable (every token, never read)
                         break
-                    walked.append(token)
-                if reachable and not matcher.is_terminated():
+                if reachable and matcher.is_terminated():
+                    bitmask[b * len(rows) + r] = self.stop_bits
+                elif reachable:
                     matcher.fill_next_token_bitmask(bitmask, b * len(rows) + r)
             if walked:
                 matcher.rollback(len(walked))
         return bits_to_mask(bitmask, self.vocab_size).view(len(self.matchers), len(rows), self.vocab_size).to(tokens.device)
-
-    def stop_bits(self) -> torch.Tensor:
-        """The packed bitmask [ceil(V / 32)] of the stop tokens alone."""
-        bits = torch.zeros((self.vocab_size + 31) // 32, dtype=torch.int64)
-        for token in self.stop_token_ids:
-            bits[token // 32] |= 1 << (token % 32)
-        return bits.to(torch.int32)  # bit 31 wraps to the sign bit, as xgrammar's int32 words hold it
 
     def advance(self, tokens: torch.Tensor) -> None:
         for b, (matcher, row_tokens) in enumerate(zip(self.matchers, tokens.tolist())):

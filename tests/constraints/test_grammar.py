@@ -121,11 +121,15 @@ def test_after_its_end_a_grammar_allows_its_stop_token_only():
     eos = tokenizer.eos_token_id
     constraint = GrammarConstraint(Grammar(regex="ab"), tokenizer, len(tokenizer), [eos])
     constraint.start(1)
-    constraint.advance(torch.tensor([tokenizer.encode("ab") + [eos]]))
+    ab = tokenizer.encode("ab")
+    draft = CandidateTree.chain(torch.tensor([ab + [eos, eos, 5]]))  # a tree that runs past the end
+    allowed = constraint.allowed(draft.tokens, draft.shape)[0, len(ab):]  # after "ab", the end, another stop, 5
+    assert [row.nonzero().flatten().tolist() for row in allowed[:3]] == [[eos]] * 3 and bool(allowed[3].all())
+    constraint.advance(torch.tensor([ab + [eos]]))
     assert constraint.finished() == [True]
     chain = CandidateTree.chain(torch.tensor([[eos, 5]]))
     allowed = constraint.allowed(chain.tokens, chain.shape)
-    assert [row.nonzero().flatten().tolist() for row in allowed[0]] == [[eos]] * 3
+    assert [row.nonzero().flatten().tolist() for row in allowed[0, :2]] == [[eos]] * 2 and bool(allowed[0, 2].all())
     constraint.advance(torch.tensor([[eos]]))  # a run that does not stop there emits the stop token again
     with pytest.raises(ValueError, match="after its grammar finished"):
         constraint.advance(torch.tensor([[5]]))
