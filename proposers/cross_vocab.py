@@ -53,6 +53,10 @@ class VocabularyMap:
     def shared(self) -> int:
         return int((self.target_of >= 0).sum())
 
+    def spell(self, tokens: list[int]) -> list[int]:
+        """Target tokens -> the draft tokens that spell them, in order."""
+        return [piece for t in tokens for piece in self.expansions[t]]
+
     def draft_of(self) -> torch.Tensor:
         """[V_target] the draft id of each shared target token (-1: not shared)."""
         out = torch.full((self.target_size,), -1, dtype=torch.long)
@@ -142,7 +146,7 @@ class CrossVocabularyProposer(DraftModelProposer):
             self.deferred = self.single[input_ids.to(self.single.device)]
             return
         self.deferred = None
-        self.queue([self.spell(row) for row in input_ids.tolist()])
+        self.queue([self.vocabulary.spell(row) for row in input_ids.tolist()])
 
     # ---- the draft's law, in the target's ids --------------------------------------------------
 
@@ -150,7 +154,10 @@ class CrossVocabularyProposer(DraftModelProposer):
         """logits [B, M, V_d] -> the law over the target's ids [B, M, V_t] the children are drawn from."""
         mask = self.shared.expand_as(logits)
         if allowed is not None:  # what the grammar allows at each row, read at the shared tokens
-            mask = mask & allowed.to(logits.device)[..., self.target_of.clamp_min(0)]
+            allowed_shared = mask & allowed.to(logits.device)[..., self.target_of.clamp_min(0)]
+            # a row where the grammar leaves no shared token draws from the shared ones: q is still the law drawn
+            # from, and the verifier rejects what the target's mask forbids (an iid / wor node is never pruned)
+            mask = torch.where(allowed_shared.any(-1, keepdim=True), allowed_shared, mask)
         own = process_logits(logits, replace(cfg, repetition_penalty=1.0, logit_bias=()), None, mask)
         law = torch.zeros(*logits.shape[:-1], self.vocabulary.target_size, dtype=own.dtype, device=own.device)
         return law.index_add_(-1, self.target_of[self.shared], own[..., self.shared])
@@ -159,10 +166,6 @@ class CrossVocabularyProposer(DraftModelProposer):
         return self.draft_of[tokens.to(self.draft_of.device)]  # tree tokens are shared tokens: one each
 
     # ---- the draft's context in its own tokens -------------------------------------------------
-
-    def spell(self, tokens: list[int]) -> list[int]:
-        """Target tokens -> the draft tokens that spell them, in order."""
-        return [piece for t in tokens for piece in self.vocabulary.expansions[t]]
 
     def queue(self, rows: list[list[int]]) -> None:
         """Draft tokens [B][K_b] to read before the next root (after what is deferred already): deferred when
@@ -181,7 +184,7 @@ class CrossVocabularyProposer(DraftModelProposer):
         """The root's spelling: all but its last draft token join the tokens read first; the last is returned."""
         if self.single is not None:
             return self.single[root.to(self.single.device)]
-        spelled = [self.spell([t]) for t in root.tolist()]
+        spelled = [self.vocabulary.spell([t]) for t in root.tolist()]
         self.queue([pieces[:-1] for pieces in spelled])
         return torch.tensor([pieces[-1] for pieces in spelled], device=root.device)
 

@@ -48,15 +48,11 @@ class StringMatchProposer:
         if self.to_draft.target_size != target.vocab_size:
             raise ValueError(f"the vocabulary maps are for {self.to_draft.target_size} target tokens, the target has {target.vocab_size}")
         self.lm.reset(input_ids.shape[0])
-        self.unread = [self.spell(row, self.to_draft) for row in input_ids.tolist()]
-
-    @staticmethod
-    def spell(tokens: list[int], vocabulary: VocabularyMap) -> list[int]:
-        return [piece for t in tokens for piece in vocabulary.expansions[t]]
+        self.unread = [self.to_draft.spell(row) for row in input_ids.tolist()]
 
     def propose(self, state: DecodeState) -> CandidateTree:
         B = state.root.shape[0]
-        self.unread = [lead + self.spell([t], self.to_draft) for lead, t in zip(self.unread, state.root.tolist())]
+        self.unread = [lead + self.to_draft.spell([t]) for lead, t in zip(self.unread, state.root.tolist())]
         gamma = self.gamma if state.plan.depth is None else min(self.gamma, state.plan.depth)
         if self.lm.max_positions is not None:  # drafted tokens are read after the committed text, the last one not
             read = self.lm.length.cpu() + torch.tensor([len(row) for row in self.unread])
@@ -74,7 +70,7 @@ class StringMatchProposer:
             if level + 1 < gamma:
                 logits = self.lm.forward(token[:, None], torch.tensor([level]),
                                          torch.ones(1, level + 1, dtype=torch.bool)).logits[:, -1]
-        spelled = [self.spell(row, self.to_target)[:gamma] for row in torch.stack(drafted, 1).tolist()]
+        spelled = [self.to_target.spell(row)[:gamma] for row in torch.stack(drafted, 1).tolist()]
         return CandidateTree.chain(torch.tensor(spelled, dtype=torch.long, device=state.root.device).view(B, gamma))
 
     def commit(self, result: Verification) -> None:
@@ -83,7 +79,7 @@ class StringMatchProposer:
         if self.drafted:
             self.lm.keep(torch.zeros(B, 0, dtype=torch.long), torch.zeros(B, dtype=torch.long))
         for b, (row, accepted) in enumerate(zip(result.tokens.tolist(), result.num_accepted.tolist())):
-            self.unread[b] += self.spell(row[:accepted], self.to_draft)
+            self.unread[b] += self.to_draft.spell(row[:accepted])
 
     def select(self, rows: torch.Tensor) -> None:
         self.lm.select(rows)

@@ -109,3 +109,34 @@ def test_a_draft_whose_context_ends_first_stops_drafting():
         out = generate(HFTarget(target), proposer, prompts, 16, greedy)
         assert torch.equal(out.tokens, plain), type(proposer).__name__
         assert out.stats.steps[-1].nodes == 0 and out.stats.steps[0].nodes > 0  # drafted, then stopped
+
+
+class OnlyAfterA:
+    """A constraint that allows "ab" (the target's token 2, which the toy draft lacks) and nothing else."""
+
+    vocab_size = 5
+
+    def start(self, batch_size):
+        self.batch = batch_size
+
+    def allowed(self, tokens, shape, rows=None):
+        count = shape.num_nodes + 1 if rows is None else len(rows)
+        mask = torch.zeros(tokens.shape[0], count, 5, dtype=torch.bool)
+        mask[..., 2] = True
+        return mask
+
+    def advance(self, tokens):
+        assert bool(((tokens == 2) | (tokens < 0)).all())
+
+    def select(self, rows):
+        pass
+
+
+def test_a_grammar_that_leaves_no_shared_token_leaves_the_draft_its_shared_ones():
+    """Nothing the constraint allows is in the intersection: the draft draws from its shared tokens (the verifier
+    rejects them) rather than from an empty law."""
+    target = tiny_random_model("llama", seed=9, vocab_size=5, **{**TOY, "dtype": "float32"})
+    draft = tiny_random_model("llama", seed=1, vocab_size=6, **{**TOY, "dtype": "float32"})
+    out = generate(HFTarget(target), CrossVocabularyProposer(draft, toy_vocabulary(), gamma=2), torch.tensor([[0, 1]]), 6,
+                   SamplingConfig(), seed=0, constraint=OnlyAfterA())
+    assert out.tokens[0].tolist() == [2] * 6 and out.stats.steps[0].nodes > 0
