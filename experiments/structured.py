@@ -156,8 +156,8 @@ def _run(cfg: DictConfig) -> dict:
     prompts = [encode_prompt(p, tokenizer) for p in cfg.experiment.prompts]
     runs = OmegaConf.merge(cfg, {"max_new_tokens": cfg.experiment.max_new_tokens})
     methods = {"plain": None} | {m: instantiate(option("proposer", m, cfg, "experiment.methods")) for m in cfg.experiment.methods}
-    rows: dict[str, dict] = {name: {"tokens": [], "seconds": [], "forwards": 0, "grammar_s": 0.0, "target_s": 0.0,
-                                    "steps": 0} for name in methods}
+    rows: dict[str, dict] = {name: {"tokens": [], "seconds": [], "forwards": 0, "grammar_s": 0.0, "target_s": 0.0}
+                             for name in methods}
     for prompt in prompts:
         for round_ in range(cfg.experiment.repeats + 1):  # round 0 warms up, untimed
             for name, make in methods.items():
@@ -172,12 +172,13 @@ def _run(cfg: DictConfig) -> dict:
                     row["forwards"] += out.stats.target_forwards + 1
                     row["grammar_s"] += timing.seconds
                     row["target_s"] += out.stats.summary()["target_s"] + out.stats.prefill_s
-                    row["steps"] += out.stats.target_forwards + 1
     plain = rows["plain"]
     result = {"config": OmegaConf.to_container(cfg, resolve=True), "methods": {}}
+    long_enough = []  # valid outputs with more tokens than the chain the grammar's cost is measured on
     for name, row in rows.items():
         texts = [tokenizer.decode(t[:-1] if t and t[-1] == stop else t) for t in row["tokens"]]
         ok = [valid(text, tokens, grammar, fresh, stop) for text, tokens in zip(texts, row["tokens"])]
+        long_enough += [t for t, good in zip(row["tokens"], ok) if good and len(t) > cfg.experiment.tree_nodes]
         result["methods"][name] = {
             "valid": sum(ok) / len(ok),
             "greedy_identical": sum(a == b for a, b in zip(row["tokens"], plain["tokens"])) / len(prompts),
@@ -187,9 +188,8 @@ def _run(cfg: DictConfig) -> dict:
             "grammar_share_of_target": row["grammar_s"] / row["target_s"],
             "texts": texts,
         }
-    valid_doc = next((t for name in rows for t in rows[name]["tokens"] if len(t) > cfg.experiment.tree_nodes), None)
-    if valid_doc is not None:
-        result["chain_cost"] = chain_cost(fresh, target, prompts[0], valid_doc[: cfg.experiment.tree_nodes])
+    if long_enough:  # the chain of a valid output: every node walked
+        result["chain_cost"] = chain_cost(fresh, target, prompts[0], long_enough[0][: cfg.experiment.tree_nodes])
     result["path"] = str(write_json(cfg.output_dir, "result.json", result))
     return result
 
