@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -30,7 +31,7 @@ from framework.data.regenerate import RegenerateConfig, regenerate
 from framework.data.sources import Messages, cached_splits
 from framework.engine import GenerationOutput, generate
 from framework.lm.target import HFTarget
-from framework.lm.text import tokenizer_of
+from framework.lm.text import tokenizer_at, tokenizer_of
 from framework.training.loop import is_main_process, main_process_first
 from framework.zoo.checkpoints import load_causal_lm
 from framework.zoo.continuations import cached_continuations
@@ -58,13 +59,16 @@ def constraint_of(cfg: DictConfig, target: HFTarget) -> GrammarConstraint | None
     per grammar and target: a constraint restarts its state at every prefill."""
     if cfg.get("grammar") is None:
         return None
-    key = (json.dumps(OmegaConf.to_container(cfg.grammar, resolve=True), sort_keys=True), id(target.lm.model))
+    stop = stop_token_of(cfg, target)
+    # keyed by what the compiled grammar depends on (not the model object's id, which a later model may reuse)
+    key = (json.dumps(OmegaConf.to_container(cfg.grammar, resolve=True), sort_keys=True),
+           target.lm.model.config.name_or_path, target.vocab_size, stop)
     if key not in _CONSTRAINTS:
         tokenizer = tokenizer_of(target.lm.model)
         if tokenizer is None:
             raise ValueError("a grammar needs the target's tokenizer (the token strings): this target has none")
         grammar = instantiate(cfg.grammar, _convert_="object")
-        _CONSTRAINTS[key] = GrammarConstraint(grammar, tokenizer, target.vocab_size, [stop_token_of(cfg, target)])
+        _CONSTRAINTS[key] = GrammarConstraint(grammar, tokenizer, target.vocab_size, [stop])
     return _CONSTRAINTS[key]
 
 
@@ -82,10 +86,17 @@ def stop_token_of(cfg: DictConfig, target: HFTarget) -> int | None:
     """cfg.eos_token_id; under a grammar, the tokenizer's EOS when none is set (the grammar ends the text there)."""
     if cfg.eos_token_id is not None or cfg.get("grammar") is None:
         return cfg.eos_token_id
-    tokenizer = tokenizer_of(target.lm.model)
-    if tokenizer is None or tokenizer.eos_token_id is None:
+    eos = tokenizer_eos(target.lm.model.config.name_or_path)
+    if eos is None:
         raise ValueError("a grammar needs a stop token: set eos_token_id")
-    return tokenizer.eos_token_id
+    return eos
+
+
+@lru_cache
+def tokenizer_eos(checkpoint: str) -> int | None:
+    """The EOS of the tokenizer saved beside a checkpoint (read once per run: timed runs ask every time)."""
+    tokenizer = tokenizer_at(checkpoint)
+    return None if tokenizer is None else tokenizer.eos_token_id
 
 
 def timed_generate(target: HFTarget, proposer, prompt: torch.Tensor, cfg: DictConfig, sampling,
@@ -93,11 +104,11 @@ def timed_generate(target: HFTarget, proposer, prompt: torch.Tensor, cfg: DictCo
     """generate() with cfg's seed, EOS, verifier and grammar; max_new_tokens defaults to cfg.max_new_tokens;
     policy: how much each step speculates (None: as the proposer is configured); constraint: in place of the
     run's own (None: cfg.grammar's)."""
-    verifier = verifier_of(cfg)
+    verifier, stop = verifier_of(cfg), stop_token_of(cfg, target)  # before the clock starts
     constraint = constraint if constraint is not None else constraint_of(cfg, target)
     start = time.perf_counter()
     out = generate(target, proposer, prompt, cfg.max_new_tokens if max_new_tokens is None else max_new_tokens, sampling=sampling, seed=cfg.seed,
-                   eos_token_id=stop_token_of(cfg, target), verifier=verifier, policy=policy, constraint=constraint,
+                   eos_token_id=stop, verifier=verifier, policy=policy, constraint=constraint,
                    logprobs=cfg.get("logprobs"))
     return out, time.perf_counter() - start  # generate returns CPU tokens: device work is done
 

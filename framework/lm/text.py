@@ -15,7 +15,12 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 def tokenizer_of(model) -> PreTrainedTokenizerBase | None:
     """The tokenizer saved beside the model's checkpoint, or None (a model built from a config)."""
-    folder = Path(getattr(model.config, "name_or_path", "") or "")
+    return tokenizer_at(getattr(model.config, "name_or_path", "") or "")
+
+
+def tokenizer_at(checkpoint: str) -> PreTrainedTokenizerBase | None:
+    """The tokenizer saved in a checkpoint's folder, or None (no folder, or none saved there)."""
+    folder = Path(checkpoint)
     if not str(folder) or not any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
         return None
     return AutoTokenizer.from_pretrained(str(folder))
