@@ -104,8 +104,13 @@ class DraftModelProposer:
     def propose(self, state: DecodeState) -> CandidateTree:
         if not state.plan.drafts:
             return self.plain_step(state.root)
-        cfg = self.sampling or state.sampling
         B, N = state.root.shape[0], self.shape.num_nodes
+        room = self.draft_room(state.root)
+        if room is not None and room < 1:  # the root no longer fits the draft's context (a draft of another
+            self.exhausted = True          # tokenizer reads more tokens than the target): plain steps from here
+        if self.exhausted:
+            return CandidateTree.empty(B, state.root.device)
+        cfg = self.sampling or state.sampling
         tokens = torch.zeros(B, N, dtype=torch.long, device=state.root.device)
         scores = torch.ones(B, N + 1, device=state.root.device)  # each node's draft probability along its path (row 0: the root)
         q = torch.empty(B, N + 1, state.seen.shape[-1], dtype=torch.float64 if self.lm.dtype == torch.float64 else torch.float32, device=state.root.device)
@@ -113,11 +118,6 @@ class DraftModelProposer:
         fed = 0  # pending slots written (root = slot 0)
         depth = self.schedule.depth if self.schedule is not None else len(self.levels)
         depth = min(depth, state.plan.depth) if state.plan.depth is not None else depth
-        room = self.draft_room(state.root)
-        if room is not None and room < 1:  # the root no longer fits the draft's context (a draft of another
-            self.exhausted = True          # tokenizer reads more tokens than the target): plain steps from here
-        if self.exhausted:
-            return CandidateTree.empty(B, state.root.device)
         depth = depth if room is None else min(depth, room)
         for level in range(depth):  # read the root, then each level that may have children
             rows = torch.tensor([0]) if level == 0 else self.levels[level - 1] + 1  # tree rows read now
