@@ -12,7 +12,8 @@
 
 Methods: the proposer configs of conf/proposer (all of them that run on the target when
 experiment.methods is null: the others are listed as skipped, with why), plus transformers' own
-`hf_assisted` (assistant_model = the draft of proposer config experiment.assistant) and
+`hf_assisted` (assistant_model = the draft of proposer config experiment.assistant; a draft with another
+tokenizer, e.g. experiment.assistant=cross_vocab, gets transformers' universal assisted generation) and
 `hf_prompt_lookup` (its prompt lookup at its defaults), and `proposer`: the run's own proposer
 group with its command-line overrides (what a sweep over tree settings varies; a merged sweep names
 each job's overrides); also `plain`, `hf_plain` and `hf_pld_matched` when listed. Cells: method x policy x

@@ -25,6 +25,7 @@ from experiments.common import option, timed_generate
 from framework.core.sampling import SamplingConfig, hf_sampling
 from framework.engine import GenerationStats
 from framework.lm.target import HFTarget
+from framework.lm.text import tokenizer_of
 
 HF_METHODS = ("hf_plain", "hf_assisted", "hf_pld", "hf_pld_matched")  # one prompt at a time, no policy
 
@@ -127,13 +128,15 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
     tokens = cfg.experiment.max_new_tokens
     settings = {"hf_attention": hf_attention, "ours_attention": ours_model.config._attn_implementation,
                 "hf_pld": variants, "transformers": transformers.__version__, "torch": torch.__version__}
-    assistant = None
+    assistant, assisted = None, {}
     if "hf_assisted" in methods:
         node = option("proposer", cfg.experiment.assistant, cfg, "experiment.assistant")
         if "draft_model" not in node:
             raise ValueError(f"experiment.assistant={cfg.experiment.assistant!r} has no draft_model to lend transformers")
         assistant = instantiate(node.draft_model)  # its own instance: our proposer's copy runs speculum_tree
-        settings["assistant"] = {"config": cfg.experiment.assistant, **assistant_schedule(assistant)}
+        assisted = {"assistant_model": assistant, **other_tokenizer(hf_model, assistant)}
+        settings["assistant"] = {"config": cfg.experiment.assistant, **assistant_schedule(assistant),
+                                 "universal": bool(assisted.keys() - {"assistant_model"})}
 
     def ours(make_proposer) -> Callable:
         def run(prompt: torch.Tensor, sampling: SamplingConfig, policy=None):
@@ -165,7 +168,7 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
     def lookup(name: str) -> dict:
         return {"prompt_lookup_num_tokens": variants[name]["num_tokens"], "max_matching_ngram_size": variants[name]["max_ngram"]}
 
-    runners = {"hf_plain": lambda: hf({}), "hf_assisted": lambda: hf({"assistant_model": assistant}),
+    runners = {"hf_plain": lambda: hf({}), "hf_assisted": lambda: hf(assisted),
                "hf_pld": lambda: hf(lookup("hf_pld")), "hf_pld_matched": lambda: hf(lookup("hf_pld_matched")),
                "ours_plain": lambda: ours(None)}
     factories = {m: instantiate(proposers[m]) for m in methods if m not in runners}
@@ -173,6 +176,16 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
     settings["target_vocabulary"] = ours_model.config.vocab_size
     built = {m: runners[m]() if m in runners else ours(factories[m]) for m in methods}
     return built, settings, ours_model
+
+
+def other_tokenizer(model, assistant) -> dict:
+    """transformers' universal assisted generation when the assistant's tokenizer is another (its
+    AssistedCandidateGeneratorDifferentTokenizers at greedy, UniversalSpeculativeDecodingGenerator when sampling:
+    generate routes there when given both tokenizers); nothing to add when the two share one."""
+    target_tokenizer, assistant_tokenizer = tokenizer_of(model), tokenizer_of(assistant)
+    if target_tokenizer is None or assistant_tokenizer is None or target_tokenizer.get_vocab() == assistant_tokenizer.get_vocab():
+        return {}
+    return {"tokenizer": target_tokenizer, "assistant_tokenizer": assistant_tokenizer}
 
 
 def full_length_only(cfg: DictConfig) -> None:

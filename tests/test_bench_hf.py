@@ -8,6 +8,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from experiments import compare
+from experiments.methods import other_tokenizer
+from framework.lm.text import tokenizer_of
+from framework.zoo.checkpoints import load_causal_lm
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 PROPOSERS = ["draft", "draft_tree", "eagle3", "medusa", "mix_draft", "rest", "prompt_lookup", "lookahead"]
@@ -64,3 +67,13 @@ def test_planted_errors_fail_before_timing(tmp_path):
     with pytest.raises(ValueError, match="only temperature"):  # the baseline, transformers' plain decoding, cannot
         compare.run(load(*TINY, "experiment.methods=[plain]", "experiment.samplings=[topk20]", f"output_dir={tmp_path}"))
     assert not (tmp_path / "compare.json").exists()
+
+
+def test_an_assistant_with_another_tokenizer_gets_transformers_universal_assisted_generation():
+    """experiment.assistant=cross_vocab: transformers is given both tokenizers (its universal assisted generation);
+    a draft of the target's own tokenizer gets none."""
+    target, draft, other = (load_causal_lm(name) for name in ("target", "draft", "draft_bpe"))
+    assert other_tokenizer(target, draft) == {}
+    given = other_tokenizer(target, other)
+    assert given["tokenizer"].get_vocab() == tokenizer_of(target).get_vocab()
+    assert given["assistant_tokenizer"].get_vocab() == tokenizer_of(other).get_vocab() != given["tokenizer"].get_vocab()
