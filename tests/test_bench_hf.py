@@ -3,6 +3,7 @@
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -10,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from experiments import compare
 from experiments.methods import other_tokenizer
 from framework.lm.text import tokenizer_of
-from framework.zoo.checkpoints import load_causal_lm
+from framework.zoo.checkpoints import find_folder
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 PROPOSERS = ["draft", "draft_tree", "eagle3", "medusa", "mix_draft", "rest", "prompt_lookup", "lookahead"]
@@ -72,7 +73,9 @@ def test_planted_errors_fail_before_timing(tmp_path):
 def test_an_assistant_with_another_tokenizer_gets_transformers_universal_assisted_generation():
     """experiment.assistant=cross_vocab: transformers is given both tokenizers (its universal assisted generation);
     a draft of the target's own tokenizer gets none."""
-    target, draft, other = (load_causal_lm(name) for name in ("target", "draft", "draft_bpe"))
+    # only the checkpoints' folders are read (their tokenizers), not their weights
+    target, draft, other = (SimpleNamespace(config=SimpleNamespace(name_or_path=str(find_folder(name, "tokenizer.json"))))
+                            for name in ("target", "draft", "draft_bpe"))
     assert other_tokenizer(target, draft) == {}
     given = other_tokenizer(target, other)
     assert given["tokenizer"].get_vocab() == tokenizer_of(target).get_vocab()
