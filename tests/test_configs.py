@@ -108,8 +108,13 @@ def test_config_instantiates(group, option):
         assert CHECKS[group](obj, cfg), f"{group}={option} built {type(obj).__name__}"
 
 
-@pytest.mark.parametrize("models", MODELS)
-@pytest.mark.parametrize("proposer", PROPOSERS)
+# The zoo's REST datastore (rest, and mix, which holds it) is the zoo corpus's suffix array: ~7 s to load each
+# (built once, ~15 s): -m slow; models=tiny builds both by default.
+BUILDS = [pytest.param(p, m, marks=pytest.mark.slow) if m == "zoo" and p in ("rest", "mix") else (p, m)
+          for p in PROPOSERS for m in MODELS]
+
+
+@pytest.mark.parametrize("proposer, models", BUILDS)
 def test_every_method_builds_with_every_model_family(proposer, models):
     """proposer x models: the method's parts come from the family and fit its target (checked at prefill)."""
     cfg = load(f"models={models}", f"proposer={proposer}")
