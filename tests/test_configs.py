@@ -108,9 +108,9 @@ def test_config_instantiates(group, option):
         assert CHECKS[group](obj, cfg), f"{group}={option} built {type(obj).__name__}"
 
 
-# The zoo's REST datastore (rest, and mix, which holds it) is the zoo corpus's suffix array: ~7 s to load each
-# (built once, ~15 s): -m slow; models=tiny builds both by default.
-BUILDS = [pytest.param(p, m, marks=pytest.mark.slow) if m == "zoo" and p in ("rest", "mix") else (p, m)
+# The zoo's REST datastore (rest, and the mixes that hold it) is the zoo corpus's suffix array: ~7 s to load each
+# (built once, ~15 s): -m slow; models=tiny builds them all by default.
+BUILDS = [pytest.param(p, m, marks=pytest.mark.slow) if m == "zoo" and p in ("rest", "mix", "mix_draft") else (p, m)
           for p in PROPOSERS for m in MODELS]
 
 
