@@ -30,6 +30,7 @@ from framework.core import files
 from framework.data.regenerate import RegenerateConfig, regenerate
 from framework.data.sources import Messages, cached_splits
 from framework.engine import GenerationOutput, generate
+from framework.lm.sharding import shared_clock, writes_results
 from framework.lm.target import HFTarget
 from framework.lm.text import tokenizer_at, tokenizer_of
 from framework.training.loop import is_main_process, main_process_first
@@ -108,7 +109,7 @@ def timed_generate(target: HFTarget, proposer, prompt: torch.Tensor, cfg: DictCo
     constraint = constraint if constraint is not None else constraint_of(cfg, target)
     start = time.perf_counter()
     out = generate(target, proposer, prompt, cfg.max_new_tokens if max_new_tokens is None else max_new_tokens, sampling=sampling, seed=cfg.seed,
-                   eos_token_id=stop, verifier=verifier, policy=policy, constraint=constraint,
+                   eos_token_id=stop, verifier=verifier, policy=shared_clock(policy, target), constraint=constraint,
                    logprobs=cfg.get("logprobs"))
     return out, time.perf_counter() - start  # generate returns CPU tokens: device work is done
 
@@ -148,8 +149,10 @@ def job_record() -> dict:
 
 
 def write_json(output_dir: str, name: str, data) -> Path:
-    """<output_dir>/<name>, folders made as needed, written whole; returns the path."""
-    return files.write_json(Path(output_dir) / name, data)
+    """<output_dir>/<name>, folders made as needed, written whole; returns the path. Under torchrun only rank 0
+    writes (the other ranks hold copies of its run)."""
+    path = Path(output_dir) / name
+    return files.write_json(path, data) if writes_results() else path
 
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

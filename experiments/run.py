@@ -31,6 +31,7 @@ from experiments.common import (
     whole_number,
     write_json,
 )
+from framework.lm.sharding import placement_of, writes_results
 from framework.lm.target import HFTarget
 from framework.lm.text import decode, encode_prompt, tokenizer_of
 
@@ -90,6 +91,7 @@ def _run(cfg: DictConfig) -> dict:
         "tokens_per_s": len(tokens) / spec_median,
         "plain_tokens_per_s": len(emitted(plain)) / plain_median,
         "speedup": plain_median / spec_median,
+        "placement": placement_of(model),  # one device, device_map ..., or tp N (framework/lm/sharding.py)
         "lossless": verifier_of(cfg).lossless,  # False for a lossy rule (verifier=typical): never a lossless speedup
     }
     if spec.logprobs is not None:  # row 0's emitted tokens: under the processed law, and the n best there
@@ -128,7 +130,8 @@ def report(result: dict) -> str:
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float:
     result = run(cfg)
-    print(report(result))
+    if writes_results():  # under torchrun: rank 0 reports, as it alone writes
+        print(report(result))
     return result["speedup"]  # for sweepers that optimise a return value
 
 

@@ -87,11 +87,7 @@ class DraftModelProposer:
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
         self.check_vocabulary(target.vocab_size)
-        if self.lm.device != target.device or self.lm.dtype != target.dtype:
-            raise ValueError(
-                f"draft on {self.lm.device}/{self.lm.dtype} but target on {target.device}/{target.dtype}: "
-                "put both on the same device and dtype"
-            )
+        self.lm.run_beside(target)
         self.lm.reset(input_ids.shape[0])
         self.skipped, self.exhausted = None, False
         self.deferred = input_ids.to(self.lm.device)  # read with the first root: never, if no step drafts

@@ -48,6 +48,20 @@ class TreeMask:
     def _additive(self) -> dict:
         return {}
 
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> TreeMask:
+        """The same mask on `device` (a layer of a target placed across devices), made once per device."""
+        device = torch.device(device)
+        if self.past_valid.device == device:
+            return self
+        if device not in self._moved:
+            self._moved[device] = TreeMask(self.past_valid.to(device, non_blocking=non_blocking),
+                                           self.tree.to(device, non_blocking=non_blocking))
+        return self._moved[device]
+
+    @cached_property
+    def _moved(self) -> dict:
+        return {}
+
     def packed_tree(self) -> torch.Tensor:
         """[M, ceil(T/32)] int32 bitmask words: bit j % 32 of word j // 32 is tree[i, j]."""
         if self.tree.dim() != 2:

@@ -39,6 +39,16 @@ def context_length(config) -> int | None:
     return None
 
 
+def input_device(model) -> torch.device:
+    """The device a model's inputs go to: its input embedding's, or, where accelerate offloaded that layer, the
+    device its hook runs it on."""
+    embedding = model.get_input_embeddings()
+    executes = getattr(getattr(embedding, "_hf_hook", None), "execution_device", None)
+    if executes is not None:
+        return torch.device(executes)
+    return embedding.weight.device
+
+
 class CachedLM(SlotCache):
     def __init__(self, model, hidden_layers: tuple[int, ...] = (), tree_backend: str | None = None,
                  compile: bool = False):
@@ -58,7 +68,9 @@ class CachedLM(SlotCache):
 
     @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        """Where inputs go and outputs come back: the input embedding's device (for a target placed across
+        devices, where accelerate runs that layer; an offloaded layer's weights sit on "meta")."""
+        return input_device(self.model)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -67,6 +79,17 @@ class CachedLM(SlotCache):
     @property
     def vocab_size(self) -> int:
         return self.model.get_output_embeddings().weight.shape[0]
+
+    def run_beside(self, target) -> None:
+        """A draft beside `target`: in its dtype (refused otherwise: the laws would differ), on the device its inputs
+        go to (moved there once, as heads are: the first device of a placed target, or this rank's)."""
+        if self.dtype != target.dtype:
+            raise ValueError(f"draft in {self.dtype} but target in {target.dtype}: give both the same dtype")
+        if self.device != target.device:
+            if getattr(self.model, "hf_device_map", None):
+                raise ValueError(f"draft placed by a device_map from {self.device}, target's inputs on {target.device}: "
+                                 "start both on the same device")
+            self.model.to(target.device)
 
     def reset(self, batch_size: int) -> None:
         super().reset(batch_size, self.device)
@@ -106,7 +129,7 @@ class CachedLM(SlotCache):
             logits_to_keep=logits_rows.to(device) if logits_rows is not None else 0,
         )
         hidden = None
-        if self.hidden_layers:
+        if self.hidden_layers:  # each layer's on its own device under a device_map: gathered on the input's
             rows = slice(None) if logits_rows is None or all_hidden else logits_rows.to(device)
-            hidden = torch.stack([out.hidden_states[i][:, rows] for i in self.hidden_layers], dim=2)
-        return LMOutput(out.logits, hidden)
+            hidden = torch.stack([out.hidden_states[i][:, rows].to(device) for i in self.hidden_layers], dim=2)
+        return LMOutput(out.logits.to(device), hidden)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 import transformers
 
+from framework.lm.sharding import placed_copy
+
 ARCHITECTURES = {
     "llama": lambda v, h, l, nh, kv, pos: transformers.LlamaConfig(
         vocab_size=v, hidden_size=h, intermediate_size=2 * h, num_hidden_layers=l,
@@ -46,7 +48,11 @@ def tiny_random_model(
     seed: int = 0,
     dtype: str = "float32",
     init_std: float | None = None,
+    device_map=None,
+    tp_plan=None,
 ):
+    """device_map / tp_plan: the model placed by layers or sharded by heads (framework/lm/sharding.py); every
+    torchrun rank builds the same seeded weights."""
     sizes_stated(vocab_size=vocab_size, max_positions=max_positions)
     if arch not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {arch!r} (have {sorted(ARCHITECTURES)})")
@@ -59,4 +65,6 @@ def tiny_random_model(
             for name, param in model.named_parameters():
                 if param.dim() >= 2:
                     param.copy_(torch.randn(param.shape, generator=generator, dtype=param.dtype) * init_std)
+    if device_map is not None or tp_plan is not None:
+        return placed_copy(model, device_map, tp_plan)
     return model.eval()

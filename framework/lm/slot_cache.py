@@ -57,7 +57,8 @@ class SlotCache:
         in_place = K <= pending and bool((slots == torch.arange(K, device=slots.device)).all())  # laid out as kept
         for layer in self.cache.layers:
             if not in_place:  # gathered first, so writing over the pending slots cannot clobber a source
-                keys, values = (t.gather(2, index[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3]))
+                at = index.to(layer.keys.device)[:, None, :, None]  # layers may sit on several devices (device_map)
+                keys, values = (t.gather(2, at.expand(-1, t.shape[1], -1, t.shape[3]))
                                 for t in (layer.keys, layer.values))
                 layer.write(S0, keys, values)
             layer.truncate(S0 + K)

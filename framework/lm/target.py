@@ -15,6 +15,7 @@ from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
 from framework.lm import tree_attention
 from framework.lm.cached_lm import CachedLM
+from framework.lm.sharding import RankAgreement, placement_of
 from verifiers.tree_verifier import Verification
 
 
@@ -32,6 +33,9 @@ class HFTarget:
     def __init__(self, model, backend: str | None = "auto", hidden_layers: tuple[int, ...] = (), compile: bool = False):
         tree_attention.use_tree_attention(model, backend)
         self.lm = CachedLM(model, hidden_layers, backend, compile)
+        # Sharded across processes (tensor parallel): every rank runs this loop; the ranks' inputs are compared
+        # before each collective forward and after each verification (framework/lm/sharding.py).
+        self.agreement = RankAgreement.of(model, self.device)
 
     @property
     def vocab_size(self) -> int:
@@ -64,6 +68,8 @@ class HFTarget:
         """Run the prompt [B, L]; returns the logits for the first new token [B, 1, V] and the
         requested hidden states of every prompt position [B, L, layers, H]."""
         B, L = input_ids.shape
+        if self.agreement is not None:
+            self.agreement.check("the prompt", input_ids)
         self.lm.reset(B)
         causal = torch.ones(L, L, dtype=torch.bool).tril()
         out = self.lm.forward(input_ids, torch.arange(L), causal, logits_rows=torch.tensor([L - 1]), all_hidden=True)
@@ -79,6 +85,8 @@ class HFTarget:
         if side is not None:
             parts.append(side.tokens.to(root.device))
             depth.append(side.depth.cpu())
+        if self.agreement is not None:
+            self.agreement.check("a tree (its tokens, shape and the rows' lengths)", *parts, tree.parents, self.lm.length)
         out = self.lm.forward(torch.cat(parts, dim=1), torch.cat(depth), forward_mask(tree.ancestor_mask(), side))
         T = tree.num_nodes + 1
         hidden = None if out.hidden is None else out.hidden[:, :T]
@@ -87,6 +95,8 @@ class HFTarget:
 
     def commit(self, result: Verification) -> None:
         """Keep the root and the accepted nodes' KV (result.path [B, depth], node indices) per row."""
+        if self.agreement is not None:
+            self.agreement.check("a verification (its tokens and path)", result.tokens, result.path, result.num_accepted)
         self.lm.keep_path(result.path, result.num_accepted)
 
     def select(self, rows: torch.Tensor) -> None:
@@ -94,12 +104,13 @@ class HFTarget:
         self.lm.select(rows)
 
     def cost_key(self) -> str:
-        """What a measured forward cost holds for: this architecture and configuration, dtype, device,
-        attention back end and thread count (not the weights' values: they change no cost)."""
+        """What a measured forward cost holds for: this architecture and configuration, dtype, device and
+        placement, attention back end and thread count (not the weights' values: they change no cost)."""
         model = self.lm.model
         config = hashlib.sha256(model.config.to_json_string(use_diff=False).encode()).hexdigest()[:16]
         device = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else self.device.type
-        return f"{type(model).__name__}/{config}/{self.dtype}/{device}/{model.config._attn_implementation}/{torch.get_num_threads()}"
+        return (f"{type(model).__name__}/{config}/{self.dtype}/{device}/{placement_of(model)}/"
+                f"{model.config._attn_implementation}/{torch.get_num_threads()}")
 
     @torch.no_grad()
     def forward_costs(self, sizes: Sequence[int], repeats: int = 3) -> dict[int, float]:
@@ -124,4 +135,7 @@ class HFTarget:
                 if rep:
                     times[n].append(time.perf_counter() - start)
                 self.lm.drop_pending()
-        return {n: statistics.median(t) for n, t in times.items()}
+        medians = {n: statistics.median(t) for n, t in times.items()}
+        if self.agreement is not None:  # every rank must decide from the same table: rank 0's
+            medians = dict(zip(medians, self.agreement.from_rank_zero(list(medians.values()))))
+        return medians

@@ -85,6 +85,7 @@ def hf_tree_attention(module, query, key, value, attention_mask, scaling=None, d
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     M, S = query.shape[-2], key.shape[-2]
     if speculum_mask is not None:
+        speculum_mask = speculum_mask.to(query.device)  # a layer on another device than the first (device_map)
         out = BACKENDS[resolve_backend(speculum_backend, query.device)](query, key, value, speculum_mask, scale)
     else:
         if attention_mask is None:  # a plain causal call (no tree): the last M of S positions

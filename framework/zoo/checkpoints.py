@@ -14,6 +14,7 @@ import torch
 import transformers
 
 from framework.core import files
+from framework.lm.sharding import check_placement, placement_kwargs
 from framework.zoo.tokenizer import load_tokenizer
 
 EMBEDDED = Path(__file__).resolve().parents[2] / "experiments" / "zoo"  # folders: target, draft
@@ -48,12 +49,18 @@ def torch_dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
-def load_causal_lm(path: str | Path, dtype: str = "float32", device: str = "cpu") -> transformers.PreTrainedModel:
-    """AutoModelForCausalLM in eval mode; config.name_or_path keeps the folder (its tokenizer)."""
+def load_causal_lm(path: str | Path, dtype: str = "float32", device: str = "cpu", device_map=None, tp_plan=None,
+                   offload_folder: str | None = None) -> transformers.PreTrainedModel:
+    """AutoModelForCausalLM in eval mode; config.name_or_path keeps the folder (its tokenizer).
+    device_map: placed by layers across this process's devices (accelerate: "auto", or {module: device}, "disk"
+    offloads to offload_folder); tp_plan: "auto" shards it by heads across the torchrun processes
+    (framework/lm/sharding.py). Neither: the whole model on `device`."""
     torch_dtype(dtype)  # before any file is read
+    check_placement(device, device_map, tp_plan)
     folder = resolve_checkpoint(path)
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch_dtype(dtype))
-    return model.to(device).eval()
+    placed = placement_kwargs(transformers.AutoConfig.from_pretrained(str(folder)), device_map, tp_plan, offload_folder)
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch_dtype(dtype), **placed)
+    return (model if placed else model.to(device)).eval()
 
 
 def export_checkpoint(source: str | Path, destination: str | Path, dtype: str = "bfloat16") -> Path:

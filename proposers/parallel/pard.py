@@ -67,9 +67,7 @@ class ParallelDraftProposer:
             raise ValueError(f"draft vocabulary ({rows}) is smaller than the target's ({V}): a PARD draft predicts the target's tokens")
         if not 0 <= self.mask_token < rows:
             raise ValueError(f"mask token {self.mask_token} is not a row of the draft's vocabulary (0..{rows - 1})")
-        if self.lm.device != target.device or self.lm.dtype != target.dtype:
-            raise ValueError(f"draft on {self.lm.device}/{self.lm.dtype} but target on {target.device}/{target.dtype}: "
-                             "put both on the same device and dtype")
+        self.lm.run_beside(target)
         self.vocab_size = V
         self.lm.reset(input_ids.shape[0])
         ids = input_ids.to(self.lm.device)

@@ -1,0 +1,125 @@
+"""A tensor-parallel target decodes as one process does (docs/design.md section 16). Run under torchrun:
+
+    torchrun --nproc-per-node 2 -m experiments.sharded_check                       # gloo on CPU, tiny models
+    torchrun --nproc-per-node 2 -m experiments.sharded_check 'methods=[draft,eagle3]' 'laws=[chain2-iid-T1]'
+
+Every rank holds the target sharded by heads (tp_plan=auto) and, beside it, the same target whole, built
+locally. Checks, each on every rank:
+- greedy: each method's tokens on the sharded target equal plain greedy decoding of the whole one (and its
+  own speculative tokens there), at batch 2;
+- exact law: the law of the first tokens through the real loop on the sharded toy target (vocabulary 3,
+  enumerated) equals the whole toy target's own law (framework.harness.real), and a bug planted in the sharded
+  target's KV commit is caught;
+- refusals: ranks that part (each its own seed) stop with a named error, not a hang; a draft over another
+  vocabulary and a process count that does not divide the heads are named.
+Rank 0 prints the table and writes result.json in the run folder; the exit status is 1 if any check failed.
+"""
+
+from __future__ import annotations
+
+import hydra
+import torch
+from hydra import compose
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from experiments.common import hydra_conf, write_json
+from framework.core.sampling import SamplingConfig
+from framework.engine import generate
+from framework.harness.exact import compare
+from framework.harness.loop_mutants import CropInsteadOfGather
+from framework.harness.real import exact_loop_law, teacher_forced_law
+from framework.lm.models import tiny_random_model
+from framework.lm.sharding import launched_processes, process_rank, writes_results
+from framework.lm.target import HFTarget
+from proposers import DraftModelProposer
+
+GREEDY = SamplingConfig(temperature=0)
+
+# The harness's toy target with a key-value head per rank (its one-KV-head twin cannot be split in two).
+TOY = dict(vocab_size=3, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=2, dtype="float64", init_std=0.3)
+LAWS = {  # name: (DraftModelProposer settings, sampling, tokens of the law)
+    "chain2-iid-T1": (dict(gamma=2, kind="iid"), SamplingConfig(), 3),
+    "chain2-wor-T0.7-topk2": (dict(gamma=2, kind="wor"), SamplingConfig(temperature=0.7, top_k=2), 3),
+    "tree2x2-point-penalty1.5": (dict(branching=2, depth=2, kind="point"), SamplingConfig(repetition_penalty=1.5), 3),
+    "tree3x1-point-T1": (dict(gamma=1, branching=3, depth=1, kind="point"), SamplingConfig(), 4),
+}
+# A bug planted in the sharded target, which the exact law must catch: the commit keeps the first slots of the
+# tree (a scalar rewind) instead of the accepted path (framework.harness.loop_mutants).
+PLANTED = ("tree3x1-point-T1", CropInsteadOfGather)
+
+
+def greedy_case(method: str, tokens: int) -> dict:
+    """One method on the sharded tiny target against the whole one (batch 2, greedy)."""
+    with hydra_conf():
+        cfg = compose(config_name="config", overrides=["models=tiny", f"proposer={method}"])
+    sharded = HFTarget(instantiate(cfg.target, tp_plan="auto"))
+    whole = HFTarget(instantiate(cfg.target))
+    make = instantiate(cfg.proposer)
+    prompt = torch.tensor([list(cfg.prompt), list(reversed(cfg.prompt))])
+    plain = generate(whole, None, prompt, tokens, GREEDY).tokens
+    spec = generate(sharded, make() if make else None, prompt, tokens, GREEDY)
+    own = generate(whole, make() if make else None, prompt, tokens, GREEDY).tokens
+    return {"check": f"greedy {method}", "passed": torch.equal(spec.tokens, plain) and torch.equal(own, plain),
+            "detail": f"{tokens} tokens x 2 rows, {spec.stats.summary()['mean_accepted']:.2f} accepted per step"}
+
+
+def law_case(name: str, target_factory=HFTarget) -> dict:
+    """The exact law of the sharded toy target's first tokens through the real loop against the whole one's;
+    with a planted bug (target_factory), it must differ."""
+    settings, sampling, depth = LAWS[name]
+    prompt = torch.tensor([[1, 2, 0]])
+    draft = tiny_random_model("llama", seed=1, **{**TOY, "num_kv_heads": 1})
+    sharded = tiny_random_model("llama", seed=0, tp_plan="auto", **TOY)
+    law = exact_loop_law(sharded, lambda: DraftModelProposer(draft, **settings), prompt, depth, sampling,
+                         target_factory=target_factory)
+    result = compare(law, teacher_forced_law(tiny_random_model("llama", seed=0, **TOY), prompt, depth, sampling))
+    detail = f"first {depth} tokens, {len(law)} outcomes, TV {result.tv:.1e}"
+    if target_factory is HFTarget:
+        return {"check": f"exact law {name}", "passed": result.passes(1e-9), "detail": detail}
+    return {"check": f"planted {target_factory.__name__} caught ({name})", "passed": result.tv > 1e-6, "detail": detail}
+
+
+def refused(check: str, expected: str, action) -> dict:
+    """`action` must raise an error whose message holds `expected`."""
+    try:
+        action()
+    except (RuntimeError, ValueError) as error:
+        return {"check": check, "passed": expected in str(error), "detail": str(error)[:160]}
+    return {"check": check, "passed": False, "detail": "no error"}
+
+
+def refusals() -> list[dict]:
+    target = tiny_random_model("llama", seed=0, tp_plan="auto")
+    prompt = torch.tensor([[1, 2, 3, 4, 5]])
+    other_vocabulary = tiny_random_model("llama", seed=1, num_layers=1, vocab_size=72)
+    return [
+        refused("ranks that part stop, named", "ranks disagree",
+                lambda: generate(HFTarget(target), None, prompt, 8, SamplingConfig(), seed=process_rank())),
+        refused("a draft over another vocabulary, named", "vocabulary",
+                lambda: generate(HFTarget(target), DraftModelProposer(other_vocabulary, gamma=2), prompt, 8, GREEDY)),
+        refused(f"{launched_processes()} processes for 3 heads, named", "does not divide",
+                lambda: tiny_random_model("llama", hidden_size=24, num_heads=3, num_kv_heads=3, tp_plan="auto")),
+    ]
+
+
+@hydra.main(config_path="../conf", config_name="sharded_check", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    if launched_processes() < 2:
+        raise SystemExit("start it with torchrun --nproc-per-node N (N >= 2): a sharded target needs N processes")
+    unknown = [name for name in cfg.laws if name not in LAWS]
+    if unknown:
+        raise SystemExit(f"unknown exact-law cases {unknown} (have {', '.join(LAWS)})")
+    results = [greedy_case(method, cfg.tokens) for method in cfg.methods]
+    results += [law_case(name) for name in cfg.laws]
+    results += [law_case(PLANTED[0], PLANTED[1])] if cfg.planted else []
+    results += refusals()
+    for r in results if writes_results() else ():
+        print(f"{'ok  ' if r['passed'] else 'FAIL'} {r['check']}: {r['detail']}")
+    write_json(cfg.output_dir, "result.json", {"processes": launched_processes(), "results": results})
+    if not all(r["passed"] for r in results):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
