@@ -17,6 +17,8 @@ Rank 0 prints the table and writes result.json in the run folder; the exit statu
 
 from __future__ import annotations
 
+import time
+
 import hydra
 import torch
 from hydra import compose
@@ -110,12 +112,17 @@ def main(cfg: DictConfig) -> None:
     unknown = [name for name in cfg.laws if name not in LAWS]
     if unknown:
         raise SystemExit(f"unknown exact-law cases {unknown} (have {', '.join(LAWS)})")
-    results = [greedy_case(method, cfg.tokens) for method in cfg.methods]
-    results += [law_case(name) for name in cfg.laws]
-    results += [law_case(PLANTED[0], PLANTED[1])] if cfg.planted else []
-    results += refusals()
+    checks = [lambda m=m: [greedy_case(m, cfg.tokens)] for m in cfg.methods]
+    checks += [lambda n=n: [law_case(n)] for n in cfg.laws]
+    checks += [lambda: [law_case(PLANTED[0], PLANTED[1])]] if cfg.planted else []
+    checks.append(refusals)
+    results = []
+    for check in checks:
+        start = time.perf_counter()
+        done = check()
+        results += [{**r, "seconds": round((time.perf_counter() - start) / len(done), 2)} for r in done]
     for r in results if writes_results() else ():
-        print(f"{'ok  ' if r['passed'] else 'FAIL'} {r['check']}: {r['detail']}")
+        print(f"{'ok  ' if r['passed'] else 'FAIL'} {r['check']} ({r['seconds']:.1f} s): {r['detail']}")
     write_json(cfg.output_dir, "result.json", {"processes": launched_processes(), "results": results})
     if not all(r["passed"] for r in results):
         raise SystemExit(1)

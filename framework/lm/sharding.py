@@ -110,6 +110,22 @@ def placed_copy(model, device_map=None, tp_plan=None, offload_folder: str | None
     return placed.eval()
 
 
+class ReturnsTo(torch.nn.Module):
+    """A target's layer that a head calls (its lm_head), its output brought back to `device`: under a device_map
+    the layer may run on another device than the one its caller works on."""
+
+    def __init__(self, layer: torch.nn.Module, device: torch.device):
+        super().__init__()
+        self.layer, self.device = layer, device
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.layer.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x).to(self.device)
+
+
 def tensor_parallel_group(model):
     """The process group a tensor-parallel model's weights are sharded over (None: not sharded)."""
     for parameter in model.parameters():

@@ -27,6 +27,7 @@ from framework.core.proposer import DecodeState
 from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
 from framework.lm import tree_attention
+from framework.lm.sharding import ReturnsTo
 from framework.lm.slot_cache import SlotCache
 from proposers.common.committed import left_aligned
 from proposers.eagle.head import EagleHead
@@ -80,7 +81,8 @@ class EagleProposer:
         self.head.check_target(model)
         self.hidden_layers = self.head.config.layers_for(model.config.num_hidden_layers)
         self.head.to(device=target.device, dtype=target.dtype)
-        self.embed, self.lm_head = self.head.embedding(model.get_input_embeddings()), model.get_output_embeddings()
+        self.embed = self.head.embedding(model.get_input_embeddings())
+        self.lm_head = ReturnsTo(model.get_output_embeddings(), target.device)  # may sit on another device (device_map)
         self.cache.reset(input_ids.shape[0], target.device)
         self.backlog = []
         self.pending = input_ids[:, 1:].to(target.device)  # x[t+1] for prompt positions t < L-1; then the root

@@ -24,6 +24,7 @@ from framework.core.proposer import DecodeState
 from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
+from framework.lm.sharding import ReturnsTo
 from proposers.common.position_tree import position_law_tree
 from proposers.heads import load_head
 from proposers.medusa.heads import MedusaHeads
@@ -65,7 +66,7 @@ class MedusaProposer:
         if self.ranks > target.vocab_size:
             raise ValueError(f"the tree takes rank {self.ranks - 1} but the vocabulary has {target.vocab_size} tokens")
         self.heads.to(device=target.device, dtype=target.dtype)
-        self.lm_head = target.lm.model.get_output_embeddings()  # "version 2" heads read through it
+        self.lm_head = ReturnsTo(target.lm.model.get_output_embeddings(), target.device)  # "version 2" heads read through it
 
     @torch.no_grad()
     def propose(self, state: DecodeState) -> CandidateTree:

@@ -19,6 +19,7 @@ import torch
 from framework.core.proposer import DecodeState
 from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
+from framework.lm.sharding import ReturnsTo
 from framework.lm.slot_cache import SlotCache
 from proposers.common.committed import left_aligned
 from proposers.common.position_tree import position_law_tree, shape_of, within
@@ -53,7 +54,8 @@ class DFlashProposer:
         model = target.lm.model
         self.drafter.check_target(model)
         self.drafter.to(device=target.device, dtype=target.dtype)
-        self.embed, self.lm_head = model.get_input_embeddings(), model.get_output_embeddings()
+        self.embed = model.get_input_embeddings()
+        self.lm_head = ReturnsTo(model.get_output_embeddings(), target.device)  # may sit on another device (device_map)
         self.cache.reset(input_ids.shape[0], target.device)
         self.backlog = []
 
@@ -83,7 +85,7 @@ class DFlashProposer:
         positions = torch.cat([self.cache.positions(slots), (self.cache.length + count)[:, None] + torch.arange(M, device=device)], dim=1)
         new_context = slots[None, :] < count[:, None]  # [B, A]: holes of rows that committed fewer
         sees = torch.cat([self.cache.valid, new_context, torch.ones(B, M, dtype=torch.bool, device=device)], dim=1)  # [B, S]
-        out = self.drafter(self.embed(block.to(self.embed.weight.device)), self.drafter.context(hidden),
+        out = self.drafter(self.embed(block.to(device)), self.drafter.context(hidden),
                            positions, sees[:, None, None, :].expand(B, 1, M, -1), self.cache.cache)
         self.cache.keep(slots.expand(B, A), count)  # the context rows stay; the block's are dropped
         self.forwards += 1

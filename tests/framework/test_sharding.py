@@ -115,3 +115,10 @@ def test_torchrun_environment_is_read(monkeypatch):
     monkeypatch.delenv("RANK")
     assert sharding.launched_processes() == 1 and sharding.writes_results()
     assert os.environ.get("RANK") is None
+
+
+def test_a_target_layer_a_head_calls_returns_its_output_to_the_callers_device():
+    layer = torch.nn.Linear(4, 3)
+    on_meta = sharding.ReturnsTo(layer, torch.device("meta"))
+    assert on_meta.weight is layer.weight and on_meta(torch.ones(2, 4)).device.type == "meta"
+    assert torch.equal(sharding.ReturnsTo(layer, torch.device("cpu"))(torch.ones(2, 4)), layer(torch.ones(2, 4)))
