@@ -28,9 +28,10 @@ def sharded_check(tmp_path: Path, *overrides: str) -> dict[str, dict]:
 
 
 def test_two_processes_decode_and_keep_the_law_as_one(tmp_path):
-    checks = sharded_check(tmp_path, "methods=[self_draft,eagle3]", "laws=[chain2-iid-T1]")
+    """EAGLE-1 calls the sharded target's lm_head (a collective) from its head."""
+    checks = sharded_check(tmp_path, "methods=[self_draft,eagle]", "laws=[chain2-iid-T1]")
     assert set(checks) == {
-        "greedy self_draft", "greedy eagle3", "exact law chain2-iid-T1",
+        "greedy self_draft", "greedy eagle", "exact law chain2-iid-T1",
         "planted CropInsteadOfGather caught (tree3x1-point-T1)", "ranks that part stop, named",
         "a draft over another vocabulary, named", "2 processes for 3 heads, named"}
     assert all(c["passed"] for c in checks.values()), checks

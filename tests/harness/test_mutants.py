@@ -14,7 +14,13 @@ CASES = exact_cases()
 BY_NAME = {case.name: case for case in CASES}
 
 
-@pytest.mark.parametrize("mutant", mutants(), ids=lambda m: m.name)
+# The two slowest witnesses (5-7 s) run with -m slow, beside the whole matrix; the loop mutants catch a
+# deduplicated draw in the default tier too, and multidraft keeps its rho-one witness there.
+SLOW_WITNESSES = {"iid-deduplicated", "multidraft-residual-of-one-draft"}
+
+
+@pytest.mark.parametrize("mutant", [pytest.param(m, marks=[pytest.mark.slow] if m.name in SLOW_WITNESSES else [])
+                                    for m in mutants()], ids=lambda m: m.name)
 def test_mutant_is_caught_by_its_witness(mutant):
     case = BY_NAME[mutant.witness]
     assert run_case(case, mutant.clean).passed, f"the mutant's own clean rule must pass {case.name}"

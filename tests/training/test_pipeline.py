@@ -30,6 +30,7 @@ def fell(out, part: int = 0, factor: float = 0.9) -> bool:
     return last < factor * first
 
 
+@pytest.mark.slow  # 7-9 s; EAGLE-3 training stays in the default tier through test_experiments' chat-target heads
 def test_eagle3_heads_side_by_side(setting, tmp_path):
     target, data = setting
     cfg = EagleTrainConfig(**LOOP, unroll=2, feature_weight=0.0, token_weight=1.0, noise=0.0, eval_depth=2,
