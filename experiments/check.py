@@ -24,7 +24,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import policy_factory_of, verifier_of, without_grammar
+from experiments.common import one_process, policy_factory_of, verifier_of, without_grammar
 from framework.core import files
 from framework.harness.exact import compare
 from framework.harness.real import (
@@ -130,6 +130,7 @@ CHECKS = {"greedy": check_greedy, "statistical": check_statistical, "exact": che
 
 
 def run(cfg: DictConfig) -> list[dict]:
+    one_process("experiments.check")
     without_grammar(cfg, "experiments.check")
     torch.set_num_threads(cfg.experiment.num_threads or torch.get_num_threads())
     unknown = set(cfg.experiment.checks) - set(CHECKS)

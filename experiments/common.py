@@ -30,7 +30,7 @@ from framework.core import files
 from framework.data.regenerate import RegenerateConfig, regenerate
 from framework.data.sources import Messages, cached_splits
 from framework.engine import GenerationOutput, generate
-from framework.lm.sharding import shared_clock, writes_results
+from framework.lm.sharding import launched_processes, shared_clock, writes_results
 from framework.lm.target import HFTarget
 from framework.lm.text import tokenizer_at, tokenizer_of
 from framework.training.loop import is_main_process, main_process_first
@@ -146,6 +146,15 @@ def job_record() -> dict:
     hydra_cfg = HydraConfig.get()
     return {"choices": {k: v for k, v in hydra_cfg.runtime.choices.items() if not k.startswith("hydra")},
             "overrides": list(hydra_cfg.overrides.task)}
+
+
+def one_process(entry: str) -> None:
+    """Entry points that write from every process refuse torchrun, named: sharded targets run in experiments.run
+    (rank 0 writes) and experiments.sharded_check."""
+    if launched_processes() > 1:
+        raise SystemExit(f"{entry} runs in one process, and torchrun started {launched_processes()}: a sharded target "
+                         "(target.tp_plan=auto) decodes under experiments.run or experiments.sharded_check; "
+                         "target.device_map places it by layers in one process")
 
 
 def write_json(output_dir: str, name: str, data) -> Path:

@@ -61,7 +61,16 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from experiments.common import CONF, job_record, option, torch_threads, verifier_of, without_grammar, write_json
+from experiments.common import (
+    CONF,
+    job_record,
+    one_process,
+    option,
+    torch_threads,
+    verifier_of,
+    without_grammar,
+    write_json,
+)
 from experiments.compare_report import FIXED, aggregate, markdown, merge, publish, write_outputs, write_profiles
 from experiments.first_tokens import first_tokens, plot, summarise
 from experiments.methods import HF_METHODS, HF_PLD_DEFAULTS, build_methods, full_length_only
@@ -434,6 +443,7 @@ def label(row: dict) -> str:
 
 
 def run(cfg: DictConfig) -> dict:
+    one_process("experiments.compare")
     full_length_only(cfg)
     with torch_threads(cfg.experiment.num_threads):
         return _run(cfg, plan(cfg))  # every name checked before any work

@@ -22,13 +22,14 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from experiments.common import without_grammar
+from experiments.common import one_process, without_grammar
 from experiments.first_tokens import first_tokens, plot, summarise
 from framework.core import files
 from framework.lm.text import encode_prompt, tokenizer_of
 
 
 def run(cfg: DictConfig) -> dict:
+    one_process("experiments.first_token")
     exp = cfg.experiment
     without_grammar(cfg, "experiments.first_token")
     if exp.num_threads is not None:

@@ -24,7 +24,15 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import constraint_of, option, stop_token_of, timed_generate, torch_threads, write_json
+from experiments.common import (
+    constraint_of,
+    one_process,
+    option,
+    stop_token_of,
+    timed_generate,
+    torch_threads,
+    write_json,
+)
 from framework.constraints.grammar import Grammar, GrammarConstraint
 from framework.core.tree import CandidateTree
 from framework.lm.target import HFTarget
@@ -139,6 +147,7 @@ def chain_cost(constraint: GrammarConstraint, target: HFTarget, prompt: torch.Te
 
 
 def run(cfg: DictConfig) -> dict:
+    one_process("experiments.structured")
     with torch_threads(cfg.experiment.num_threads):
         return _run(cfg)
 

@@ -1,11 +1,13 @@
 """Targets placed by layers (device_map) in one process, and the settings and checks of sharded targets
 (framework/lm/sharding.py). The two-process tensor-parallel runs are in test_sharded_processes.py."""
 
+import importlib
 import os
 from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from experiments.common import write_json
 from framework.core.sampling import SamplingConfig
@@ -122,3 +124,11 @@ def test_a_target_layer_a_head_calls_returns_its_output_to_the_callers_device():
     on_meta = sharding.ReturnsTo(layer, torch.device("meta"))
     assert on_meta.weight is layer.weight and on_meta(torch.ones(2, 4)).device.type == "meta"
     assert torch.equal(sharding.ReturnsTo(layer, torch.device("cpu"))(torch.ones(2, 4)), layer(torch.ones(2, 4)))
+
+
+@pytest.mark.parametrize("entry", ["compare", "check", "first_token", "structured"])
+def test_entry_points_that_write_from_every_process_refuse_torchrun(monkeypatch, entry):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    module = importlib.import_module(f"experiments.{entry}")
+    with pytest.raises(SystemExit, match=f"experiments.{entry} runs in one process, and torchrun started 2"):
+        module.run(OmegaConf.create({}))
