@@ -6,7 +6,7 @@
 Every rank holds the target sharded by heads (tp_plan=auto) and, beside it, the same target whole, built
 locally. Checks, each on every rank:
 - greedy: each method's tokens on the sharded target equal plain greedy decoding of the whole one (and its
-  own speculative tokens there), at batch 2;
+  own speculative tokens there), at batch 2, and under the goodput policy (every rank on rank 0's clock);
 - exact law: the law of the first tokens through the real loop on the sharded toy target (vocabulary 3,
   enumerated) equals the whole toy target's own law (framework.harness.real), and a bug planted in the sharded
   target's KV commit is caught;
@@ -25,14 +25,14 @@ from hydra import compose
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from experiments.common import hydra_conf, write_json
+from experiments.common import hydra_conf, policy_factory_of, write_json
 from framework.core.sampling import SamplingConfig
 from framework.engine import generate
 from framework.harness.exact import compare
 from framework.harness.loop_mutants import CropInsteadOfGather
 from framework.harness.real import exact_loop_law, teacher_forced_law
 from framework.lm.models import tiny_random_model
-from framework.lm.sharding import launched_processes, process_rank, writes_results
+from framework.lm.sharding import launched_processes, process_rank, shared_clock, writes_results
 from framework.lm.target import HFTarget
 from proposers import DraftModelProposer
 
@@ -51,19 +51,23 @@ LAWS = {  # name: (DraftModelProposer settings, sampling, tokens of the law)
 PLANTED = ("tree3x1-point-T1", CropInsteadOfGather)
 
 
-def greedy_case(method: str, tokens: int) -> dict:
-    """One method on the sharded tiny target against the whole one (batch 2, greedy)."""
+def greedy_case(method: str, tokens: int, policy: str = "fixed") -> dict:
+    """One method on the sharded tiny target against the whole one (batch 2, greedy); policy=goodput plans each
+    step from measured costs (rank 0's clock on every rank)."""
     with hydra_conf():
-        cfg = compose(config_name="config", overrides=["models=tiny", f"proposer={method}"])
+        cfg = compose(config_name="config", overrides=["models=tiny", f"proposer={method}", f"policy={policy}"])
     sharded = HFTarget(instantiate(cfg.target, tp_plan="auto"))
     whole = HFTarget(instantiate(cfg.target))
-    make = instantiate(cfg.proposer)
+    make, make_policy = instantiate(cfg.proposer), policy_factory_of(cfg)
     prompt = torch.tensor([list(cfg.prompt), list(reversed(cfg.prompt))])
     plain = generate(whole, None, prompt, tokens, GREEDY).tokens
-    spec = generate(sharded, make() if make else None, prompt, tokens, GREEDY)
+    spec = generate(sharded, make() if make else None, prompt, tokens, GREEDY,
+                    policy=shared_clock(make_policy() if make_policy else None, sharded))
     own = generate(whole, make() if make else None, prompt, tokens, GREEDY).tokens
-    return {"check": f"greedy {method}", "passed": torch.equal(spec.tokens, plain) and torch.equal(own, plain),
-            "detail": f"{tokens} tokens x 2 rows, {spec.stats.summary()['mean_accepted']:.2f} accepted per step"}
+    name = f"greedy {method}" + ("" if policy == "fixed" else f" under policy={policy}")
+    return {"check": name, "passed": torch.equal(spec.tokens, plain) and torch.equal(own, plain),
+            "detail": f"{tokens} tokens x 2 rows, {spec.stats.summary()['mean_accepted']:.2f} accepted per step, "
+                      f"depths drafted {[int(step.drafted.max()) for step in spec.stats.steps]}"}
 
 
 def law_case(name: str, target_factory=HFTarget) -> dict:
@@ -113,6 +117,7 @@ def main(cfg: DictConfig) -> None:
     if unknown:
         raise SystemExit(f"unknown exact-law cases {unknown} (have {', '.join(LAWS)})")
     checks = [lambda m=m: [greedy_case(m, cfg.tokens)] for m in cfg.methods]
+    checks += [lambda p=p: [greedy_case("self_draft", cfg.tokens, p)] for p in cfg.policies]
     checks += [lambda n=n: [law_case(n)] for n in cfg.laws]
     checks += [lambda: [law_case(PLANTED[0], PLANTED[1])]] if cfg.planted else []
     checks.append(refusals)

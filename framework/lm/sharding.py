@@ -83,7 +83,10 @@ def check_placement(device: str, device_map, tp_plan) -> None:
 def placement_kwargs(config, device_map, tp_plan, offload_folder: str | None) -> dict:
     """from_pretrained's arguments for a target placed by layers or sharded by heads ({} for neither)."""
     if device_map is not None:
-        folder = offload_folder or tempfile.mkdtemp(prefix="speculum-offload-")  # used if a layer goes to "disk"
+        folder = offload_folder
+        if folder is None:  # used if a layer goes to "disk"; a temporary one goes at exit
+            folder = tempfile.mkdtemp(prefix="speculum-offload-")
+            atexit.register(shutil.rmtree, folder, True)
         return {"device_map": device_map, "offload_folder": folder}
     if tp_plan is None:
         return {}

@@ -28,10 +28,11 @@ def sharded_check(tmp_path: Path, *overrides: str) -> dict[str, dict]:
 
 
 def test_two_processes_decode_and_keep_the_law_as_one(tmp_path):
-    """EAGLE-1 calls the sharded target's lm_head (a collective) from its head."""
+    """EAGLE-1 calls the sharded target's lm_head (a collective) from its head; the goodput policy plans from
+    rank 0's clock."""
     checks = sharded_check(tmp_path, "methods=[self_draft,eagle]", "laws=[chain2-iid-T1]")
     assert set(checks) == {
-        "greedy self_draft", "greedy eagle", "exact law chain2-iid-T1",
+        "greedy self_draft", "greedy eagle", "greedy self_draft under policy=goodput", "exact law chain2-iid-T1",
         "planted CropInsteadOfGather caught (tree3x1-point-T1)", "ranks that part stop, named",
         "a draft over another vocabulary, named", "2 processes for 3 heads, named"}
     assert all(c["passed"] for c in checks.values()), checks
@@ -41,7 +42,7 @@ def test_two_processes_decode_and_keep_the_law_as_one(tmp_path):
 @pytest.mark.slow
 def test_every_method_and_law_under_tensor_parallelism(tmp_path):
     checks = sharded_check(tmp_path)
-    assert len(checks) == 9 + 4 + 1 + 3 and all(c["passed"] for c in checks.values()), checks
+    assert len(checks) == 9 + 1 + 4 + 1 + 3 and all(c["passed"] for c in checks.values()), checks
 
 
 def run_once(tmp_path: Path, name: str, processes: int, *overrides: str) -> dict:
