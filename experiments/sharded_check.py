@@ -2,11 +2,13 @@
 
     torchrun --nproc-per-node 2 -m experiments.sharded_check                       # gloo on CPU, tiny models
     torchrun --nproc-per-node 2 -m experiments.sharded_check 'methods=[draft,eagle3]' 'laws=[chain2-iid-T1]'
+    TRITON_INTERPRET=1 torchrun --nproc-per-node 2 -m experiments.sharded_check 'backends=[reference,triton]'  # CPU
 
 Every rank holds the target sharded by heads (tp_plan=auto) and, beside it, the same target whole, built
 locally. Checks, each on every rank:
 - greedy: each method's tokens on the sharded target equal plain greedy decoding of the whole one (and its
-  own speculative tokens there), at batch 2, and under the goodput policy (every rank on rank 0's clock);
+  own speculative tokens there), at batch 2; under the goodput policy (every rank on rank 0's clock); on the
+  other tree attentions (SDPA is the CPU's default; the Triton kernel runs on a CPU under TRITON_INTERPRET=1);
 - exact law: the law of the first tokens through the real loop on the sharded toy target (vocabulary 3,
   enumerated) equals the whole toy target's own law (framework.harness.real), and a bug planted in the sharded
   target's KV commit is caught;
@@ -51,12 +53,12 @@ LAWS = {  # name: (DraftModelProposer settings, sampling, tokens of the law)
 PLANTED = ("tree3x1-point-T1", CropInsteadOfGather)
 
 
-def greedy_case(method: str, tokens: int, policy: str = "fixed") -> dict:
+def greedy_case(method: str, tokens: int, policy: str = "fixed", backend: str = "auto") -> dict:
     """One method on the sharded tiny target against the whole one (batch 2, greedy); policy=goodput plans each
-    step from measured costs (rank 0's clock on every rank)."""
+    step from measured costs (rank 0's clock on every rank); backend: the sharded target's tree attention."""
     with hydra_conf():
         cfg = compose(config_name="config", overrides=["models=tiny", f"proposer={method}", f"policy={policy}"])
-    sharded = HFTarget(instantiate(cfg.target, tp_plan="auto"))
+    sharded = HFTarget(instantiate(cfg.target, tp_plan="auto"), backend=backend)
     whole = HFTarget(instantiate(cfg.target))
     make, make_policy = instantiate(cfg.proposer), policy_factory_of(cfg)
     prompt = torch.tensor([list(cfg.prompt), list(reversed(cfg.prompt))])
@@ -64,7 +66,8 @@ def greedy_case(method: str, tokens: int, policy: str = "fixed") -> dict:
     spec = generate(sharded, make() if make else None, prompt, tokens, GREEDY,
                     policy=shared_clock(make_policy() if make_policy else None, sharded))
     own = generate(whole, make() if make else None, prompt, tokens, GREEDY).tokens
-    name = f"greedy {method}" + ("" if policy == "fixed" else f" under policy={policy}")
+    name = (f"greedy {method}" + ("" if policy == "fixed" else f" under policy={policy}")
+            + ("" if backend == "auto" else f" on the {backend} tree attention"))
     return {"check": name, "passed": torch.equal(spec.tokens, plain) and torch.equal(own, plain),
             "detail": f"{tokens} tokens x 2 rows, {spec.stats.summary()['mean_accepted']:.2f} accepted per step, "
                       f"depths drafted {[int(step.drafted.max()) for step in spec.stats.steps]}"}
@@ -118,6 +121,7 @@ def main(cfg: DictConfig) -> None:
         raise SystemExit(f"unknown exact-law cases {unknown} (have {', '.join(LAWS)})")
     checks = [lambda m=m: [greedy_case(m, cfg.tokens)] for m in cfg.methods]
     checks += [lambda p=p: [greedy_case("self_draft", cfg.tokens, p)] for p in cfg.policies]
+    checks += [lambda b=b: [greedy_case("self_draft", cfg.tokens, backend=b)] for b in cfg.backends]
     checks += [lambda n=n: [law_case(n)] for n in cfg.laws]
     checks += [lambda: [law_case(PLANTED[0], PLANTED[1])]] if cfg.planted else []
     checks.append(refusals)

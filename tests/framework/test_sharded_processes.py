@@ -13,8 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def torchrun(tmp_path: Path, *args: str, processes: int = 2, timeout: int = 600) -> subprocess.CompletedProcess:
-    """`torchrun --standalone` (a free port: parallel tests never share one) from tmp_path, one thread per rank."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    """`torchrun --standalone` (a free port: parallel tests never share one) from tmp_path, one thread per rank;
+    the Triton kernel in its interpreter."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}", *args]
     return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -32,7 +33,8 @@ def test_two_processes_decode_and_keep_the_law_as_one(tmp_path):
     rank 0's clock."""
     checks = sharded_check(tmp_path, "methods=[self_draft,eagle]", "laws=[chain2-iid-T1]")
     assert set(checks) == {
-        "greedy self_draft", "greedy eagle", "greedy self_draft under policy=goodput", "exact law chain2-iid-T1",
+        "greedy self_draft", "greedy eagle", "greedy self_draft under policy=goodput",
+        "greedy self_draft on the reference tree attention", "exact law chain2-iid-T1",
         "planted CropInsteadOfGather caught (tree3x1-point-T1)", "ranks that part stop, named",
         "a draft over another vocabulary, named", "2 processes for 3 heads, named"}
     assert all(c["passed"] for c in checks.values()), checks
@@ -41,8 +43,8 @@ def test_two_processes_decode_and_keep_the_law_as_one(tmp_path):
 
 @pytest.mark.slow
 def test_every_method_and_law_under_tensor_parallelism(tmp_path):
-    checks = sharded_check(tmp_path)
-    assert len(checks) == 9 + 1 + 4 + 1 + 3 and all(c["passed"] for c in checks.values()), checks
+    checks = sharded_check(tmp_path, "backends=[reference,triton]")
+    assert len(checks) == 9 + 1 + 2 + 4 + 1 + 3 and all(c["passed"] for c in checks.values()), checks
 
 
 def run_once(tmp_path: Path, name: str, processes: int, *overrides: str) -> dict:
