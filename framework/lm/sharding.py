@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 import weakref
+from collections.abc import Mapping
 from dataclasses import replace
 
 import safetensors.torch
@@ -74,7 +75,7 @@ def check_placement(device: str, device_map, tp_plan) -> None:
     if device_map is not None and tp_plan is not None:
         raise ValueError("target.device_map and target.tp_plan both set: place the target by layers on this "
                          "process's devices (device_map) or shard it across torchrun processes (tp_plan), not both")
-    if tp_plan is not None and tp_plan != "auto" and not isinstance(tp_plan, dict):
+    if tp_plan is not None and tp_plan != "auto" and not isinstance(tp_plan, Mapping):
         raise ValueError(f"target.tp_plan={tp_plan!r}: use auto (the model's own plan) or a dict of module rules")
     if (device_map is not None or tp_plan is not None) and device != "cpu":
         raise ValueError(f"target.device={device!r} with a device_map or tp_plan: those place the target themselves")
@@ -87,12 +88,12 @@ def placement_kwargs(config, device_map, tp_plan, offload_folder: str | None) ->
         if folder is None:  # used if a layer goes to "disk"; a temporary one goes at exit
             folder = tempfile.mkdtemp(prefix="speculum-offload-")
             atexit.register(shutil.rmtree, folder, True)
-        return {"device_map": device_map, "offload_folder": folder}
+        return {"device_map": dict(device_map) if isinstance(device_map, Mapping) else device_map, "offload_folder": folder}
     if tp_plan is None:
         return {}
     if launched_processes() > 1:
         check_tensor_parallel(config, launched_processes())
-    plan = dict(tp_plan) if isinstance(tp_plan, dict) else tp_plan
+    plan = dict(tp_plan) if isinstance(tp_plan, Mapping) else tp_plan  # a Hydra DictConfig is no dict
     if hasattr(transformers, "DistributedConfig"):
         return {"distributed_config": transformers.DistributedConfig(tp_plan=plan)}
     return {"tp_plan": plan}  # transformers before DistributedConfig

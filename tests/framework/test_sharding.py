@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from hydra import compose
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from experiments.common import write_json
+from experiments.common import hydra_conf, write_json
 from framework.core.sampling import SamplingConfig
 from framework.core.tree_mask import TreeMask
 from framework.engine import generate
@@ -45,6 +47,14 @@ def test_a_target_split_by_layers_decodes_as_the_whole_one(sampling):
     assert spec.stats.accepted_total > 20
     assert torch.equal(spec.tokens, decode(whole, sampling, draft()).tokens)
     assert torch.equal(decode(placed, sampling).tokens, decode(whole, sampling).tokens)
+
+
+def test_a_device_map_from_the_command_line_places_the_target(tmp_path):
+    """`target.device_map={...}` reaches load_causal_lm as a DictConfig."""
+    with hydra_conf():
+        cfg = compose(config_name="config", overrides=["models=tiny", "target.num_layers=3",
+                                                       "target.device_map={" + ",".join(f"{k}:{v}" for k, v in SPLIT.items()) + "}"])
+    assert sharding.placement_of(instantiate(cfg.target)) == "device_map cpu,disk"
 
 
 def test_hidden_states_of_a_placed_target_come_back_on_its_input_device():
