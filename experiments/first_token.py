@@ -20,7 +20,7 @@ from pathlib import Path
 import hydra
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from experiments.common import one_process, without_grammar
 from experiments.first_tokens import first_tokens, plot, summarise
@@ -36,10 +36,13 @@ def run(cfg: DictConfig) -> dict:
         torch.set_num_threads(exp.num_threads)
     model, factory, sampling = instantiate(cfg.target), instantiate(cfg.proposer), instantiate(cfg.sampling)
     prompt = encode_prompt(cfg.prompt, tokenizer_of(model))
-    result = first_tokens(model, factory, prompt, sampling, exp.samples, exp.batch, cfg.seed)
+    out = Path(cfg.output_dir)
+    settings = {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
+                for k in ("target", "proposer", "sampling", "prompt")}
+    result = first_tokens(model, factory, prompt, sampling, exp.samples, exp.batch, cfg.seed, progress=True,
+                          partial=out / "first_token.partial.json", settings=settings)  # resume: hydra.run.dir=<this folder>
     stats = summarise(result["counts"], result["target"])
     name = cfg.proposer._target_.rsplit(".", 1)[-1] if cfg.proposer is not None else "plain"
-    out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     plot(result, exp.top, out / "first_token.png",
          f"{name}: first token, N={stats['samples']:,}; deviation std {stats['deviation_std']:.2e} "

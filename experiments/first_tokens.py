@@ -6,17 +6,23 @@ A library of experiments.first_token and experiments.compare; not an entry point
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from framework.core import files
+from framework.core.policy import FixedPolicy, Plan
 from framework.core.randomness import TorchSource
 from framework.core.sampling import process_logits
+from framework.core.tree import CandidateTree
 from framework.engine import Decoder
 from framework.harness.stats import g_test
 from framework.lm.target import HFTarget
 from verifiers import LOSSLESS, Verifier
+
+FAN_ROWS = 65_536  # runs one fanned-out step verifies (in rounds of `batch`)
 
 
 class FirstCandidates:
@@ -46,23 +52,112 @@ class FirstCandidates:
         self.inner.select(rows)
 
 
+class Fanout:
+    """A verifier that judges the one row it is given as `rows` independent rows, each with its own coins.
+
+    At the first step of one shared prompt, a point tree (no draws: EAGLE-2's, Medusa's, the n-gram methods') and
+    the target's laws along it are the same in every run, so `rows` runs of the loop's first step are one proposal,
+    one target forward and `rows` verifications (the real rule on the tree and laws expanded, in chunks of `batch`).
+    A drawn tree (iid, wor, or a point tree whose proposer drew from the source) is one draw among many: it is not
+    fanned out (`fanned` stays False)."""
+
+    def __init__(self, verifier: Verifier, rows: int, batch: int, rng_of):
+        self.verifier, self.rows, self.batch, self.rng_of = verifier, rows, batch, rng_of
+        self.first: torch.Tensor | None = None  # [rows] the first emitted token of every run
+        self.fanned = False
+
+    def __call__(self, tree, p, rng, eos_token_id):
+        if tree.kind != "point" or tree.tokens.shape[0] != 1 or rng.drawn:  # drawn: a proposer spent coins on it
+            return self.verifier(tree, p, rng, eos_token_id)
+        firsts = []
+        for chunk, start in enumerate(range(0, self.rows, self.batch)):
+            b = min(self.batch, self.rows - start)
+            q = None if tree.draft_probs is None else tree.draft_probs.expand(b, -1, -1)
+            wide = CandidateTree(tree.tokens.expand(b, -1), tree.shape, q, tree.kind)
+            firsts.append(self.verifier(wide, p.expand(b, -1, -1), self.rng_of(chunk), eos_token_id).tokens[:, 0].cpu())
+        self.first, self.fanned = torch.cat(firsts), True
+        return self.verifier(tree, p, rng, eos_token_id)
+
+
 def first_tokens(model, factory, prompt: torch.Tensor, sampling, samples: int, batch: int, seed: int,
-                 verifier: Verifier = LOSSLESS) -> dict:
-    """Counts of the first speculated token [V], the draft's first-candidate law [V], the target's law [V]."""
+                 verifier: Verifier = LOSSLESS, progress: bool = False, partial: Path | None = None,
+                 settings: dict | None = None) -> dict:
+    """Counts of the first speculated token [V], the draft's first-candidate law [V], the target's law [V].
+
+    Runs go in rounds of `batch`; every round's coins come from its own seed (seed, round), so a run stopped after
+    k rounds and resumed from `partial` (written whole after each round; resumed only for the same batch, seed and
+    settings) ends with the same counts. A point tree
+    fans out (Fanout): one step at batch 1 per `fan` rounds. progress: a bar with the rate and the time left."""
     with torch.no_grad():
         target_law = process_logits(model(prompt).logits[:, -1].double(), sampling)[0]  # [V]
     V = target_law.numel()
-    counts, draft = torch.zeros(V, dtype=torch.float64), torch.zeros(V, dtype=torch.float64)
-    rng, done = TorchSource(seed=seed), 0
+    counts, draft, done = torch.zeros(V, dtype=torch.float64), torch.zeros(V, dtype=torch.float64), 0
+    # What the rounds are (settings: the caller's names for the method, law and prompt); a larger `samples` goes on.
+    key = {"batch": batch, "seed": seed, "settings": settings or {}}
+    if partial is not None and partial.is_file():
+        saved = json.loads(partial.read_text())
+        if saved["key"] == key:
+            done = saved["done"]
+            counts[torch.tensor(saved["tokens"], dtype=torch.long)] = torch.tensor(saved["counts"], dtype=torch.float64)
+            draft = torch.tensor(saved["draft"], dtype=torch.float64)
+    rounds = -(-samples // batch)
+    fan = max(1, min(rounds, FAN_ROWS // batch))  # rounds one fanned-out step serves
+    bar = tqdm(total=samples, initial=done, unit="run", disable=not progress, dynamic_ncols=True, desc="first tokens")
+    fans = True  # until a step at batch 1 shows a drawn tree
     while done < samples:
-        rows = min(batch, samples - done)
-        proposer = FirstCandidates(factory(), V) if factory is not None else None
-        decoder = Decoder(HFTarget(model), proposer, sampling, rng, verifier=verifier)
-        decoder.prefill(prompt[:, :-1], copies=rows, root=prompt[0, -1:])
-        counts += torch.bincount(decoder.step()[:, 0].cpu(), minlength=V).double()
-        draft += proposer.law if proposer is not None else 0.0
+        first_round = done // batch
+        rows = min(batch * fan, samples - done)
+        fanout = Fanout(verifier, rows, batch, lambda chunk: TorchSource(seed=round_seed(seed, first_round + chunk)))
+        if fans:
+            proposer = FirstCandidates(factory(), V) if factory is not None else None
+            decoder = Decoder(HFTarget(model), proposer, sampling, WatchedSource(seed=round_seed(seed, first_round)),
+                              verifier=fanout)
+            decoder.prefill(prompt[:, :-1], root=prompt[0, -1:])
+            decoder.step()
+            fans = fanout.fanned
+        if not fanout.fanned:  # a drawn tree: this round's runs side by side through the whole loop
+            rows = min(batch, samples - done)
+            proposer = FirstCandidates(factory(), V) if factory is not None else None
+            decoder = Decoder(HFTarget(model), proposer, sampling, TorchSource(seed=round_seed(seed, first_round)),
+                              verifier=verifier, policy=OneLevel() if verifier is LOSSLESS else None)
+            decoder.prefill(prompt[:, :-1], copies=rows, root=prompt[0, -1:])
+            firsts = decoder.step()[:, 0].cpu()
+        else:
+            firsts = fanout.first
+        counts += torch.bincount(firsts, minlength=V).double()
+        draft += proposer.law / proposer.law.sum().clamp_min(1e-300) * rows if proposer is not None else 0.0
         done += rows
-    return {"counts": counts, "draft": draft / draft.sum().clamp_min(1e-300), "target": target_law}
+        bar.update(rows)
+        if partial is not None:
+            seen = counts.nonzero().flatten()
+            files.write_json(partial, {"key": key, "done": done, "tokens": seen.tolist(), "counts": counts[seen].tolist(),
+                                       "draft": draft.tolist()})
+    bar.close()
+    return {"counts": counts, "draft": draft / draft.sum().clamp_min(1e-300), "target": target_law, "fanned": fans}
+
+
+class OneLevel(FixedPolicy):
+    """Draft the root's children only. The token rule tries them in order and emits the first it accepts, or a
+    draw from the residual at the root: the first token's law reads nothing deeper, so deeper levels of a drawn
+    tree would only cost (rules that judge a path jointly, block and traversal, keep the whole tree)."""
+
+    def plan(self) -> Plan:
+        return Plan(depth=1)
+
+
+class WatchedSource(TorchSource):
+    """A TorchSource that remembers whether anything drew from it (a point tree drawn with coins is not fixed)."""
+
+    drawn = False
+
+    def _rand(self, shape, device):
+        self.drawn = True
+        return super()._rand(shape, device)
+
+
+def round_seed(seed: int, round_: int) -> int:
+    """The seed of round `round_` of a run seeded `seed` (rounds are independent and each reproducible)."""
+    return seed * 1_000_003 + round_
 
 
 def summarise(counts: torch.Tensor, target: torch.Tensor) -> dict:

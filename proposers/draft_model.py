@@ -192,6 +192,17 @@ class DraftModelProposer:
         self.lm.commit_leading(K)  # the root stays pending: slot 0 of this step's tree
         return out
 
+    def read_deferred(self) -> None:
+        """Commit the deferred tokens (draft ids) now, at this batch size, where the draft's context holds them and
+        the root after them (else the root's forward reads them, or finds the draft full)."""
+        K = self.deferred.shape[1]
+        if self.exhausted or K == 0 or (self.lm.max_positions is not None
+                                        and int(self.lm.length.max()) + K + 1 > self.lm.max_positions):
+            return
+        lead, self.deferred = self.deferred, None
+        self.lm.forward(lead, torch.arange(K), torch.ones(K, K, dtype=torch.bool).tril(), logits_rows=torch.tensor([K - 1]))
+        self.lm.commit_leading(K)
+
     def unsure(self, logits: torch.Tensor) -> bool:
         """logits [B, M, V] of one level: True when no node's draft top-1 probability reaches stop_below."""
         if self.stop_below <= 0.0:
@@ -227,6 +238,8 @@ class DraftModelProposer:
             self.lm.keep(torch.arange(K).expand(path.shape[0], K), missing)
 
     def select(self, rows: torch.Tensor) -> None:
+        if self.deferred is not None and rows.numel() > self.lm.batch_size:
+            self.read_deferred()  # copies of one prefill: one read of its tokens, not one per copy
         self.lm.select(rows)
         if self.deferred is not None:
             self.deferred = self.deferred[rows.to(self.deferred.device)]

@@ -6,9 +6,12 @@ from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
 
 from experiments.first_token import run
-from experiments.first_tokens import summarise
+from experiments.first_tokens import first_tokens, summarise
+from framework.core.sampling import SamplingConfig
+from verifiers import typical_verifier
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -33,3 +36,39 @@ def test_a_biased_sampler_is_caught():
     biased = summarise(torch.tensor([5600.0, 2500.0, 1900.0]), target)  # TV 0.06 at N = 10,000
     assert fair["g_test_passes"] and not biased["g_test_passes"]
     assert biased["deviation_std"] > 3 * biased["multinomial_std"] > 3 * fair["deviation_std"] / 2
+
+
+def tiny(proposer: str):
+    cfg = load("models=tiny", f"proposer={proposer}")
+    return instantiate(cfg.target), instantiate(cfg.proposer), torch.tensor([cfg.prompt])
+
+
+def test_a_point_tree_fans_out_one_step_to_every_run_and_a_lossy_rule_is_caught():
+    """Medusa's tree is fixed by the prompt: one step at batch 1, 8,192 verifications. Through the same fan-out,
+    typical acceptance (lossy) fails the G-test."""
+    model, factory, prompt = tiny("medusa")
+    sampling = SamplingConfig(temperature=2.0)  # a flat law: typical acceptance takes what the target would not
+    exact = first_tokens(model, factory, prompt, sampling, 8192, 1024, 0)
+    assert exact["fanned"] and summarise(exact["counts"], exact["target"])["g_test_passes"]
+    lossy = first_tokens(model, factory, prompt, sampling, 8192, 1024, 0, verifier=typical_verifier())
+    assert lossy["fanned"] and not summarise(lossy["counts"], lossy["target"])["g_test_passes"]
+
+
+def test_a_drawn_tree_is_not_fanned_out():
+    model, factory, prompt = tiny("draft")
+    result = first_tokens(model, factory, prompt, SamplingConfig(), 512, 256, 0)
+    assert not result["fanned"] and result["counts"].sum() == 512
+
+
+def test_a_stopped_run_resumes_to_the_same_counts(tmp_path):
+    """Rounds are seeded apart: 3 rounds in one go equal 1 round, stopped, then resumed to 3 from the partial."""
+    for proposer in ("medusa", "draft"):
+        model, factory, prompt = tiny(proposer)
+        whole = first_tokens(model, factory, prompt, SamplingConfig(), 768, 256, 5)
+        partial = tmp_path / f"{proposer}.json"
+        first_tokens(model, factory, prompt, SamplingConfig(), 256, 256, 5, partial=partial)
+        assert json.loads(partial.read_text())["done"] == 256
+        resumed = first_tokens(model, factory, prompt, SamplingConfig(), 768, 256, 5, partial=partial)
+        assert torch.equal(resumed["counts"], whole["counts"]) and json.loads(partial.read_text())["done"] == 768
+        other = first_tokens(model, factory, prompt, SamplingConfig(), 768, 256, 6, partial=partial)  # another seed
+        assert not torch.equal(other["counts"], whole["counts"])
