@@ -15,6 +15,7 @@ first_token.png and first_token.json to the run folder.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import hydra
@@ -39,6 +40,7 @@ def run(cfg: DictConfig) -> dict:
     out = Path(cfg.output_dir)
     settings = {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
                 for k in ("target", "proposer", "sampling", "prompt")}
+    start = time.perf_counter()
     result = first_tokens(model, factory, prompt, sampling, exp.samples, exp.batch, cfg.seed, progress=True,
                           partial=out / "first_token.partial.json", settings=settings)  # resume: hydra.run.dir=<this folder>
     stats = summarise(result["counts"], result["target"])
@@ -47,7 +49,9 @@ def run(cfg: DictConfig) -> dict:
     plot(result, exp.top, out / "first_token.png",
          f"{name}: first token, N={stats['samples']:,}; deviation std {stats['deviation_std']:.2e} "
          f"(multinomial {stats['multinomial_std']:.2e}); G-test p={stats['g_test_p']:.3f}")
-    files.write_json(out / "first_token.json", {**stats, "proposer": name})
+    seconds = time.perf_counter() - start  # of this invocation (a resumed run counts its own part only)
+    files.write_json(out / "first_token.json", {**stats, "proposer": name, "fanned_out": result["fanned"],
+                                                "seconds": round(seconds, 1)})
     return stats
 
 

@@ -16,6 +16,7 @@ from framework.core import files
 from framework.core.policy import FixedPolicy, Plan
 from framework.core.randomness import TorchSource
 from framework.core.sampling import process_logits
+from framework.core.target import TargetOutput
 from framework.core.tree import CandidateTree
 from framework.engine import Decoder
 from framework.harness.stats import g_test
@@ -59,7 +60,7 @@ class Fanout:
     the target's laws along it are the same in every run, so `rows` runs of the loop's first step are one proposal,
     one target forward and `rows` verifications (the real rule on the tree and laws expanded, in chunks of `batch`).
     A drawn tree (iid, wor, or a point tree whose proposer drew from the source) is one draw among many: it is not
-    fanned out (`fanned` stays False)."""
+    fanned out (`fanned` stays False); its runs go side by side through the loop on a SharedPrefix target."""
 
     def __init__(self, verifier: Verifier, rows: int, batch: int, rng_of):
         self.verifier, self.rows, self.batch, self.rng_of = verifier, rows, batch, rng_of
@@ -118,7 +119,7 @@ def first_tokens(model, factory, prompt: torch.Tensor, sampling, samples: int, b
         if not fanout.fanned:  # a drawn tree: this round's runs side by side through the whole loop
             rows = min(batch, samples - done)
             proposer = FirstCandidates(factory(), V) if factory is not None else None
-            decoder = Decoder(HFTarget(model), proposer, sampling, TorchSource(seed=round_seed(seed, first_round)),
+            decoder = Decoder(SharedPrefix(HFTarget(model)), proposer, sampling, TorchSource(seed=round_seed(seed, first_round)),
                               verifier=verifier, policy=OneLevel() if verifier is LOSSLESS else None)
             decoder.prefill(prompt[:, :-1], copies=rows, root=prompt[0, -1:])
             firsts = decoder.step()[:, 0].cpu()
@@ -134,6 +135,49 @@ def first_tokens(model, factory, prompt: torch.Tensor, sampling, samples: int, b
                                        "draft": draft.tolist()})
     bar.close()
     return {"counts": counts, "draft": draft / draft.sum().clamp_min(1e-300), "target": target_law, "fanned": fans}
+
+
+class SharedPrefix:
+    """The target (framework.core.target.Target) of one first step whose rows are copies of one prompt: the
+    prompt's cache stays one row, and the step's forward runs once per distinct (root, tree) among the rows,
+    which share its laws (many runs draw the same first candidates). A first step only: it commits nothing."""
+
+    def __init__(self, target: HFTarget):
+        self.target = target
+        self.vocab_size, self.device, self.dtype = target.vocab_size, target.device, target.dtype
+        self.max_positions, self.lm = target.max_positions, target.lm  # heads read the model behind it
+        self.forwards = 0  # distinct rows the target ran
+
+    def room(self) -> int | None:
+        return self.target.room()
+
+    def provide_hidden(self, layers: tuple[int, ...]) -> None:
+        self.target.provide_hidden(layers)
+
+    def prefill(self, input_ids: torch.Tensor):
+        if input_ids.shape[0] != 1:
+            raise ValueError("SharedPrefix holds one prompt: prefill one row and copy it (Decoder.prefill(copies=))")
+        return self.target.prefill(input_ids)
+
+    def select(self, rows: torch.Tensor) -> None:
+        if bool((rows != 0).any()):
+            raise ValueError("SharedPrefix rows are copies of its one prefill row")
+
+    def forward_tree(self, root: torch.Tensor, tree: CandidateTree, side=None) -> TargetOutput:
+        if side is not None:
+            raise ValueError("SharedPrefix runs no side rows (a proposer that adds them drafts a point tree: Fanout)")
+        rows = torch.cat([root[:, None], tree.tokens], dim=1)  # [B, 1+N]
+        distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)  # [U, 1+N], [B]
+        self.target.select(torch.zeros(distinct.shape[0], dtype=torch.long))
+        out = self.target.forward_tree(distinct[:, 0], CandidateTree(distinct[:, 1:], tree.shape, kind="point"))
+        self.target.select(torch.zeros(1, dtype=torch.long))  # the prompt's row again, its pending slots dropped below
+        self.target.lm.drop_pending()
+        self.forwards += distinct.shape[0]
+        hidden = None if out.hidden is None else out.hidden[inverse]
+        return TargetOutput(out.logits[inverse], hidden)
+
+    def commit(self, result) -> None:
+        pass
 
 
 class OneLevel(FixedPolicy):

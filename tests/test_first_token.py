@@ -9,8 +9,11 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from experiments.first_token import run
-from experiments.first_tokens import first_tokens, summarise
+from experiments.first_tokens import OneLevel, SharedPrefix, first_tokens, summarise
+from framework.core.randomness import TorchSource
 from framework.core.sampling import SamplingConfig
+from framework.engine import Decoder
+from framework.lm.target import HFTarget
 from verifiers import typical_verifier
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -54,10 +57,28 @@ def test_a_point_tree_fans_out_one_step_to_every_run_and_a_lossy_rule_is_caught(
     assert lossy["fanned"] and not summarise(lossy["counts"], lossy["target"])["g_test_passes"]
 
 
-def test_a_drawn_tree_is_not_fanned_out():
+def test_a_drawn_tree_runs_every_row_and_a_lossy_rule_is_caught():
+    """Each run draws its own chain; the target runs once per distinct (root, tree) (SharedPrefix). Typical
+    acceptance on the same runs fails the G-test."""
     model, factory, prompt = tiny("draft")
-    result = first_tokens(model, factory, prompt, SamplingConfig(), 512, 256, 0)
-    assert not result["fanned"] and result["counts"].sum() == 512
+    sampling = SamplingConfig(temperature=2.0)
+    exact = first_tokens(model, factory, prompt, sampling, 4096, 1024, 0)
+    assert not exact["fanned"] and exact["counts"].sum() == 4096
+    assert summarise(exact["counts"], exact["target"])["g_test_passes"]
+    lossy = first_tokens(model, factory, prompt, sampling, 4096, 1024, 0, verifier=typical_verifier())
+    assert not summarise(lossy["counts"], lossy["target"])["g_test_passes"]
+
+
+def test_rows_that_drew_the_same_tree_share_one_target_forward():
+    model, factory, prompt = tiny("draft")
+    shared, whole = SharedPrefix(HFTarget(model)), HFTarget(model)
+    outs = []
+    for target in (shared, whole):
+        decoder = Decoder(target, factory(), SamplingConfig(temperature=0.5), TorchSource(seed=3), policy=OneLevel())
+        decoder.prefill(prompt[:, :-1], copies=64, root=prompt[0, -1:])
+        outs.append(decoder.step())
+    assert torch.equal(outs[0], outs[1])  # the same coins give the same tokens: the laws are the whole target's
+    assert 1 <= shared.forwards < 64
 
 
 def test_a_stopped_run_resumes_to_the_same_counts(tmp_path):
