@@ -50,7 +50,7 @@ def run(cfg: DictConfig) -> dict:
          f"{name}: first token, N={stats['samples']:,}; deviation std {stats['deviation_std']:.2e} "
          f"(multinomial {stats['multinomial_std']:.2e}); G-test p={stats['g_test_p']:.3f}")
     seconds = time.perf_counter() - start  # of this invocation (a resumed run counts its own part only)
-    files.write_json(out / "first_token.json", {**stats, "proposer": name, "fanned_out": result["fanned"],
+    files.write_json(out / "first_token.json", {**stats, "proposer": name, "fanned_out": result["fanned"],  # None: no round left to run
                                                 "seconds": round(seconds, 1)})
     return stats
 

@@ -68,7 +68,8 @@ class Fanout:
         self.fanned = False
 
     def __call__(self, tree, p, rng, eos_token_id):
-        if tree.kind != "point" or tree.tokens.shape[0] != 1 or rng.drawn:  # drawn: a proposer spent coins on it
+        if tree.kind != "point" or tree.tokens.shape[0] != 1 or getattr(rng, "drawn", True):  # a proposer spent coins
+            # on it (a source that cannot tell is taken as drawn: one draw is never fanned out)
             return self.verifier(tree, p, rng, eos_token_id)
         firsts = []
         for chunk, start in enumerate(range(0, self.rows, self.batch)):
@@ -104,12 +105,12 @@ def first_tokens(model, factory, prompt: torch.Tensor, sampling, samples: int, b
     rounds = -(-samples // batch)
     fan = max(1, min(rounds, FAN_ROWS // batch))  # rounds one fanned-out step serves
     bar = tqdm(total=samples, initial=done, unit="run", disable=not progress, dynamic_ncols=True, desc="first tokens")
-    fans = True  # until a step at batch 1 shows a drawn tree
+    fans = None  # unknown until a step at batch 1 shows a point tree (True) or a drawn one (False)
     while done < samples:
         first_round = done // batch
         rows = min(batch * fan, samples - done)
         fanout = Fanout(verifier, rows, batch, lambda chunk: TorchSource(seed=round_seed(seed, first_round + chunk)))
-        if fans:
+        if fans is not False:
             proposer = FirstCandidates(factory(), V) if factory is not None else None
             decoder = Decoder(HFTarget(model), proposer, sampling, WatchedSource(seed=round_seed(seed, first_round)),
                               verifier=fanout)
