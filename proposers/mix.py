@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from framework.core.path_tree import node_paths, tree_from_paths
+from framework.core.path_tree import WeightedPaths, node_token_paths, tree_from_paths
 from framework.core.proposer import DecodeState, SideRowProposer
 from framework.core.side_rows import SideRows
 from framework.core.tree import CandidateTree
@@ -45,8 +45,7 @@ class MixProposer:
         self.gather_layers()
         self.couples_rows = True  # one merged shape for the rows
         self.trees: list[CandidateTree] = []
-        self.merged_paths: list[list[tuple]] = []
-        self.part_paths: list[list[list[tuple]]] = []
+        self.own: list[torch.Tensor] = []  # per part [B, N]: its node under each merged node (same_path)
         self.side_parts: list[tuple[int, int]] = []  # (part index, side rows) of this step
 
     def gather_layers(self) -> None:
@@ -74,31 +73,24 @@ class MixProposer:
 
     def propose(self, state: DecodeState) -> CandidateTree:
         self.trees = [part.propose(self.part_state(state, j)) for j, part in enumerate(self.parts)]
-        self.part_paths = [node_paths(tree) for tree in self.trees]  # [part][b][node]: read again at commit
-        rows = [[] for _ in range(state.root.shape[0])]
-        for tree, paths, weight in zip(self.trees, self.part_paths, self.weights):
-            leaves = sorted(set(range(tree.num_nodes)) - set(tree.parents.tolist()))
-            for row, row_paths in zip(rows, paths):
-                row.extend((row_paths[i], weight) for i in leaves)
-        merged = tree_from_paths(rows, self.budget, state.root.device)
-        self.merged_paths = node_paths(merged)  # [b][node]: read again at commit
+        part_paths = [node_token_paths(tree) for tree in self.trees]  # [B, N_j, D_j] per part
+        merged = tree_from_paths(WeightedPaths.cat([leaf_paths(tree, paths, weight) for tree, paths, weight
+                                                    in zip(self.trees, part_paths, self.weights)]), self.budget, state.root.device)
+        merged_paths = node_token_paths(merged)  # [B, N, D]
+        # own[j][b, i]: part j's node with the token path of merged node i, -1 if it proposed none (read again at commit)
+        self.own = [same_path(merged_paths, paths) for paths in part_paths]
         self.tree = CandidateTree(merged.tokens, merged.shape, None, "point", self.merged_scores(merged))
         return self.tree
 
     def merged_scores(self, merged: CandidateTree) -> torch.Tensor:
         """[B, N] each merged node's best score among the parts that proposed it (a part without scores
         offers its share of the merged weight)."""
-        if not merged.num_nodes:
-            return merged.scores
-        scores = merged.scores.clone()
-        paths = self.merged_paths
-        for tree, own in zip(self.trees, self.part_paths):
+        scores = merged.scores
+        for tree, own in zip(self.trees, self.own):
             if tree.scores is None or not tree.num_nodes:
                 continue
-            for b, row in enumerate(tree.scores.tolist()):
-                where = dict(zip(own[b], row))
-                for i, path in enumerate(paths[b]):
-                    scores[b, i] = max(float(scores[b, i]), where.get(path, 0.0))
+            offered = tree.scores.gather(1, own.clamp_min(0)).to(scores.dtype)  # [B, N]
+            scores = torch.maximum(scores, torch.where(own >= 0, offered, 0.0))
         return scores
 
     def side_rows(self, tree: CandidateTree) -> SideRows | None:
@@ -131,23 +123,36 @@ class MixProposer:
             start += rows
 
     def commit(self, result: Verification) -> None:
-        merged = self.merged_paths
-        for part, own in zip(self.parts, self.part_paths):
-            part.commit(part_view(result, merged, own))
+        for part, own in zip(self.parts, self.own):
+            part.commit(part_view(result, own))
 
     def select(self, rows: torch.Tensor) -> None:
         for part in self.parts:
             part.select(rows)
 
 
-def part_view(result: Verification, merged: list[list[tuple]], own: list[list[tuple]]) -> Verification:
+def leaf_paths(tree: CandidateTree, paths: torch.Tensor, weight: float) -> WeightedPaths:
+    """A part's root-to-leaf token paths (paths [B, N, D]: every node's), each of weight `weight`."""
+    leaves = torch.ones(tree.num_nodes, dtype=torch.bool)
+    leaves[tree.parents[tree.parents >= 0]] = False
+    chosen = paths[:, leaves.to(paths.device)].cpu()  # [B, leaves, D]
+    return WeightedPaths(chosen, torch.full(chosen.shape[:2], float(weight), dtype=torch.float64))
+
+
+def same_path(merged: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+    """merged [B, N, D], own [B, M, D'] token paths (-1 padded) -> [B, N]: the node of `own` with each merged
+    node's path, -1 where none (a tree holds a path once)."""
+    if own.shape[1] == 0:
+        return torch.full(merged.shape[:2], -1, dtype=torch.long, device=merged.device)
+    depth = max(merged.shape[2], own.shape[2])
+    pad = lambda t: torch.nn.functional.pad(t, (0, depth - t.shape[2]), value=-1)  # noqa: E731
+    equal = (pad(merged)[:, :, None] == pad(own).to(merged.device)[:, None]).all(dim=-1)  # [B, N, M]
+    return torch.where(equal.any(dim=-1), equal.long().argmax(dim=-1), -1)
+
+
+def part_view(result: Verification, own: torch.Tensor) -> Verification:
     """The step as one part sees it: its nodes along the accepted path (the longest prefix of it
-    in its own tree, -1 after), with the true accepted count and tokens."""
-    path = torch.full_like(result.path, -1)
-    for b, (merged_paths, own_paths) in enumerate(zip(merged, own)):
-        where = {p: i for i, p in enumerate(own_paths)}
-        for d, node in enumerate(result.path[b].tolist()):
-            if node < 0 or merged_paths[node] not in where:
-                break
-            path[b, d] = where[merged_paths[node]]
-    return Verification(result.tokens, result.num_accepted, path)
+    in its own tree, -1 after), with the true accepted count and tokens. own [B, N]: same_path's."""
+    mapped = torch.where(result.path >= 0, own.to(result.path.device).gather(1, result.path.clamp_min(0)), -1)
+    held = (mapped >= 0).long().cumprod(dim=1).bool()  # up to the first node the part lacks
+    return Verification(result.tokens, result.num_accepted, torch.where(held, mapped, -1))

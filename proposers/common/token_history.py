@@ -1,7 +1,9 @@
 """Each row's committed tokens, for proposers that search the text itself (n-grams, retrieval).
 
-Rows are Python lists: the prompt, then every emitted token. The root of a step (the last
-emitted token) joins its row at commit, with the tokens accepted after it.
+One tensor for the batch: tokens [B, capacity], each row left-aligned, -1 after its `lengths[b]`
+tokens (the prompt, then every emitted token). The root of a step (the last emitted token) is written
+after the row when noted; at commit it stays, with the tokens accepted after it. Every operation works
+on all rows at once.
 """
 
 from __future__ import annotations
@@ -13,33 +15,56 @@ from framework.core.tree import CandidateTree
 
 class TokenHistory:
     def __init__(self):
-        self.rows: list[list[int]] = []
-        self.root: list[int] = []  # the root each row's last tree was proposed after
+        self.tokens = torch.zeros(0, 0, dtype=torch.long)  # [B, capacity]
+        self.lengths = torch.zeros(0, dtype=torch.long)  # [B] committed tokens per row
+        self.root: torch.Tensor | None = None  # [B] the root each row's last tree was proposed after
 
     def prefill(self, input_ids: torch.Tensor) -> None:
-        self.rows = [list(row) for row in input_ids.tolist()]
+        B, L = input_ids.shape
+        self.tokens = torch.full((B, 2 * L + 16), -1, dtype=torch.long)
+        self.tokens[:, :L] = input_ids.cpu()
+        self.lengths = torch.full((B,), L, dtype=torch.long)
+        self.root = None
+
+    def row(self, b: int) -> list[int]:
+        """Row b's committed tokens."""
+        return self.tokens[b, : int(self.lengths[b])].tolist()
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep the rows `rows` [B'] (each a copy of its own)."""
-        keep = rows.tolist()
-        self.rows = [list(self.rows[i]) for i in keep]
-        self.root = [self.root[i] for i in keep] if self.root else []
+        rows = rows.cpu()
+        self.tokens, self.lengths = self.tokens[rows], self.lengths[rows]
+        self.root = None if self.root is None else self.root[rows]
 
-    def note_root(self, root: torch.Tensor) -> list[int]:
-        """root [B]: the step's root per row, remembered for commit."""
-        self.root = root.tolist()
+    def reserve(self, more: int) -> None:
+        """Room for `more` tokens after the longest row (the capacity doubles as it runs out)."""
+        needed = int(self.lengths.max()) + more if self.lengths.numel() else more
+        if needed > self.tokens.shape[1]:
+            grown = torch.full((self.tokens.shape[0], max(needed, 2 * self.tokens.shape[1])), -1, dtype=torch.long)
+            grown[:, : self.tokens.shape[1]] = self.tokens
+            self.tokens = grown
+
+    def note_root(self, root: torch.Tensor) -> torch.Tensor:
+        """root [B]: the step's root per row, written after each row and remembered for commit."""
+        self.root = root.cpu()
+        self.reserve(1)
+        self.tokens[torch.arange(self.root.shape[0]), self.lengths] = self.root
         return self.root
 
-    def contexts(self, root: torch.Tensor) -> list[list[int]]:
-        """root [B] -> each row's whole sequence, the root last (remembered for commit)."""
-        return [row + [token] for row, token in zip(self.rows, self.note_root(root))]
+    def contexts(self, root: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """root [B] -> (tokens [B, capacity], lengths [B]): each row's whole sequence, the root last."""
+        self.note_root(root)
+        return self.tokens, self.lengths + 1
 
     def commit(self, result) -> None:
         """Append the root and the accepted tokens (result: a verifiers.Verification)."""
-        accepted = result.num_accepted.tolist()
-        for row, root, tokens, count in zip(self.rows, self.root, result.tokens.tolist(), accepted):
-            row.append(root)
-            row.extend(tokens[:count])
+        count = result.num_accepted.cpu() + 1  # [B] the root, then the accepted nodes
+        new = torch.cat([self.root[:, None], result.tokens.cpu()], dim=1)  # [B, 1 + D + 1]
+        self.reserve(new.shape[1])
+        at = torch.arange(new.shape[1]) < count[:, None]  # [B, 1 + D + 1]
+        rows = torch.arange(new.shape[0])[:, None].expand_as(new)
+        self.tokens[rows[at], (self.lengths[:, None] + torch.arange(new.shape[1]))[at]] = new[at]
+        self.lengths = self.lengths + count
 
 
 class TextProposer:

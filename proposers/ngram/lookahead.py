@@ -18,7 +18,7 @@ import random
 
 import torch
 
-from framework.core.path_tree import tree_from_paths
+from framework.core.path_tree import WeightedPaths, lexsort, positions_in_groups, tree_from_paths
 from framework.core.proposer import DecodeState
 from framework.core.side_rows import SideRows
 from framework.core.tree import CandidateTree
@@ -47,45 +47,33 @@ class LookaheadProposer(TextProposer):
             raise ValueError(f"ngram (N) must be >= 2: a 1-gram has no continuation to propose, got {ngram}")
         self.W, self.N, self.G, self.pool_from_prompt, self.seed = window, ngram, guesses, pool_from_prompt, seed
         self.levels = torch.zeros(0, 0, window, dtype=torch.long)  # [B, levels, W]
-        self.pool: list[dict[int, list[tuple[int, ...]]]] = []  # per row: first token -> n-gram tails, newest first
+        self.pool: NgramPool | None = None  # the n-grams seen, per row
         self.max_positions: int | None = None
         self.patterns: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
         super().prefill(input_ids, target)
         self.max_positions = target.max_positions
-        rows = input_ids.tolist()
+        rows = input_ids.cpu()
         pick = random.Random(self.seed)  # the window starts as prompt tokens: a guess, blind to every coin
-        self.levels = torch.tensor([[[pick.choice(row) for _ in range(self.W)]] for row in rows], dtype=torch.long)
-        self.pool = [{} for _ in rows]
-        if self.pool_from_prompt:
-            for pool, row in zip(self.pool, rows):
-                for start in range(len(row) - self.N + 1):
-                    self.remember(pool, row[start : start + self.N])
-
-    def remember(self, pool: dict, ngram: list[int]) -> None:
-        tails = pool.setdefault(ngram[0], [])
-        tail = tuple(ngram[1:])
-        if tail in tails:
-            tails.remove(tail)
-        tails.insert(0, tail)
-        del tails[self.G :]
+        self.levels = torch.tensor([[[pick.choice(row) for _ in range(self.W)]] for row in rows.tolist()], dtype=torch.long)
+        self.pool = NgramPool(rows.unfold(1, self.N, 1) if self.pool_from_prompt and rows.shape[1] >= self.N
+                              else torch.zeros(rows.shape[0], 0, self.N, dtype=torch.long), self.G)
 
     def propose(self, state: DecodeState) -> CandidateTree:
         if not state.plan.drafts:  # the window waits too: the engine asks no side rows of a plain step
             return self.plain_step(state.root)
-        rows = []
-        for pool, root in zip(self.pool, self.history.note_root(state.root)):
-            tails = pool.get(root, [])[: self.G]
-            rows.append([(tail, self.G - rank) for rank, tail in enumerate(tails)])  # newest weighs most
-        return tree_from_paths(rows, self.G * (self.N - 1), state.root.device, depth=state.plan.depth)
+        tails = self.pool.newest_tails(self.history.note_root(state.root))  # [B, G, N-1], newest first
+        weights = (self.G - torch.arange(self.G, dtype=torch.float64)) * (tails[:, :, 0] >= 0)  # newest weighs most
+        return tree_from_paths(WeightedPaths(tails, weights), self.G * (self.N - 1), state.root.device,
+                               depth=state.plan.depth)
 
     def side_rows(self, tree: CandidateTree) -> SideRows | None:
         B, levels, W = self.levels.shape
         if levels not in self.patterns:
             self.patterns[levels] = window_pattern(levels, W)
         depth, sees_side = self.patterns[levels]
-        longest = max(len(row) for row in self.history.rows)  # the root's position, at most
+        longest = int(self.history.lengths.max())  # the root's position, at most
         if self.max_positions is not None and longest + int(depth.max()) >= self.max_positions:
             return None  # no room left in the context: plain verification only, the window waits
         sees_tree = torch.zeros(depth.numel(), tree.num_nodes + 1, dtype=torch.bool)
@@ -96,15 +84,69 @@ class LookaheadProposer(TextProposer):
         """logits [B, levels * W, V]: the top level's outputs become the next level."""
         B, levels, W = self.levels.shape
         new = logits[:, (levels - 1) * W :].argmax(-1).cpu()  # [B, W]
-        if levels == self.N - 1:  # full window: every column closes an n-gram, the oldest level goes
-            grams = torch.cat([self.levels, new[:, None]], dim=1).tolist()  # [B, N, W]
-            for pool, gram in zip(self.pool, grams):
-                for i in range(W):
-                    self.remember(pool, [level[i] for level in gram])
+        if levels == self.N - 1:  # full window: every column closes an n-gram (pooled left to right), the oldest level goes
+            self.pool.remember(torch.cat([self.levels, new[:, None]], dim=1).transpose(1, 2))  # [B, W, N]
             self.levels = self.levels[:, 1:]
         self.levels = torch.cat([self.levels, new[:, None]], dim=1)
 
     def select(self, rows: torch.Tensor) -> None:
         super().select(rows)
         self.levels = self.levels[rows.cpu()]
-        self.pool = [{k: list(v) for k, v in self.pool[i].items()} for i in rows.tolist()]
+        self.pool.select(rows.cpu())
+
+
+class NgramPool:
+    """Every row's pooled n-grams, oldest first: grams [B, T, N] (-1 rows: none). An n-gram pooled again counts
+    as new. Asked for a first token, a row answers its `keep` newest distinct tails, what a per-token list of
+    the newest `keep` tails (moved to the front when seen again) would hold: so older ones are dropped
+    when the pool doubles."""
+
+    def __init__(self, grams: torch.Tensor, keep: int):
+        self.grams, self.keep = grams.clone(), keep
+        self.compacted = 0
+        self.compact()
+
+    def remember(self, grams: torch.Tensor) -> None:
+        """grams [B, K, N], oldest first."""
+        self.grams = torch.cat([self.grams, grams], dim=1)
+        if self.grams.shape[1] >= max(64, 2 * self.compacted):
+            self.compact()
+
+    def newest_tails(self, first: torch.Tensor) -> torch.Tensor:
+        """first [B] -> [B, keep, N-1]: the newest distinct tails of each row's n-grams that start with it, -1 padded."""
+        B, T, N = self.grams.shape
+        newest = self.grams.flip(1)  # [B, T, N] newest first
+        live = newest[:, :, 0] == first[:, None]
+        out = torch.full((B, self.keep, N - 1), -1, dtype=torch.long)
+        for k in range(self.keep if T else 0):
+            pick = live.long().argmax(dim=1)  # the newest left per row
+            tail = newest[torch.arange(B), pick, 1:]  # [B, N-1]
+            out[:, k] = torch.where(live.any(dim=1)[:, None], tail, -1)
+            live &= ~(newest[:, :, 1:] == tail[:, None]).all(dim=-1)
+        return out
+
+    def compact(self) -> None:
+        """Keep per row and first token the `keep` newest distinct n-grams (in their order): nothing else can be asked for."""
+        B, T, N = self.grams.shape
+        if T == 0:
+            return
+        row = torch.arange(B)[:, None].expand(B, T).reshape(-1)
+        when = torch.arange(T).repeat(B)
+        flat = self.grams.reshape(B * T, N)
+        _, gram_id = torch.unique(torch.cat([row[:, None], flat], dim=1), dim=0, return_inverse=True)
+        newest_copy = torch.full((int(gram_id.max()) + 1,), -1, dtype=torch.long).scatter_reduce(0, gram_id, when, "amax")
+        distinct = (when == newest_copy[gram_id]) & (flat[:, 0] >= 0)
+        _, first_id = torch.unique(torch.stack([row, flat[:, 0]], dim=1), dim=0, return_inverse=True)
+        order = torch.from_numpy(lexsort(first_id.numpy(), -when.numpy()))  # per (row, first token): newest first
+        rank = torch.full((B * T,), T, dtype=torch.long)
+        kept_order = order[distinct[order]]
+        rank[kept_order] = torch.from_numpy(positions_in_groups(first_id[kept_order].numpy()))
+        keep = (distinct & (rank < self.keep)).view(B, T)
+        width = int(keep.sum(dim=1).max())
+        slot = keep.long().cumsum(dim=1) - 1  # kept entries stay in their order, left-aligned
+        grams = torch.full((B, width, N), -1, dtype=torch.long)
+        grams[torch.arange(B)[:, None].expand(B, T)[keep], slot[keep]] = self.grams[keep]
+        self.grams, self.compacted = grams, width
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.grams = self.grams[rows]

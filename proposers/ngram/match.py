@@ -1,11 +1,15 @@
-"""N-gram search of a token sequence: where else does its ending occur, and what came next.
+"""N-gram search of token sequences: where else does each one's ending occur, and what came next.
 
-Shared by prompt lookup (the prompt and the generated text) and by lookahead's pool seeding.
+Used by prompt lookup (the prompt and the generated text), for every row of the batch at once.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Sequence
+
+import torch
+
+from framework.core.path_tree import WeightedPaths
 
 
 def check_ngram_range(min_ngram: int, max_ngram: int) -> None:
@@ -15,22 +19,47 @@ def check_ngram_range(min_ngram: int, max_ngram: int) -> None:
         raise ValueError(f"the n-gram min ({min_ngram}) exceeds the n-gram max ({max_ngram})")
 
 
-def continuations(
-    sequence: list[int] | np.ndarray, min_ngram: int, max_ngram: int, length: int, max_matches: int
-) -> list[tuple[tuple[int, ...], int]]:
-    """Earlier occurrences of the sequence's last n tokens, longest n first, most recent first;
-    returns (the up to `length` tokens that followed, n) for at most `max_matches` distinct
-    continuations. A sequence shorter than n + 1 has no match at that n."""
-    seq = np.asarray(sequence, dtype=np.int64)
-    L, found, seen = seq.shape[0], [], set()
-    for n in range(min(max_ngram, L - 1), min_ngram - 1, -1):
-        windows = np.lib.stride_tricks.sliding_window_view(seq[: L - 1], n)  # starts 0 .. L-1-n
-        starts = np.flatnonzero((windows == seq[L - n :]).all(axis=1))
-        for start in starts[::-1]:  # most recent first
-            follow = tuple(seq[start + n : start + n + length].tolist())
-            if follow not in seen:
-                seen.add(follow)
-                found.append((follow, n))
-                if len(found) >= max_matches:
-                    return found
-    return found
+def batched_continuations(tokens: torch.Tensor, lengths: torch.Tensor, min_ngram: int, max_ngram: int, length: int,
+                          max_matches: int) -> WeightedPaths:
+    """tokens [B, C] (row b: its first lengths[b] tokens) -> per row, the earlier occurrences of its last n tokens,
+    longest n first, most recent first: (the up to `length` tokens that followed, weight n) for at most
+    `max_matches` distinct continuations ([B, max_matches, length], -1 padded; weight 0: none). A row shorter
+    than n + 1 has no match at that n."""
+    B, C = tokens.shape
+    rows = torch.arange(B)[:, None]
+    follows, weights = [], []  # candidates in priority order: n down, start down
+    for n in range(max_ngram, min_ngram - 1, -1):
+        if C < n + 1:
+            continue
+        query = tokens[rows, (lengths[:, None] - n + torch.arange(n)).clamp_min(0)]  # [B, n] the last n tokens
+        starts = torch.arange(C - n - 1, -1, -1)  # [S] most recent first
+        windows = tokens.unfold(1, n, 1)[:, starts]  # [B, S, n]
+        found = (windows == query[:, None]).all(-1) & (starts <= lengths[:, None] - 1 - n)  # [B, S]
+        at = starts[:, None] + n + torch.arange(length)  # [S, length] what followed
+        follow = tokens[:, at.clamp_max(C - 1)]  # [B, S, length]
+        follow = torch.where(at < lengths[:, None, None], follow, -1)
+        follows.append(follow)
+        weights.append(torch.where(found, float(n), 0.0))
+    out_tokens = torch.full((B, max_matches, length), -1, dtype=torch.long)
+    out_weights = torch.zeros(B, max_matches, dtype=torch.float64)
+    if not follows:
+        return WeightedPaths(out_tokens, out_weights)
+    follow, weight = torch.cat(follows, dim=1), torch.cat(weights, dim=1).double()  # [B, K, length], [B, K]
+    for m in range(max_matches):  # the first candidate left per row; its copies go
+        live = weight > 0
+        pick = live.long().argmax(dim=1)  # [B]
+        chosen = follow[torch.arange(B), pick]  # [B, length]
+        has = live.any(dim=1)
+        out_tokens[:, m] = torch.where(has[:, None], chosen, -1)
+        out_weights[:, m] = torch.where(has, weight[torch.arange(B), pick], 0.0)
+        weight = torch.where((follow == chosen[:, None]).all(-1), 0.0, weight)
+    return WeightedPaths(out_tokens, out_weights)
+
+
+def continuations(sequence: Sequence[int], min_ngram: int, max_ngram: int, length: int,
+                  max_matches: int) -> list[tuple[tuple[int, ...], int]]:
+    """One sequence's (continuation, n) pairs, as batched_continuations finds them."""
+    tokens = torch.tensor([list(sequence)], dtype=torch.long).reshape(1, -1)
+    found = batched_continuations(tokens, torch.tensor([tokens.shape[1]]), min_ngram, max_ngram, length, max_matches)
+    return [(tuple(t for t in path if t >= 0), int(w)) for path, w in zip(found.tokens[0].tolist(), found.weights[0].tolist())
+            if w > 0]

@@ -13,7 +13,7 @@ from framework.core.path_tree import tree_from_paths
 from framework.core.proposer import DecodeState
 from framework.core.tree import CandidateTree
 from proposers.common.token_history import TextProposer
-from proposers.ngram.match import check_ngram_range, continuations
+from proposers.ngram.match import batched_continuations, check_ngram_range
 
 
 class PromptLookupProposer(TextProposer):
@@ -32,6 +32,6 @@ class PromptLookupProposer(TextProposer):
     def propose(self, state: DecodeState) -> CandidateTree:
         if not state.plan.drafts:
             return self.plain_step(state.root)
-        rows = [continuations(ctx, self.min_ngram, self.max_ngram, self.num_tokens, self.max_matches)
-                for ctx in self.history.contexts(state.root)]
-        return tree_from_paths(rows, self.budget, state.root.device, depth=state.plan.depth)
+        tokens, lengths = self.history.contexts(state.root)
+        paths = batched_continuations(tokens, lengths, self.min_ngram, self.max_ngram, self.num_tokens, self.max_matches)
+        return tree_from_paths(paths, self.budget, state.root.device, depth=state.plan.depth)

@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from framework.core import files
+from framework.core.path_tree import WeightedPaths
 from framework.lm.text import tokenizer_of
 from proposers.rest.sources import TextSource, text_source
-from proposers.rest.suffix_array import match_range, suffix_array
+from proposers.rest.suffix_array import PrefixIndex, suffix_array
 
 SEPARATOR = -1  # ends every document; below every token id, never part of a context
 END = np.array([SEPARATOR], dtype=np.int32)
@@ -52,6 +54,7 @@ class Datastore:
     fingerprint: str | None = None  # the tokenizer's (None: built from token ids)
     source: str = "token ids"
     accepted: weakref.WeakSet = field(default_factory=weakref.WeakSet, init=False, repr=False)  # models already checked
+    index: PrefixIndex | None = field(default=None, init=False, repr=False)  # made at the first search
 
     def __post_init__(self):
         if self.num_tokens == 0:
@@ -74,44 +77,65 @@ class Datastore:
             raise ValueError(f"the REST datastore from {source!r} holds token id {top - 1} >= vocab_size {vocab_size}")
         return cls(tokens, suffix_array(tokens), vocab_size or top, None, source)
 
+    def longest_matches(self, tokens: torch.Tensor, lengths: torch.Tensor, max_len: int = 16,
+                        min_len: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """tokens [B, C] (row b: its first lengths[b] tokens) -> per row, the longest suffix (min_len..max_len
+        tokens) that occurs in the corpus: its length [B] (0: none) and the suffix-array rows [lo, hi) [B]."""
+        if self.index is None:
+            self.index = PrefixIndex(self.tokens, self.suffix_array)
+        corpus, order, index = self.tokens, self.suffix_array, self.index
+        tokens, lengths = tokens.cpu().numpy(), lengths.cpu().numpy()
+        B, span = tokens.shape[0], np.arange(max_len)
+        rows = np.arange(B)[:, None]
+        context = tokens[rows, np.clip(lengths[:, None] - max_len + span, 0, max(tokens.shape[1] - 1, 0))]  # the last tokens
+        available = np.minimum(lengths, max_len)
+
+        def pattern(m: np.ndarray) -> np.ndarray:  # [B, max_len]: each row's last m tokens first
+            return context[rows, np.minimum(max_len - m[:, None] + span, max_len - 1)]
+
+        def occurs(m: np.ndarray) -> np.ndarray:  # [B]: do the last m tokens occur?
+            lo = np.minimum(index.bounds(pattern(m), m), order.shape[0] - 1)
+            head = corpus.take(order[lo][:, None] + span, mode="clip")
+            return ((head == pattern(m)) | (span >= m[:, None])).all(axis=1)
+
+        # If the last m tokens occur, so do the last m - 1 (inside that occurrence): bisect on m, every row at once.
+        low = np.full(B, min_len, dtype=np.int64)
+        found = (available >= min_len) & occurs(low)
+        high = np.where(found, available, low)
+        while (low < high).any():
+            mid = (low + high + 1) // 2
+            there = occurs(mid)
+            low, high = np.where(there, mid, low), np.where(there, high, mid - 1)
+        lo, hi = index.bounds(pattern(low), low), index.bounds(pattern(low), low, upper=True)
+        return np.where(found, low, 0), np.where(found, lo, 0), np.where(found, hi, 0)
+
+    def batched_continuations(self, tokens: torch.Tensor, lengths: torch.Tensor, num_tokens: int, max_matches: int = 256,
+                              max_len: int = 16, min_len: int = 1) -> WeightedPaths:
+        """Per row: what followed up to max_matches occurrences of its longest match (up to num_tokens tokens each,
+        weight 1 per occurrence read: [B, M <= max_matches, num_tokens], -1 padded)."""
+        length, lo, hi = self.longest_matches(tokens, lengths, max_len, min_len)
+        count = hi - lo
+        read = np.minimum(count, max_matches)  # [B]
+        # The range is sorted by what follows: evenly spaced rows keep the counts' proportions.
+        j = np.arange(max(int(read.max(initial=0)), 1))  # [M] no wider than the most any row reads
+        at = lo[:, None] + (j * count[:, None]) // np.maximum(read, 1)[:, None]  # [B, M]
+        starts = self.suffix_array.take(at, mode="clip").astype(np.int64) + length[:, None]
+        # The corpus ends with SEPARATOR, so reading past its end reads a separator.
+        window = self.tokens.take(starts[..., None] + np.arange(num_tokens), mode="clip").astype(np.int64)  # [B, M, T]
+        run = np.cumprod(window != SEPARATOR, axis=2).astype(bool)  # tokens before a separator
+        weights = ((j < read[:, None]) & run[:, :, 0]).astype(np.float64)
+        return WeightedPaths(torch.from_numpy(np.where(run, window, -1)), torch.from_numpy(weights))
+
     def longest_match(self, context: Sequence[int], max_len: int = 16, min_len: int = 1) -> Match | None:
         """The longest suffix of `context` (min_len..max_len tokens) that occurs in the corpus."""
-        context = [int(t) for t in context[-max_len:]]
-        if len(context) < min_len:
-            return None
-
-        def rows(m: int):
-            lo, hi = match_range(self.tokens, self.suffix_array, context[len(context) - m:])
-            return (lo, hi) if hi > lo else None
-
-        best = rows(min_len)
-        if best is None:
-            return None
-        # If the last m tokens occur, so do the last m - 1 (inside that occurrence): bisect on m.
-        low, high = min_len, len(context)
-        while low < high:
-            mid = (low + high + 1) // 2
-            found = rows(mid)
-            if found is None:
-                high = mid - 1
-            else:
-                low, best = mid, found
-        return Match(low, *best)
+        length, lo, hi = self.longest_matches(*one_row(context), max_len, min_len)
+        return Match(int(length[0]), int(lo[0]), int(hi[0])) if length[0] else None
 
     def continuations(self, context: Sequence[int], num_tokens: int, max_matches: int = 256,
                       max_len: int = 16, min_len: int = 1) -> Counter:
         """(up to num_tokens tokens after an occurrence of the longest match) -> occurrences read."""
-        match = self.longest_match(context, max_len, min_len)
-        if match is None:
-            return Counter()
-        count = match.hi - match.lo
-        # The range is sorted by what follows: evenly spaced rows keep the counts' proportions.
-        rows = match.lo + (np.arange(min(count, max_matches)) * count) // min(count, max_matches)
-        starts = self.suffix_array[rows].astype(np.int64) + match.length  # [k]
-        # The corpus ends with SEPARATOR, so clipping past its end reads a separator.
-        window = self.tokens.take(starts[:, None] + np.arange(num_tokens), mode="clip")  # [k, num_tokens]
-        lengths = np.cumprod(window != SEPARATOR, axis=1).sum(axis=1)  # [k] tokens before a separator
-        return Counter(tuple(row[:n]) for row, n in zip(window.tolist(), lengths.tolist()) if n > 0)
+        found = self.batched_continuations(*one_row(context), num_tokens, max_matches, max_len, min_len)
+        return Counter(tuple(t for t in path if t >= 0) for path, w in zip(found.tokens[0].tolist(), found.weights[0].tolist()) if w)
 
     def for_model(self, model) -> "Datastore":
         """This datastore, after checking that it fits the model (tokenizer and vocabulary)."""
@@ -142,6 +166,12 @@ class Datastore:
     def load(cls, folder: Path, meta: dict) -> "Datastore":
         return cls(np.load(folder / "tokens.npy"), np.load(folder / "suffix_array.npy"), meta["vocab_size"],
                    meta["fingerprint"], meta["settings"]["source"])
+
+
+def one_row(context: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """One context as a batch of one: tokens [1, max(len, 1)] and lengths [1]."""
+    tokens = torch.tensor([[int(t) for t in context] or [0]], dtype=torch.long)
+    return tokens, torch.tensor([len(context)])
 
 
 def concatenate(documents: Sequence[Sequence[int]]) -> np.ndarray:

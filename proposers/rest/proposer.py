@@ -46,7 +46,7 @@ class RestProposer(TextProposer):
     def propose(self, state: DecodeState) -> CandidateTree:
         if not state.plan.drafts:
             return self.plain_step(state.root)
-        rows = [list(self.store.continuations(ctx[-self.max_context:], self.num_tokens, self.max_matches,
-                                              self.max_context, self.min_context).items())
-                for ctx in self.history.contexts(state.root)]
-        return tree_from_paths(rows, self.budget, state.root.device, depth=state.plan.depth)
+        tokens, lengths = self.history.contexts(state.root)
+        paths = self.store.batched_continuations(tokens, lengths, self.num_tokens, self.max_matches, self.max_context,
+                                                 self.min_context)
+        return tree_from_paths(paths, self.budget, state.root.device, depth=state.plan.depth)

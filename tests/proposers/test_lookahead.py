@@ -10,6 +10,7 @@ from framework.harness.real import exact_loop_law, greedy_identity, teacher_forc
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
 from proposers import LookaheadProposer
+from proposers.ngram.lookahead import NgramPool
 
 TOY = dict(vocab_size=3, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, dtype="float64", init_std=0.3)
 TARGET = tiny_random_model("llama", seed=0, **TOY)
@@ -45,12 +46,13 @@ def test_observe_side_grows_the_window_then_pools_its_columns():
     logits = torch.zeros(1, 2, 16)
     logits[0, 0, 9], logits[0, 1, 8] = 1.0, 1.0  # the top level's argmax: (9, 8)
     proposer.observe_side(logits)
-    assert proposer.levels[0].tolist() == [start[0, 0].tolist(), [9, 8]] and not any(proposer.pool[0].values())
+    assert proposer.levels[0].tolist() == [start[0, 0].tolist(), [9, 8]] and proposer.pool.grams.shape[1] == 0
     logits = torch.zeros(1, 4, 16)
     logits[0, 2, 3], logits[0, 3, 4] = 1.0, 1.0  # rows 2, 3 = level 1: new (3, 4)
     proposer.observe_side(logits)
     first = start[0, 0].tolist()
-    assert proposer.pool[0][first[0]][0] == (9, 3) and proposer.pool[0][first[1]][0] == (8, 4)  # column n-grams
+    newest = lambda token: proposer.pool.newest_tails(torch.tensor([token]))[0, 0].tolist()  # noqa: E731
+    assert newest(first[0]) == [9, 3] and newest(first[1]) == [8, 4]  # column n-grams
     assert proposer.levels[0].tolist() == [[9, 8], [3, 4]]  # the oldest level dropped
 
 
@@ -96,3 +98,35 @@ def test_a_prompt_shorter_than_the_ngram_is_a_plain_step():
     out = generate(HFTarget(model), LookaheadProposer(window=2, ngram=4, guesses=2, pool_from_prompt=True),
                    torch.tensor([[3]]), 6, SamplingConfig(temperature=0))
     assert (out.tokens >= 0).all() and out.stats.steps[0].nodes == 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_pool_answers_as_per_token_lists_of_the_newest_tails(seed):
+    """The tensor pool (compacted as it doubles) against the rule it stands for: per first token, a list of the
+    `keep` newest distinct tails, a tail seen again moved to the front."""
+    g = torch.Generator().manual_seed(seed)
+    B, N, keep, vocab = 3, 3, 2, 4
+    pool = NgramPool(torch.randint(0, vocab, (B, 5, N), generator=g), keep)
+    lists = [{} for _ in range(B)]
+
+    def remember(grams):
+        for b, row in enumerate(grams.tolist()):
+            for gram in row:
+                tails = lists[b].setdefault(gram[0], [])
+                if tuple(gram[1:]) in tails:
+                    tails.remove(tuple(gram[1:]))
+                tails.insert(0, tuple(gram[1:]))
+                del tails[keep:]
+
+    remember(pool.grams)
+    widths = []
+    for _ in range(60):
+        grams = torch.randint(0, vocab, (B, 4, N), generator=g)
+        pool.remember(grams)
+        remember(grams)
+        widths.append(pool.grams.shape[1])
+        for token in range(vocab):
+            got = pool.newest_tails(torch.full((B,), token))
+            for b in range(B):
+                assert [tuple(t) for t in got[b].tolist() if t[0] >= 0] == lists[b].get(token, [])
+    assert any(later < earlier for earlier, later in zip(widths, widths[1:]))  # it compacted along the way

@@ -96,7 +96,7 @@ def test_draft_part_cache_holds_the_committed_text():
     assert decoder.stats.accepted_total > 0
     got = part.read_root(torch.tensor([1, 1])).logits[:, -1]  # commits what the last step deferred, as a next step would
     for b in range(2):
-        committed = lookup.history.rows[b]  # prompt + every emitted token before the current root
+        committed = lookup.history.row(b)  # prompt + every emitted token before the current root
         assert part.lm.length[b] == len(committed)
         with torch.no_grad():
             want = MODEL(torch.tensor([committed + [1]])).logits[0, -1]

@@ -13,7 +13,7 @@ from framework.harness.real import exact_loop_law, greedy_identity, teacher_forc
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
 from proposers import PromptLookupProposer
-from proposers.ngram.match import continuations
+from proposers.ngram.match import batched_continuations, continuations
 
 TOY = dict(vocab_size=3, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, dtype="float64", init_std=0.3)
 TARGET = tiny_random_model("llama", seed=0, **TOY)
@@ -35,6 +35,17 @@ def test_continuations_equal_brute_force(seed):
     g = torch.Generator().manual_seed(seed)
     seq = torch.randint(0, 3, (int(torch.randint(1, 30, (1,), generator=g)),), generator=g).tolist()
     assert continuations(seq, 1, 3, 4, 5) == brute_force(seq, 1, 3, 4, 5)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_batched_rows_of_their_own_lengths_equal_brute_force(seed):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 25, (6,), generator=g)
+    tokens = torch.randint(0, 3, (6, 30), generator=g)  # past each row's length: another row's noise, never read
+    found = batched_continuations(tokens, lengths, 1, 3, 4, 5)
+    for b, n in enumerate(lengths.tolist()):
+        got = [(tuple(t for t in path if t >= 0), int(w)) for path, w in zip(found.tokens[b].tolist(), found.weights[b].tolist()) if w]
+        assert got == brute_force(tokens[b, :n].tolist(), 1, 3, 4, 5)
 
 
 def propose(proposer, prompt, root):

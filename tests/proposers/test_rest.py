@@ -77,9 +77,11 @@ def test_match_range_counts_every_occurrence():
             assert starts == [s for s in range(len(tokens) - m + 1) if tokens[s : s + m].tolist() == pattern]
 
 
-def test_longest_match_and_continuations_vs_brute_force():
+@pytest.mark.parametrize("wide", [False, True])
+def test_longest_match_and_continuations_vs_brute_force(wide):
     rng = np.random.default_rng(2)
     docs = [rng.integers(0, 4, int(rng.integers(1, 60))).tolist() for _ in range(12)]
+    docs += [[70_000]] if wide else []  # a large id: 3 tokens per packed key, longer matches bisect within a bucket
     store = Datastore.from_token_ids(docs)
     for _ in range(200):
         context = rng.integers(0, 4, int(rng.integers(1, 20))).tolist()
@@ -90,6 +92,24 @@ def test_longest_match_and_continuations_vs_brute_force():
         if match is not None:
             assert match.hi - match.lo == len(brute_matches(docs, context[len(context) - length :]))
         assert store.continuations(context, num_tokens, 10**6, max_len, min_len) == expected, (context, max_len, min_len)
+
+
+def test_a_batch_of_contexts_equals_each_context_alone():
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(0, 4, int(rng.integers(1, 60))).tolist() for _ in range(12)]
+    store = Datastore.from_token_ids(docs)
+    contexts = [rng.integers(0, 4, int(rng.integers(1, 20))).tolist() for _ in range(64)]
+    tokens = torch.full((64, 20), 3, dtype=torch.long)  # past each row's length: noise, never read
+    for b, context in enumerate(contexts):
+        tokens[b, : len(context)] = torch.tensor(context)
+    lengths = torch.tensor([len(c) for c in contexts])
+    for max_matches in (10**6, 5):  # every occurrence (the brute force's counts), and a capped read
+        found = store.batched_continuations(tokens, lengths, 3, max_matches, 6, 2)
+        for b, context in enumerate(contexts):
+            got = Counter(tuple(t for t in path if t >= 0)
+                          for path, w in zip(found.tokens[b].tolist(), found.weights[b].tolist()) if w)
+            assert got == store.continuations(context, 3, max_matches, 6, 2)
+            assert max_matches < 10**6 or got == brute_continuations(docs, context, 3, 6, 2)[1]
 
 
 def test_no_match_crosses_a_document():
@@ -126,7 +146,7 @@ def test_rows_have_their_own_matches():
     docs = [[1, 2, 3, 4], [7, 8, 9, 10]]
     proposer = prefilled(Datastore.from_token_ids(docs), [[5, 1]], num_tokens=2)
     proposer.select(torch.zeros(2, dtype=torch.long))
-    proposer.history.rows[1] = [5, 7]  # the second row went another way
+    proposer.history.tokens[1, :2] = torch.tensor([5, 7])  # the second row went another way
     paths = node_paths(proposer.propose(state_for([2, 8])))
     assert {(3,), (3, 4)} <= set(paths[0]) and {(9,), (9, 10)} <= set(paths[1])
 
