@@ -48,7 +48,8 @@ def run(cfg: DictConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     plot(result, exp.top, out / "first_token.png",
          f"{name}: first token, N={stats['samples']:,}; deviation std {stats['deviation_std']:.2e} "
-         f"(multinomial {stats['multinomial_std']:.2e}); G-test p={stats['g_test_p']:.3f}")
+         f"(multinomial {stats['multinomial_std']:.2e}); standardized {stats['standardized_std'] or float('nan'):.3f} "
+         f"over {stats['standardized_tokens']} tokens; G-test p={stats['g_test_p']:.3f}")
     seconds = time.perf_counter() - start  # of this invocation (a resumed run counts its own part only)
     files.write_json(out / "first_token.json", {**stats, "proposer": name, "fanned_out": result["fanned"],  # None: no round left to run
                                                 "seconds": round(seconds, 1)})

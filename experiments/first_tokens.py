@@ -205,15 +205,22 @@ def round_seed(seed: int, round_: int) -> int:
     return seed * 1_000_003 + round_
 
 
-def summarise(counts: torch.Tensor, target: torch.Tensor) -> dict:
+def summarise(counts: torch.Tensor, target: torch.Tensor, least_expected: float = 5.0) -> dict:
+    """deviation_std / multinomial_std: EAGLE's figure, the spread of (frequency - p) over the support against
+    its noise; carried by the few tokens of large p, it scatters by ~15-20% at any N. standardized_std: the spread of
+    z = (frequency - p) / sqrt(p (1 - p) / N) over the tokens expected at least `least_expected` times, each z of
+    variance 1 when the law is the target's: ~1 within a few 1 / sqrt(2 tokens)."""
     n = float(counts.sum())
     deviation = counts / n - target  # [V]
     noise = (target * (1 - target) / n).sqrt()
     support = target > 0
+    expected = (target * n >= least_expected) & (target < 1)
+    z = deviation[expected] / noise[expected]
     test = g_test({(i,): int(c) for i, c in enumerate(counts.tolist()) if c > 0},
                   {(i,): float(p) for i, p in enumerate(target.tolist()) if p > 0})
     return {"samples": int(n), "deviation_std": float(deviation[support].std()),
             "multinomial_std": float(noise[support].pow(2).mean().sqrt()),
+            "standardized_std": float(z.pow(2).mean().sqrt()) if z.numel() else None, "standardized_tokens": int(z.numel()),
             "outside_support": int(counts[~support].sum()), "g_test_p": test.p_value, "g_test_passes": test.passes(1e-3),
             "g_test_dof": test.dof, "detectable_tv": test.detectable_tv()}  # the TV it detects with power 0.9
 
