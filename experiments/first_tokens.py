@@ -113,7 +113,7 @@ def first_tokens(model, factory, prompt: torch.Tensor, sampling, samples: int, b
         if fans is not False:
             proposer = FirstCandidates(factory(), V) if factory is not None else None
             decoder = Decoder(HFTarget(model), proposer, sampling, WatchedSource(seed=round_seed(seed, first_round)),
-                              verifier=fanout)
+                              verifier=fanout, policy=OneLevel() if verifier is LOSSLESS else None)
             decoder.prefill(prompt[:, :-1], root=prompt[0, -1:])
             decoder.step()
             fans = fanout.fanned
@@ -183,8 +183,9 @@ class SharedPrefix:
 
 class OneLevel(FixedPolicy):
     """Draft the root's children only. The token rule tries them in order and emits the first it accepts, or a
-    draw from the residual at the root: the first token's law reads nothing deeper, so deeper levels of a drawn
-    tree would only cost (rules that judge a path jointly, block and traversal, keep the whole tree)."""
+    draw from the residual at the root: the first token's law reads nothing deeper, so deeper levels would only
+    cost, in every fanned-out verification too (rules that judge a path jointly, block and traversal, keep the
+    whole tree)."""
 
     def plan(self) -> Plan:
         return Plan(depth=1)
