@@ -85,6 +85,8 @@ class MixProposer:
     def merged_scores(self, merged: CandidateTree) -> torch.Tensor:
         """[B, N] each merged node's best score among the parts that proposed it (a part without scores
         offers its share of the merged weight)."""
+        if not merged.num_nodes:
+            return merged.scores
         scores = merged.scores
         for tree, own in zip(self.trees, self.own):
             if tree.scores is None or not tree.num_nodes:

@@ -10,7 +10,7 @@ from framework.harness.real import exact_loop_law, greedy_identity, teacher_forc
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
 from proposers import LookaheadProposer
-from proposers.ngram.lookahead import NgramPool
+from proposers.ngram.pool import NgramPool
 
 TOY = dict(vocab_size=3, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, dtype="float64", init_std=0.3)
 TARGET = tiny_random_model("llama", seed=0, **TOY)
