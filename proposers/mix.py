@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from framework.core.path_tree import WeightedPaths, node_token_paths, tree_from_paths
+from framework.core.path_tree import WeightedPaths, node_token_paths, to_depth, tree_from_paths
 from framework.core.proposer import DecodeState, SideRowProposer
 from framework.core.side_rows import SideRows
 from framework.core.tree import CandidateTree
@@ -147,8 +147,7 @@ def same_path(merged: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
     if own.shape[1] == 0:
         return torch.full(merged.shape[:2], -1, dtype=torch.long, device=merged.device)
     depth = max(merged.shape[2], own.shape[2])
-    pad = lambda t: torch.nn.functional.pad(t, (0, depth - t.shape[2]), value=-1)  # noqa: E731
-    equal = (pad(merged)[:, :, None] == pad(own).to(merged.device)[:, None]).all(dim=-1)  # [B, N, M]
+    equal = (to_depth(merged, depth)[:, :, None] == to_depth(own, depth).to(merged.device)[:, None]).all(dim=-1)  # [B, N, M]
     return torch.where(equal.any(dim=-1), equal.long().argmax(dim=-1), -1)
 
 

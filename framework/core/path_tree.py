@@ -13,7 +13,7 @@ the shared shape fills it with a pad token (the smallest id from `pad_token` up 
 lack, so no path appears twice). That is harmless for the point rule: the node is one more
 candidate chosen without looking at any coin. Because a row's shape depends on the other rows, such proposers couple rows.
 
-Every step is a tensor operation over all rows' paths at once (a trie level is one `torch.unique` of
+Every step is an array operation over all rows' paths at once (a trie level is one `np.unique` of
 (parent, token) keys): the cost follows the number of paths, not a Python loop per row.
 """
 
@@ -55,9 +55,13 @@ class WeightedPaths:
     def cat(parts: Sequence[WeightedPaths]) -> WeightedPaths:
         """The paths of every part, in parts' order, per row."""
         depth = max(part.tokens.shape[2] for part in parts)
-        pad = lambda t: torch.nn.functional.pad(t, (0, depth - t.shape[2]), value=-1)  # noqa: E731
-        return WeightedPaths(torch.cat([pad(part.tokens) for part in parts], dim=1),
+        return WeightedPaths(torch.cat([to_depth(part.tokens, depth) for part in parts], dim=1),
                              torch.cat([part.weights.double() for part in parts], dim=1))
+
+
+def to_depth(paths: torch.Tensor, depth: int) -> torch.Tensor:
+    """Token paths [..., D] padded with -1 to [..., depth] (depth >= D)."""
+    return torch.nn.functional.pad(paths, (0, depth - paths.shape[-1]), value=-1)
 
 
 @dataclass

@@ -40,20 +40,27 @@ def batched_continuations(tokens: torch.Tensor, lengths: torch.Tensor, min_ngram
         follow = torch.where(at < lengths[:, None, None], follow, -1)
         follows.append(follow)
         weights.append(torch.where(found, float(n), 0.0))
-    out_tokens = torch.full((B, max_matches, length), -1, dtype=torch.long)
-    out_weights = torch.zeros(B, max_matches, dtype=torch.float64)
     if not follows:
-        return WeightedPaths(out_tokens, out_weights)
+        return WeightedPaths(torch.full((B, max_matches, length), -1, dtype=torch.long),
+                             torch.zeros(B, max_matches, dtype=torch.float64))
     follow, weight = torch.cat(follows, dim=1), torch.cat(weights, dim=1).double()  # [B, K, length], [B, K]
-    for m in range(max_matches):  # the first candidate left per row; its copies go
-        live = weight > 0
+    pick, has = first_distinct(follow, weight > 0, max_matches)  # [B, max_matches]
+    out_tokens = torch.where(has[..., None], follow.gather(1, pick[..., None].expand(-1, -1, length)), -1)
+    return WeightedPaths(out_tokens, torch.where(has, weight.gather(1, pick), 0.0))
+
+
+def first_distinct(candidates: torch.Tensor, live: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """candidates [B, K, L] in priority order, live [B, K] -> per row, the first `count` live candidates no earlier
+    pick equals: their indices [B, count] and whether each exists [B, count]."""
+    B = candidates.shape[0]
+    picks, found = [], []
+    for _ in range(count):  # the first candidate left per row; its copies go
         pick = live.long().argmax(dim=1)  # [B]
-        chosen = follow[torch.arange(B), pick]  # [B, length]
-        has = live.any(dim=1)
-        out_tokens[:, m] = torch.where(has[:, None], chosen, -1)
-        out_weights[:, m] = torch.where(has, weight[torch.arange(B), pick], 0.0)
-        weight = torch.where((follow == chosen[:, None]).all(-1), 0.0, weight)
-    return WeightedPaths(out_tokens, out_weights)
+        chosen = candidates[torch.arange(B), pick]  # [B, L]
+        picks.append(pick)
+        found.append(live.any(dim=1))
+        live = live & ~(candidates == chosen[:, None]).all(dim=-1)
+    return torch.stack(picks, dim=1), torch.stack(found, dim=1)
 
 
 def continuations(sequence: Sequence[int], min_ngram: int, max_ngram: int, length: int,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from framework.core.path_tree import lexsort, positions_in_groups
+from proposers.ngram.match import first_distinct
 
 
 class NgramPool:
@@ -28,15 +29,11 @@ class NgramPool:
     def newest_tails(self, first: torch.Tensor) -> torch.Tensor:
         """first [B] -> [B, keep, N-1]: the newest distinct tails of each row's n-grams that start with it, -1 padded."""
         B, T, N = self.grams.shape
-        newest = self.grams.flip(1)  # [B, T, N] newest first
-        live = newest[:, :, 0] == first[:, None]
-        out = torch.full((B, self.keep, N - 1), -1, dtype=torch.long)
-        for k in range(self.keep if T else 0):
-            pick = live.long().argmax(dim=1)  # the newest left per row
-            tail = newest[torch.arange(B), pick, 1:]  # [B, N-1]
-            out[:, k] = torch.where(live.any(dim=1)[:, None], tail, -1)
-            live &= ~(newest[:, :, 1:] == tail[:, None]).all(dim=-1)
-        return out
+        if T == 0:
+            return torch.full((B, self.keep, N - 1), -1, dtype=torch.long)
+        tails = self.grams.flip(1)[:, :, 1:]  # [B, T, N-1] newest first
+        pick, has = first_distinct(tails, self.grams.flip(1)[:, :, 0] == first[:, None], self.keep)
+        return torch.where(has[..., None], tails.gather(1, pick[..., None].expand(-1, -1, N - 1)), -1)
 
     def compact(self) -> None:
         """Keep per row and first token the `keep` newest distinct n-grams (in their order): nothing else can be asked for."""
