@@ -13,6 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 from framework.core import files
+from framework.core.path_tree import node_token_paths
 from framework.core.policy import FixedPolicy, Plan
 from framework.core.randomness import TorchSource
 from framework.core.sampling import process_logits
@@ -139,15 +140,16 @@ def first_tokens(model, factory, prompt: torch.Tensor, sampling, samples: int, b
 
 
 class SharedPrefix:
-    """The target (framework.core.target.Target) of one first step whose rows are copies of one prompt: the
-    prompt's cache stays one row, and the step's forward runs once per distinct (root, tree) among the rows,
-    which share its laws (many runs draw the same first candidates). A first step only: it commits nothing."""
+    """The target (framework.core.target.Target) of one first step whose rows are copies of one prompt and one
+    root: the prompt's cache stays one row, and the step's forward runs once at batch 1 on the union of the rows'
+    trees (a node's laws read only its own path, which tree attention keeps apart from its siblings), so rows that
+    drew the same candidates share them. A first step only: it commits nothing."""
 
-    def __init__(self, target: HFTarget):
-        self.target = target
+    def __init__(self, target: HFTarget, max_nodes: int = 2048):
+        self.target, self.max_nodes = target, max_nodes  # a larger union is split by rows (its mask is [M, M])
         self.vocab_size, self.device, self.dtype = target.vocab_size, target.device, target.dtype
         self.max_positions, self.lm = target.max_positions, target.lm  # heads read the model behind it
-        self.forwards = 0  # distinct rows the target ran
+        self.forwards, self.nodes = 0, 0  # forwards the target ran, and the nodes in them
 
     def room(self) -> int | None:
         return self.target.room()
@@ -167,15 +169,29 @@ class SharedPrefix:
     def forward_tree(self, root: torch.Tensor, tree: CandidateTree, side=None) -> TargetOutput:
         if side is not None:
             raise ValueError("SharedPrefix runs no side rows (a proposer that adds them drafts a point tree: Fanout)")
-        rows = torch.cat([root[:, None], tree.tokens], dim=1)  # [B, 1+N]
-        distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)  # [U, 1+N], [B]
-        self.target.select(torch.zeros(distinct.shape[0], dtype=torch.long))
-        out = self.target.forward_tree(distinct[:, 0], CandidateTree(distinct[:, 1:], tree.shape, kind="point"))
-        self.target.select(torch.zeros(1, dtype=torch.long))  # the prompt's row again, its pending slots dropped below
-        self.target.lm.drop_pending()
-        self.forwards += distinct.shape[0]
-        hidden = None if out.hidden is None else out.hidden[inverse]
-        return TargetOutput(out.logits[inverse], hidden)
+        if bool((root != root[0]).any()):
+            raise ValueError("SharedPrefix rows share one root (Decoder.prefill(root=) at the first step)")
+        B, N = tree.tokens.shape
+        paths = torch.cat([torch.full((B, 1, max(tree.shape.max_depth, 1)), -1, dtype=torch.long, device=root.device),
+                           node_token_paths(tree).to(root.device)], dim=1)  # [B, 1+N, D]: the root's path is empty
+        distinct, inverse = torch.unique(paths.flatten(0, 1), dim=0, return_inverse=True)  # [K, D], [B (1+N)]
+        K = distinct.shape[0]  # sorted: a prefix (-1 padded) comes before its extensions, the root first
+        if K - 1 > self.max_nodes and B > 1:
+            halves = [self.forward_tree(root[rows], CandidateTree(tree.tokens[rows], tree.shape, kind="point"))
+                      for rows in (slice(0, B // 2), slice(B // 2, B))]
+            hidden = None if halves[0].hidden is None else torch.cat([h.hidden for h in halves])
+            return TargetOutput(torch.cat([h.logits for h in halves]), hidden)
+        inverse = inverse.view(B, 1 + N)
+        parent = torch.zeros(K, dtype=torch.long, device=root.device)
+        parent[inverse[:, 1:]] = inverse[:, tree.parents.to(root.device) + 1]  # [B, N] each node's parent's union index
+        token = torch.zeros(K, dtype=torch.long, device=root.device)
+        token[inverse[:, 1:]] = tree.tokens.to(root.device)
+        union = CandidateTree(token[None, 1:], parent[1:] - 1, kind="point")  # [1, K - 1]: the root's children at -1
+        out = self.target.forward_tree(root[:1], union)  # [1, K, V]
+        self.target.lm.drop_pending()  # the prompt's row as it was
+        self.forwards, self.nodes = self.forwards + 1, self.nodes + K - 1
+        hidden = None if out.hidden is None else out.hidden[0][inverse]
+        return TargetOutput(out.logits[0][inverse], hidden)  # [B, 1+N, V]
 
     def commit(self, result) -> None:
         pass

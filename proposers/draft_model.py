@@ -100,21 +100,23 @@ class DraftModelProposer:
     def propose(self, state: DecodeState) -> CandidateTree:
         if not state.plan.drafts:
             return self.plain_step(state.root)
-        B, N = state.root.shape[0], self.shape.num_nodes
+        B = state.root.shape[0]
         room = self.draft_room(state.root)
         if room is not None and room < 1:  # the root no longer fits the draft's context (a draft of another
             self.exhausted = True          # tokenizer reads more tokens than the target): plain steps from here
         if self.exhausted:
             return CandidateTree.empty(B, state.root.device)
         cfg = self.sampling or state.sampling
-        tokens = torch.zeros(B, N, dtype=torch.long, device=state.root.device)
-        scores = torch.ones(B, N + 1, device=state.root.device)  # each node's draft probability along its path (row 0: the root)
-        q = torch.empty(B, N + 1, state.seen.shape[-1], dtype=torch.float64 if self.lm.dtype == torch.float64 else torch.float32, device=state.root.device)
-        parents = self.shape.parents.tolist()
-        fed = 0  # pending slots written (root = slot 0)
         depth = self.schedule.depth if self.schedule is not None else len(self.levels)
         depth = min(depth, state.plan.depth) if state.plan.depth is not None else depth
         depth = depth if room is None else min(depth, room)
+        N = int(self.levels[depth - 1].max()) + 1  # the nodes of the levels this step may draft (level order)
+        tokens = torch.zeros(B, N, dtype=torch.long, device=state.root.device)
+        scores = torch.ones(B, N + 1, device=state.root.device)  # each node's draft probability along its path (row 0: the root)
+        q = torch.empty(B, N + 1, state.seen.shape[-1], dtype=torch.float64 if self.lm.dtype == torch.float64 else torch.float32, device=state.root.device)
+        shape = self.shape.prefix(N)
+        parents = shape.parents.tolist()
+        fed = 0  # pending slots written (root = slot 0)
         for level in range(depth):  # read the root, then each level that may have children
             rows = torch.tensor([0]) if level == 0 else self.levels[level - 1] + 1  # tree rows read now
             if level == 0:
@@ -123,8 +125,8 @@ class DraftModelProposer:
                 out = self.lm.forward(self.draft_tokens(tokens[:, rows - 1]), torch.full((rows.numel(),), level),
                                       self.mask[rows][:, : fed + rows.numel()])
             fed += rows.numel()
-            seen = seen_along_tree(state.seen, tokens, self.shape)[:, rows] if cfg.uses_history else None
-            allowed = None if state.constraint is None else state.constraint.allowed(tokens, self.shape, rows)
+            seen = seen_along_tree(state.seen, tokens, shape)[:, rows] if cfg.uses_history else None
+            allowed = None if state.constraint is None else state.constraint.allowed(tokens, shape, rows)
             law = self.draft_law(out.logits, cfg, seen, allowed)  # [B, M, V] what each read row's children are drawn from
             q[:, rows] = self.reported_law(law, out.logits, cfg, seen).to(q.dtype)
             for m, row in enumerate(rows.tolist()):  # draw each node's children from its own law

@@ -4,6 +4,7 @@ law (and a planted bias is caught), the draft's first-candidate law is recorded,
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
@@ -12,6 +13,7 @@ from experiments.first_token import run
 from experiments.first_tokens import OneLevel, SharedPrefix, first_tokens, summarise
 from framework.core.randomness import TorchSource
 from framework.core.sampling import SamplingConfig
+from framework.core.tree import CandidateTree
 from framework.engine import Decoder
 from framework.lm.target import HFTarget
 from verifiers import typical_verifier
@@ -79,16 +81,39 @@ def test_a_drawn_tree_runs_every_row_and_a_lossy_rule_is_caught():
     assert not summarise(lossy["counts"], lossy["target"])["g_test_passes"]
 
 
-def test_rows_that_drew_the_same_tree_share_one_target_forward():
+@pytest.mark.parametrize("max_nodes", [2048, 1])
+def test_rows_that_drew_the_same_tree_share_one_target_forward(max_nodes):
+    """The union of the rows' trees runs at batch 1 and gives every row the whole target's laws; a union over
+    max_nodes is split by rows (max_nodes=1: down to single rows)."""
     model, factory, prompt = tiny("draft")
-    shared, whole = SharedPrefix(HFTarget(model)), HFTarget(model)
+    shared, whole = SharedPrefix(HFTarget(model), max_nodes=max_nodes), HFTarget(model)
     outs = []
     for target in (shared, whole):
         decoder = Decoder(target, factory(), SamplingConfig(temperature=0.5), TorchSource(seed=3), policy=OneLevel())
         decoder.prefill(prompt[:, :-1], copies=64, root=prompt[0, -1:])
         outs.append(decoder.step())
     assert torch.equal(outs[0], outs[1])  # the same coins give the same tokens: the laws are the whole target's
-    assert 1 <= shared.forwards < 64
+    if max_nodes > 64:
+        assert shared.forwards == 1 and 1 <= shared.nodes < 64  # 64 one-node chains, some drawn alike
+    else:
+        assert shared.forwards > 1
+
+
+def test_shared_prefix_laws_equal_the_whole_targets_on_a_deep_tree():
+    """Node by node, a 3-level tree's laws from the union forward equal each row's own forward."""
+    model, _, prompt = tiny("draft")
+    shared, whole = SharedPrefix(HFTarget(model)), HFTarget(model)
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 4, (16, 6))  # few ids: rows share paths
+    tree = CandidateTree(tokens, torch.tensor([-1, -1, 0, 0, 2, 1]))
+    shared.prefill(prompt[:, :-1])
+    whole.prefill(prompt[:, :-1].expand(16, -1))
+    root = prompt[0, -1:].expand(16)
+    got, want = shared.forward_tree(root, tree), whole.forward_tree(root, tree)
+    assert shared.nodes < 16 * 6
+    torch.testing.assert_close(got.logits, want.logits, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="share one root"):
+        shared.forward_tree(torch.arange(16), tree)
 
 
 def test_a_stopped_run_resumes_to_the_same_counts(tmp_path):
