@@ -48,7 +48,7 @@ class FirstCandidates:
         return tree
 
     def commit(self, result):
-        self.inner.commit(result)
+        pass  # the first token is out before this, and the proposer is dropped after its one step
 
     def select(self, rows: torch.Tensor):
         self.inner.select(rows)
@@ -107,6 +107,7 @@ def first_tokens(model, factory, prompt: torch.Tensor, sampling, samples: int, b
     fan = max(1, min(rounds, FAN_ROWS // batch))  # rounds one fanned-out step serves
     bar = tqdm(total=samples, initial=done, unit="run", disable=not progress, dynamic_ncols=True, desc="first tokens")
     fans = None  # unknown until a step at batch 1 shows a point tree (True) or a drawn one (False)
+    shared = SharedPrefix(HFTarget(model))  # the prompt's prefill and the laws met so far, for every drawn round
     while done < samples:
         first_round = done // batch
         rows = min(batch * fan, samples - done)
@@ -121,7 +122,7 @@ def first_tokens(model, factory, prompt: torch.Tensor, sampling, samples: int, b
         if not fanout.fanned:  # a drawn tree: this round's runs side by side through the whole loop
             rows = min(batch, samples - done)
             proposer = FirstCandidates(factory(), V) if factory is not None else None
-            decoder = Decoder(SharedPrefix(HFTarget(model)), proposer, sampling, TorchSource(seed=round_seed(seed, first_round)),
+            decoder = Decoder(shared, proposer, sampling, TorchSource(seed=round_seed(seed, first_round)),
                               verifier=verifier, policy=OneLevel() if verifier is LOSSLESS else None)
             decoder.prefill(prompt[:, :-1], copies=rows, root=prompt[0, -1:])
             firsts = decoder.step()[:, 0].cpu()
@@ -140,27 +141,43 @@ def first_tokens(model, factory, prompt: torch.Tensor, sampling, samples: int, b
 
 
 class SharedPrefix:
-    """The target (framework.core.target.Target) of one first step whose rows are copies of one prompt and one
-    root: the prompt's cache stays one row, and the step's forward runs once at batch 1 on the union of the rows'
-    trees (a node's laws read only its own path, which tree attention keeps apart from its siblings), so rows that
-    drew the same candidates share them. A first step only: it commits nothing."""
+    """The target (framework.core.target.Target) of first steps whose rows are copies of one prompt and one root.
+    The prompt's cache stays one row, prefilled once for every round. A node's logits read only the prompt, the
+    root and the node's own path (tree attention keeps siblings apart), so they are kept by path: a step runs the
+    target once, at batch 1, on the union of the paths no earlier step met (with their ancestors), and every row
+    reads its nodes from what is kept. First steps only: it commits nothing."""
 
-    def __init__(self, target: HFTarget, max_nodes: int = 2048):
-        self.target, self.max_nodes = target, max_nodes  # a larger union is split by rows (its mask is [M, M])
+    def __init__(self, target: HFTarget, max_nodes: int = 2048, kept_bytes: int = 2**30):
+        self.target, self.max_nodes = target, max_nodes  # a larger union is split (its mask is [M, M])
+        self.kept_bytes = kept_bytes  # the kept laws' budget: past it, new paths run every time they appear
         self.vocab_size, self.device, self.dtype = target.vocab_size, target.device, target.dtype
         self.max_positions, self.lm = target.max_positions, target.lm  # heads read the model behind it
         self.forwards, self.nodes = 0, 0  # forwards the target ran, and the nodes in them
+        self.prompt: torch.Tensor | None = None
+        self.prefilled: TargetOutput | None = None
+        self.forget()
+
+    def forget(self) -> None:
+        self.root: int | None = None
+        self.index: dict[tuple[int, ...], int] = {}  # a node's token path (the root's is ()) -> its kept row
+        self.logits: list[torch.Tensor] = []  # kept rows, [V] each
+        self.hidden: list[torch.Tensor] = []  # [layers, H] each, when the target returns hidden states
 
     def room(self) -> int | None:
         return self.target.room()
 
     def provide_hidden(self, layers: tuple[int, ...]) -> None:
+        if tuple(layers) != tuple(self.lm.hidden_layers):
+            self.prompt = None  # kept rows lack (or hold other) hidden states
         self.target.provide_hidden(layers)
 
     def prefill(self, input_ids: torch.Tensor):
         if input_ids.shape[0] != 1:
             raise ValueError("SharedPrefix holds one prompt: prefill one row and copy it (Decoder.prefill(copies=))")
-        return self.target.prefill(input_ids)
+        if self.prompt is None or not torch.equal(self.prompt, input_ids):
+            self.forget()
+            self.prefilled, self.prompt = self.target.prefill(input_ids), input_ids.clone()
+        return self.prefilled  # the cache is still the prompt's: every step drops its pending slots
 
     def select(self, rows: torch.Tensor) -> None:
         if bool((rows != 0).any()):
@@ -169,29 +186,52 @@ class SharedPrefix:
     def forward_tree(self, root: torch.Tensor, tree: CandidateTree, side=None) -> TargetOutput:
         if side is not None:
             raise ValueError("SharedPrefix runs no side rows (a proposer that adds them drafts a point tree: Fanout)")
-        if bool((root != root[0]).any()):
+        if bool((root != root[0]).any()) or self.root not in (None, int(root[0])):
             raise ValueError("SharedPrefix rows share one root (Decoder.prefill(root=) at the first step)")
+        self.root = int(root[0])
         B, N = tree.tokens.shape
         paths = torch.cat([torch.full((B, 1, max(tree.shape.max_depth, 1)), -1, dtype=torch.long, device=root.device),
                            node_token_paths(tree).to(root.device)], dim=1)  # [B, 1+N, D]: the root's path is empty
         distinct, inverse = torch.unique(paths.flatten(0, 1), dim=0, return_inverse=True)  # [K, D], [B (1+N)]
-        K = distinct.shape[0]  # sorted: a prefix (-1 padded) comes before its extensions, the root first
-        if K - 1 > self.max_nodes and B > 1:
-            halves = [self.forward_tree(root[rows], CandidateTree(tree.tokens[rows], tree.shape, kind="point"))
-                      for rows in (slice(0, B // 2), slice(B // 2, B))]
-            hidden = None if halves[0].hidden is None else torch.cat([h.hidden for h in halves])
-            return TargetOutput(torch.cat([h.logits for h in halves]), hidden)
-        inverse = inverse.view(B, 1 + N)
-        parent = torch.zeros(K, dtype=torch.long, device=root.device)
-        parent[inverse[:, 1:]] = inverse[:, tree.parents.to(root.device) + 1]  # [B, N] each node's parent's union index
-        token = torch.zeros(K, dtype=torch.long, device=root.device)
-        token[inverse[:, 1:]] = tree.tokens.to(root.device)
-        union = CandidateTree(token[None, 1:], parent[1:] - 1, kind="point")  # [1, K - 1]: the root's children at -1
-        out = self.target.forward_tree(root[:1], union)  # [1, K, V]
+        inverse = inverse.view(B, 1 + N)  # sorted: a prefix (-1 padded) before its extensions, the root first
+        parent = torch.zeros(distinct.shape[0], dtype=torch.long, device=root.device)
+        parent[inverse[:, 1:]] = inverse[:, tree.parents.to(root.device) + 1]  # each distinct path's parent
+        keys = [tuple(t for t in path if t >= 0) for path in distinct.tolist()]
+        missing = [k for k, key in enumerate(keys) if key not in self.index]
+        fresh = self.run(distinct, parent, missing, root[:1]) if missing else {}
+        logits = torch.stack([fresh[k][0] if k in fresh else self.logits[self.index[key]] for k, key in enumerate(keys)])
+        hidden = None
+        if self.lm.hidden_layers:
+            hidden = torch.stack([fresh[k][1] if k in fresh else self.hidden[self.index[key]] for k, key in enumerate(keys)])
+        for k in missing:  # kept while the budget lasts
+            if (len(self.logits) + 1) * logits[0].numel() * logits.element_size() > self.kept_bytes:
+                break
+            self.index[keys[k]] = len(self.logits)
+            self.logits.append(fresh[k][0])
+            if hidden is not None:
+                self.hidden.append(fresh[k][1])
+        return TargetOutput(logits[inverse], None if hidden is None else hidden[inverse])  # [B, 1+N, V]
+
+    def run(self, distinct: torch.Tensor, parent: torch.Tensor, missing: list[int], root: torch.Tensor) -> dict:
+        """One forward at batch 1 on the `missing` distinct paths and their ancestors (split while over max_nodes):
+        {distinct index: (logits [V], hidden [layers, H] or None)}."""
+        needed = torch.zeros(distinct.shape[0], dtype=torch.bool)
+        needed[missing] = True
+        for _ in range(distinct.shape[1]):  # ancestors, a level a pass
+            needed[parent[needed]] = True
+        needed[0] = True  # the root: position 0 of every forward
+        if int(needed.sum()) - 1 > self.max_nodes and len(missing) > 1:
+            half = len(missing) // 2
+            return {**self.run(distinct, parent, missing[:half], root), **self.run(distinct, parent, missing[half:], root)}
+        at = needed.nonzero().flatten()  # [M] in sorted order: parents first
+        local = torch.full((distinct.shape[0],), -1, dtype=torch.long)
+        local[at] = torch.arange(at.numel())
+        token = distinct.gather(1, (distinct >= 0).sum(1, keepdim=True).clamp_min(1) - 1).flatten()  # each path's last
+        sub = CandidateTree(token[at[1:]][None], local[parent[at[1:]]] - 1, kind="point")  # the root's children at -1
+        out = self.target.forward_tree(root, sub)  # [1, M, V]
         self.target.lm.drop_pending()  # the prompt's row as it was
-        self.forwards, self.nodes = self.forwards + 1, self.nodes + K - 1
-        hidden = None if out.hidden is None else out.hidden[0][inverse]
-        return TargetOutput(out.logits[0][inverse], hidden)  # [B, 1+N, V]
+        self.forwards, self.nodes = self.forwards + 1, self.nodes + at.numel() - 1
+        return {k: (out.logits[0, local[k]], None if out.hidden is None else out.hidden[0, local[k]]) for k in missing}
 
     def commit(self, result) -> None:
         pass

@@ -156,16 +156,17 @@ class Decoder:
         out = self.target.prefill(input_ids)
         logits, hidden = out.logits[:, -1], out.hidden  # hidden [B, L, layers, H]: every prompt position
         seen = seen_tokens(input_ids.to(self.target.device), self.target.vocab_size)
+        allowed = None if self.constraint is None else root_mask(self.constraint, logits.shape[0], logits.device)
+        law = process_logits(logits, self.sampling, seen, allowed)  # once: copies share it
         if copies > 1:
             self.target.select(torch.zeros(copies, dtype=torch.long))
             if self.proposer is not None:
                 self.proposer.select(torch.zeros(copies, dtype=torch.long))
             if self.constraint is not None:
                 self.constraint.select(torch.zeros(copies, dtype=torch.long))
-            logits, seen = logits.expand(copies, -1), seen.expand(copies, -1)
+            logits, seen, law = logits.expand(copies, -1), seen.expand(copies, -1), law.expand(copies, -1)
+            allowed = None if allowed is None else allowed.expand(copies, -1)
             hidden = None if hidden is None else hidden.expand(copies, *hidden.shape[1:])
-        allowed = None if self.constraint is None else root_mask(self.constraint, logits.shape[0], logits.device)
-        law = process_logits(logits, self.sampling, seen, allowed)
         if root is None:
             root = self.rng.categorical(law)
         root = root.to(logits.device).expand(logits.shape[0])

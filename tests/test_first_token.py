@@ -110,10 +110,35 @@ def test_shared_prefix_laws_equal_the_whole_targets_on_a_deep_tree():
     whole.prefill(prompt[:, :-1].expand(16, -1))
     root = prompt[0, -1:].expand(16)
     got, want = shared.forward_tree(root, tree), whole.forward_tree(root, tree)
-    assert shared.nodes < 16 * 6
+    assert shared.forwards == 1 and shared.nodes < 16 * 6
     torch.testing.assert_close(got.logits, want.logits, rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="share one root"):
         shared.forward_tree(torch.arange(16), tree)
+
+
+def test_shared_prefix_keeps_the_laws_it_met_for_the_next_round():
+    """A second round of the same prompt and root prefills nothing and runs only the paths it has not met; with no
+    budget for kept laws it runs them all again; another prompt starts afresh."""
+    model, _, prompt = tiny("draft")
+    torch.manual_seed(1)
+    tree = CandidateTree(torch.randint(0, 4, (16, 3)), torch.tensor([-1, 0, 0]))
+    wider = CandidateTree(torch.cat([tree.tokens[:, :2], torch.full((16, 1), 7)], dim=1), tree.parents)  # one new path
+    root = prompt[0, -1:].expand(16)
+    for kept_bytes, forwards in ((2**30, 2), (0, 3)):
+        shared = SharedPrefix(HFTarget(model), kept_bytes=kept_bytes)
+        first = shared.prefill(prompt[:, :-1])
+        once = shared.forward_tree(root, tree)
+        assert shared.prefill(prompt[:, :-1]) is first
+        again = shared.forward_tree(root, tree)
+        torch.testing.assert_close(again.logits, once.logits)
+        shared.forward_tree(root, wider)
+        assert shared.forwards == forwards
+        if kept_bytes:  # the first: each distinct path once; the second: each new (first, 7) and its ancestor
+            firsts = len(set(tree.tokens[:, 0].tolist()))
+            pairs = set(map(tuple, tree.tokens[:, :2].tolist())) | set(map(tuple, tree.tokens[:, ::2].tolist()))
+            assert shared.nodes == firsts + len(pairs) + 2 * firsts
+    shared.prefill(prompt[:, 1:-1])
+    assert not shared.index
 
 
 def test_a_stopped_run_resumes_to_the_same_counts(tmp_path):

@@ -25,14 +25,16 @@ def draw_without_replacement(q: torch.Tensor, k: int, rng: RandomSource) -> torc
     """k draws without replacement, in draw order. Where q's support runs out (greedy, top-k),
     the remaining slots repeat the last draw: the verifier treats them as dead (q_k(c) = 0)."""
     draws: list[torch.Tensor] = []
-    for _ in range(k):
+    for i in range(k):
         if draws:
-            exhausted = q.sum(-1, keepdim=True) <= 0  # [B, 1]
-            repeat_last = torch.nn.functional.one_hot(draws[-1], q.shape[-1]).to(q.dtype)
-            q = torch.where(exhausted, repeat_last, q)
+            exhausted = q.sum(-1) <= 0  # [B]
+            if bool(exhausted.any()):
+                repeat_last = torch.nn.functional.one_hot(draws[-1], q.shape[-1]).to(q.dtype)
+                q = torch.where(exhausted[:, None], repeat_last, q)
         token = rng.categorical(q)  # [B]
         draws.append(token)
-        q = q.scatter(-1, token[:, None], 0.0)
+        if i + 1 < k:  # the law left for the next draw (a copy once: the caller's q is not touched)
+            q = q.scatter(-1, token[:, None], 0.0) if i == 0 else q.scatter_(-1, token[:, None], 0.0)
     return torch.stack(draws, dim=1)
 
 
