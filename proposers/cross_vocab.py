@@ -177,6 +177,7 @@ class CrossVocabularyProposer(DraftModelProposer):
         if bool((counts == K).all()):
             self.deferred = torch.tensor(rows, dtype=torch.long, device=self.lm.device).view(len(rows), K)
             return
+        self.part()
         read_ragged(self.lm, rows)
         self.deferred = None
 

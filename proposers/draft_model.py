@@ -34,7 +34,7 @@ from framework.core.sampling import SamplingConfig, process_logits, seen_along_t
 from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
 from framework.lm import tree_attention
-from framework.lm.cached_lm import CachedLM
+from framework.lm.cached_lm import CachedLM, LMOutput
 from proposers.common.depth_schedule import DepthSchedule
 from verifiers.tree_verifier import Verification
 
@@ -84,12 +84,13 @@ class DraftModelProposer:
         self.skipped: torch.Tensor | None = None  # [B, K] the same, held over a plain step (until its commit)
         self.mask = self.shape.ancestors  # [N+1, N+1]; slot of node i is i + 1 (level order)
         self.exhausted = False  # the draft's own context is full: it drafts nothing more in this generation
+        self.copies = 0  # > 0: the batch is this many copies of the draft cache's one row, not copied yet
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
         self.check_vocabulary(target.vocab_size)
         self.lm.run_beside(target)
         self.lm.reset(input_ids.shape[0])
-        self.skipped, self.exhausted = None, False
+        self.skipped, self.exhausted, self.copies = None, False, 0
         self.deferred = input_ids.to(self.lm.device)  # read with the first root: never, if no step drafts
 
     def check_vocabulary(self, target_vocab: int) -> None:
@@ -122,6 +123,7 @@ class DraftModelProposer:
             if level == 0:
                 out = self.read_root(state.root)
             else:
+                self.part()
                 out = self.lm.forward(self.draft_tokens(tokens[:, rows - 1]), torch.full((rows.numel(),), level),
                                       self.mask[rows][:, : fed + rows.numel()])
             fed += rows.numel()
@@ -186,6 +188,10 @@ class DraftModelProposer:
     def read_root(self, root: torch.Tensor):
         """The root's forward (root [B]); the tokens the last commit deferred go first and are committed."""
         lead, self.deferred = self.deferred, None
+        if lead is None and self.copies and bool((root == root[0]).all()):  # one read serves every copy
+            out = self.lm.forward(root[:1, None], torch.zeros(1, dtype=torch.long), self.mask[:1, :1])
+            return LMOutput(out.logits.expand(self.copies, -1, -1), None)
+        self.part()
         if lead is None:
             return self.lm.forward(root[:, None], torch.zeros(1, dtype=torch.long), self.mask[:1, :1])
         K = lead.shape[1]
@@ -205,6 +211,12 @@ class DraftModelProposer:
         self.lm.forward(lead, torch.arange(K), torch.ones(K, K, dtype=torch.bool).tril(), logits_rows=torch.tensor([K - 1]))
         self.lm.commit_leading(K)
 
+    def part(self) -> None:
+        """Give every copy its own row of the draft's cache (before a read or a commit that tells them apart)."""
+        if self.copies:
+            copies, self.copies = self.copies, 0
+            self.lm.select(torch.zeros(copies, dtype=torch.long))
+
     def unsure(self, logits: torch.Tensor) -> bool:
         """logits [B, M, V] of one level: True when no node's draft top-1 probability reaches stop_below."""
         if self.stop_below <= 0.0:
@@ -217,6 +229,7 @@ class DraftModelProposer:
         root forward, or, when rows lack different numbers of them, get theirs in one forward now."""
         if self.exhausted:
             return
+        self.part()
         if self.deferred is not None:
             raise RuntimeError("commit called twice without a propose between: deferred tokens were never read")
         if self.skipped is not None:  # a plain step: nothing drafted, nothing to keep; the root waits with the rest
@@ -242,6 +255,11 @@ class DraftModelProposer:
     def select(self, rows: torch.Tensor) -> None:
         if self.deferred is not None and rows.numel() > self.lm.batch_size:
             self.read_deferred()  # copies of one prefill: one read of its tokens, not one per copy
+        if (self.lm.batch_size == 1 and not self.copies and self.deferred is None and self.skipped is None
+                and rows.numel() > 1 and not bool(rows.any())):
+            self.copies = rows.numel()  # the cache is copied when the copies first differ (their first own read)
+            return
+        self.part()
         self.lm.select(rows)
         if self.deferred is not None:
             self.deferred = self.deferred[rows.to(self.deferred.device)]

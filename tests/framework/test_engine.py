@@ -255,3 +255,22 @@ def test_chain_of_gamma_costs_gamma_draft_forwards(monkeypatch):
     # deepest node hands that token to the next step's root read (2 tokens), not to a forward of its own
     assert 0 < all_accepted < steps and len(calls) == 4 * steps
     assert calls[::4] == [3] + [2 if int(st.accepted) == 4 else 1 for st in out.stats.steps[:-1]]
+
+
+@pytest.mark.parametrize("settings", [dict(gamma=3), dict(branching=2, depth=2, kind="wor")])
+def test_copies_of_one_prefill_decode_as_the_prompt_repeated(settings):
+    """Decoder.prefill(copies=6): the draft's cache stays one row until the copies part (the first root is read
+    once for all) and the run emits what six repeated prompt rows emit, coin for coin (float64)."""
+    target, draft = pair("llama", "float64")
+    prompt, root, runs = torch.tensor([[40, 7, 7, 19, 2]]), torch.tensor([60]), []
+    for copies in (6, 1):
+        proposer = DraftModelProposer(draft, **settings)
+        decoder = Decoder(HFTarget(target), proposer, SamplingConfig(temperature=1.0), TorchSource(seed=4))
+        if copies > 1:
+            decoder.prefill(prompt, copies=copies, root=root)
+            assert proposer.lm.batch_size == 1 and proposer.copies == copies
+        else:
+            decoder.prefill(prompt.expand(6, -1), root=root.expand(6))
+        runs.append(torch.cat([decoder.step() for _ in range(4)], dim=1))
+        assert proposer.lm.batch_size == 6 and not proposer.copies
+    assert torch.equal(runs[0], runs[1])
