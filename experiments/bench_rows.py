@@ -29,6 +29,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from experiments.common import option, torch_threads, write_json
+from framework.core.host_memory import keep_large_tensors_on_heap
 from framework.core.proposer import SideRowProposer
 from framework.core.randomness import TorchSource
 from framework.engine import Decoder
@@ -145,6 +146,8 @@ def table(results: list[dict]) -> str:
 
 
 def run(cfg: DictConfig) -> list[dict]:
+    if cfg.large_tensors_on_heap:
+        keep_large_tensors_on_heap()
     with torch_threads(cfg.threads):
         model, sampling = instantiate(cfg.target), instantiate(cfg.sampling)
         factories = {m: instantiate(option("proposer", m, cfg, "methods")) for m in cfg.methods}
