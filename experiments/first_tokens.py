@@ -28,7 +28,8 @@ FAN_ROWS = 65_536  # runs one fanned-out step verifies (in rounds of `batch`)
 
 
 class FirstCandidates:
-    """A proposer that passes every call through and adds up its trees' first-candidate laws."""
+    """A proposer that passes its calls through (but the commit: it serves one step) and adds up its trees'
+    first-candidate laws."""
 
     def __init__(self, inner, vocab_size: int):
         self.inner, self.law = inner, torch.zeros(vocab_size, dtype=torch.float64)
