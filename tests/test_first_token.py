@@ -70,7 +70,7 @@ def test_a_point_tree_fans_out_one_step_to_every_run_and_a_lossy_rule_is_caught(
 
 
 def test_a_drawn_tree_runs_every_row_and_a_lossy_rule_is_caught():
-    """Each run draws its own chain; the target runs once per distinct (root, tree) (SharedPrefix). Typical
+    """Each run draws its own chain; the target runs on the union of their trees (SharedPrefix). Typical
     acceptance on the same runs fails the G-test."""
     model, factory, prompt = tiny("draft")
     sampling = SamplingConfig(temperature=2.0)
