@@ -10,7 +10,7 @@ import resource, sys, torch
 from framework.core.host_memory import keep_large_tensors_on_heap
 on = sys.argv[1] == "on" and keep_large_tensors_on_heap()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(20):
+for _ in range(40):
     torch.ones(16 * 2**20).sum()  # 64 MiB, written whole
 print(on, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
@@ -27,5 +27,5 @@ def test_large_tensors_reuse_their_pages():
     (_, mapped), (on, heap) = faults("off"), faults("on")
     if not on:
         pytest.skip("this C library has no mallopt")
-    assert mapped > 20 * 16 * 2**20 / 4096 * 0.9  # a fault per page of every tensor without it
-    assert heap < mapped / 5
+    assert mapped > 40 * 16 * 2**20 / 4096 * 0.9  # a fault per page of every tensor without it
+    assert heap < mapped / 4  # the first few tensors grow the heap; the rest reuse it
