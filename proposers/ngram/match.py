@@ -44,23 +44,26 @@ def batched_continuations(tokens: torch.Tensor, lengths: torch.Tensor, min_ngram
         return WeightedPaths(torch.full((B, max_matches, length), -1, dtype=torch.long),
                              torch.zeros(B, max_matches, dtype=torch.float64))
     follow, weight = torch.cat(follows, dim=1), torch.cat(weights, dim=1).double()  # [B, K, length], [B, K]
-    pick, has = first_distinct(follow, weight > 0, max_matches)  # [B, max_matches]
-    out_tokens = torch.where(has[..., None], follow.gather(1, pick[..., None].expand(-1, -1, length)), -1)
-    return WeightedPaths(out_tokens, torch.where(has, weight.gather(1, pick), 0.0))
+    chosen, pick, has = first_distinct(follow, weight > 0, max_matches)  # [B, max_matches, length], [B, max_matches] x 2
+    return WeightedPaths(chosen, torch.where(has, weight.gather(1, pick), 0.0))
 
 
-def first_distinct(candidates: torch.Tensor, live: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+def first_distinct(candidates: torch.Tensor, live: torch.Tensor,
+                   count: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """candidates [B, K, L] in priority order, live [B, K] -> per row, the first `count` live candidates no earlier
-    pick equals: their indices [B, count] and whether each exists [B, count]."""
+    pick equals: them [B, count, L] (-1 where none is left), their indices [B, count] and whether each exists
+    [B, count]."""
     B = candidates.shape[0]
-    picks, found = [], []
+    chosen, picks, found = [], [], []
     for _ in range(count):  # the first candidate left per row; its copies go
         pick = live.long().argmax(dim=1)  # [B]
-        chosen = candidates[torch.arange(B), pick]  # [B, L]
+        first = candidates[torch.arange(B), pick]  # [B, L]
+        has = live.any(dim=1)
+        chosen.append(torch.where(has[:, None], first, -1))
         picks.append(pick)
-        found.append(live.any(dim=1))
-        live = live & ~(candidates == chosen[:, None]).all(dim=-1)
-    return torch.stack(picks, dim=1), torch.stack(found, dim=1)
+        found.append(has)
+        live = live & ~(candidates == first[:, None]).all(dim=-1)
+    return torch.stack(chosen, dim=1), torch.stack(picks, dim=1), torch.stack(found, dim=1)
 
 
 def continuations(sequence: Sequence[int], min_ngram: int, max_ngram: int, length: int,

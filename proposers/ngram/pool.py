@@ -31,9 +31,8 @@ class NgramPool:
         B, T, N = self.grams.shape
         if T == 0:
             return torch.full((B, self.keep, N - 1), -1, dtype=torch.long)
-        tails = self.grams.flip(1)[:, :, 1:]  # [B, T, N-1] newest first
-        pick, has = first_distinct(tails, self.grams.flip(1)[:, :, 0] == first[:, None], self.keep)
-        return torch.where(has[..., None], tails.gather(1, pick[..., None].expand(-1, -1, N - 1)), -1)
+        newest = self.grams.flip(1)  # [B, T, N] newest first
+        return first_distinct(newest[:, :, 1:], newest[:, :, 0] == first[:, None], self.keep)[0]
 
     def compact(self) -> None:
         """Keep per row and first token the `keep` newest distinct n-grams (in their order): nothing else can be asked for."""
