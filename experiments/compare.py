@@ -71,8 +71,19 @@ from experiments.common import (
     without_grammar,
     write_json,
 )
-from experiments.compare_report import FIXED, aggregate, markdown, merge, publish, write_outputs, write_profiles
+from experiments.compare_report import (
+    FIXED,
+    aggregate,
+    markdown,
+    merge,
+    publish,
+    write_acceptance_records,
+    write_outputs,
+    write_profiles,
+)
 from experiments.first_tokens import first_tokens, plot, summarise
+from experiments.peers.rows import ROWS as PEER_ROWS
+from experiments.peers.rows import missing_rows
 from experiments.methods import HF_METHODS, HF_PLD_DEFAULTS, build_methods, full_length_only
 from experiments.workload import Workload, answer_text, build_workload
 from framework.core import files
@@ -86,7 +97,7 @@ from framework.metrics.trace import RequestTrace, request_traces
 # of transformers, transformers' assisted generation and its prompt lookup (at its defaults; matched: at our
 # prompt lookup's settings). By default a run takes the two speculative ones.
 RUNNERS = {"plain": "ours_plain", "hf_plain": "hf_plain", "hf_assisted": "hf_assisted", "hf_prompt_lookup": "hf_pld",
-           "hf_pld_matched": "hf_pld_matched"}
+           "hf_pld_matched": "hf_pld_matched", **{row: row for row in PEER_ROWS}}  # vLLM's: experiments.peers.rows
 DISCOVERED = ("hf_assisted", "hf_prompt_lookup")
 BASELINES = ("plain", "hf_plain")  # experiment.baseline: the per-prompt reference of every speedup
 ZOO_SUITE = "framework.workloads.zoo.ZooPrompts"
@@ -191,7 +202,9 @@ def plan(cfg: DictConfig) -> Plan:
     proposers = {m: option("proposer", m, cfg, "experiment.methods") for m in methods if m in known}
     if OWN in methods:  # the composed group, command-line overrides included: what a sweep varies
         proposers[OWN] = cfg.proposer
-    return Plan(methods, proposers, samplings, categories, {}, pld_variants(cfg, methods), policies, sizes)
+    skipped = missing_rows(cfg, methods)  # a peer engine whose environment is not built: said, not run
+    methods = [m for m in methods if m not in skipped]
+    return Plan(methods, proposers, samplings, categories, skipped, pld_variants(cfg, methods), policies, sizes)
 
 
 def probe(plan: Plan, model, prompt: torch.Tensor, listed: bool) -> None:
@@ -218,6 +231,8 @@ def fingerprint(cfg: DictConfig, batch: int = 1) -> str:
               "verifier": OmegaConf.to_container(cfg.verifier, resolve=True) if cfg.get("verifier") else None,
               # the run's own proposer group is one row name whatever its settings: its records are its settings'
               "own": OmegaConf.to_container(cfg.proposer, resolve=True) if OWN in (exp.methods or []) else None}
+    if any(m in PEER_ROWS for m in exp.methods or []):  # vLLM's settings name its rows' records (runs without keep theirs)
+        fields["vllm"] = OmegaConf.to_container(exp.vllm, resolve=True)
     if batch != 1:  # B = 1 keeps the key of the records made before the batch axis
         fields["batch"] = batch
     if exp.prompts is None and cfg.workload.suite._target_ != ZOO_SUITE:  # the zoo's keeps the keys made before workloads
@@ -299,6 +314,8 @@ def attempt(runner, prompt, law, policy=None, think_end: int | None = None) -> d
     traces = (request_traces(stats.steps, len(new), new, timed.ttft_s, seconds, think_end, think_end is not None)
               if stats is not None else [RequestTrace((), (), (), len(row), timed.ttft_s, seconds) for row in new])
     out["traces"] = [asdict(t) for t in traces]
+    if timed.counters is not None:  # a peer engine's, over the whole run
+        out.update(counters=asdict(timed.counters), engine=timed.engine)
     if stats is not None:
         summary = stats.summary()
         # steps: the (step, row) pairs that decoded, so that accepted / steps is per row at any batch size
@@ -308,7 +325,8 @@ def attempt(runner, prompt, law, policy=None, think_end: int | None = None) -> d
     return out
 
 
-def timed_cells(plan: Plan, runners: dict, work: Workload, records: Records, baseline: str) -> None:
+def timed_cells(plan: Plan, runners: dict, work: Workload, records: Records, baseline: str,
+                explain: Callable | None = None) -> None:
     units = [Unit(c, s, b, i, t) for c in plan.categories for s in plan.samplings for b in plan.batch_sizes
              for i in range(work.units[c]) for t in range(1, work.turns(c, i) + 1)]
     policies, rotation, think_end = Policies(plan.policies), 0, work.think_end()
@@ -333,11 +351,23 @@ def timed_cells(plan: Plan, runners: dict, work: Workload, records: Records, bas
             out = attempt(runners[runner_of(method)], prompt, law, policies.of(method, policy, unit), think_end)
             if "error" not in out and "error" not in plain:
                 out["plain_seconds"], out["plain_forwards"] = plain["seconds"], plain["forwards"]
-                out.update(greedy_identity(out["tokens"], plain["tokens"]) if law.greedy else {"same_as_plain": None})
+                out.update(greedy_identity(out["tokens"], plain["tokens"], prompt, explain) if law.greedy
+                           else {"same_as_plain": None})
             elif "error" in plain:
                 out.setdefault("error", f"plain decoding failed: {plain['error']}")
             records.add({"id": unit.run_id(method, policy), "method": method, "policy": policy, **unit.fields(),
                          **{k: v for k, v in out.items() if k != "tokens"}})
+
+
+def logits_of(model) -> Callable:
+    """explain(prompt [L], tokens before, candidates) -> the target's float32 logits of the candidates after the
+    prompt and those tokens (transformers' own forward of the whole sequence)."""
+    @torch.no_grad()
+    def explain(prompt: torch.Tensor, before: list[int], candidates: list[int]) -> list[float]:
+        ids = torch.cat([prompt.cpu(), torch.tensor(before, dtype=torch.long)])[None].to(next(model.parameters()).device)
+        logits = model(ids).logits[0, -1].float()
+        return [float(logits[c]) for c in candidates]
+    return explain
 
 
 def answers(baseline, work: Workload, records: Records, sampling: str, law) -> Callable:
@@ -354,10 +384,23 @@ def answers(baseline, work: Workload, records: Records, sampling: str, law) -> C
     return answer
 
 
-def greedy_identity(rows: list[list[int]], plain: list[list[int]]) -> dict:
-    """Every row against plain decoding's row of the same batch."""
+def greedy_identity(rows: list[list[int]], plain: list[list[int]], prompt: torch.Tensor | None = None,
+                    explain: Callable | None = None) -> dict:
+    """Every row against plain decoding's row of the same batch; the first row that differs is named: the position,
+    both tokens and, with `explain`, the target's logits of both there (a rounding flip has them within a hair)."""
     same = [a == b for a, b in zip(rows, plain)]
-    return {"same_as_plain": all(same) and len(rows) == len(plain), "identical_rows": sum(same)}
+    out = {"same_as_plain": all(same) and len(rows) == len(plain), "identical_rows": sum(same)}
+    row = next((i for i, equal in enumerate(same) if not equal), None)
+    if row is not None:
+        position = next((j for j, (a, b) in enumerate(zip(rows[row], plain[row])) if a != b), None)
+        if position is None:
+            out["first_difference"] = {"row": row, "lengths": [len(rows[row]), len(plain[row])]}
+        else:
+            theirs, ours = rows[row][position], plain[row][position]
+            out["first_difference"] = {"row": row, "position": position, "plain": ours, "method": theirs}
+            if explain is not None and prompt is not None:
+                out["first_difference"]["logits"] = explain(prompt[row], plain[row][:position], [ours, theirs])
+    return out
 
 
 def lossless_checks(cfg: DictConfig, plan: Plan, model, records: Records, out: Path) -> None:
@@ -467,7 +510,7 @@ def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
     records = Records(out / "records.jsonl", record_key(cfg))
     warm_up(runners, work, the_plan, exp.warmup)
     prime_policies(runners, work, the_plan)
-    timed_cells(the_plan, runners, work, records, exp.baseline)
+    timed_cells(the_plan, runners, work, records, exp.baseline, logits_of(model))
     lossless_checks(cfg, the_plan, model, records, out)
     rows = table(the_plan, the_plan.categories, records.done.values())
     summary = table(the_plan, [ALL], [{**r, "category": ALL} for r in records.done.values()])
@@ -480,6 +523,7 @@ def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
         for (c, i, t), r in sorted(work.rendered.items())))  # what the target read, as rendered
     write_outputs(result, out)
     write_profiles(result, records.done.values(), out)
+    write_acceptance_records(records.done.values(), out)
     one = [r for r in summary if r["speedup"] is not None]
     # result.json, as every job writes one: what experiments.sweep_merge tabulates and a sweeper's objective
     write_json(cfg.output_dir, "result.json", {**job_record(), "config": result["config"],

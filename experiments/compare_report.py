@@ -17,8 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.common import job_overrides
+from experiments.peers.report import engines_side_by_side
 from framework.core import files
 from framework.metrics.acceptance import acceptance_summary
+from framework.metrics.engine_counters import EngineCounters
+from framework.metrics.engine_record import acceptance_record, counters_record, record_failures
 from framework.metrics.latency import QUANTILES, latency_summary
 from framework.metrics.profile import speculation_profile
 from framework.metrics.trace import RequestTrace
@@ -85,7 +88,21 @@ def cell_row(cell: list[dict], check: dict, method: str, policy: str, sampling: 
         "accepted_hist": {str(k): v for k, v in sorted(Counter(a for r in ok for a in r.get("accepted_counts", [])).items())},
         "plain_tokens_per_s": tokens / plain if plain else None,  # the baseline's, on the same prompts
         **trace_metrics([RequestTrace.of(t) for r in ok for t in r.get("traces", [])]),
+        **engine_metrics(ok),
     }
+
+
+def engine_metrics(ok: list[dict]) -> dict:
+    """The cell's speculative-decoding counters as an engine keeps them: a peer engine's own (its records carry
+    them), ours read off the traces; a peer's pooled length and marginals come from its counters, by our
+    definitions (framework.metrics.engine_counters)."""
+    peer = [EngineCounters.of(r["counters"]) for r in ok if "counters" in r]
+    if not peer:
+        counters = EngineCounters.of_traces([RequestTrace.of(t) for r in ok for t in r.get("traces", [])])
+        return {"engine_counters": counters.summary()}
+    counters = sum(peer, EngineCounters())
+    return {"engine_counters": counters.summary(), "accepted_length_pooled": counters.mean_acceptance_length,
+            "marginal": counters.marginal()}
 
 
 def trace_metrics(traces: list[RequestTrace]) -> dict:
@@ -148,6 +165,7 @@ def markdown(result: dict) -> str:
     shown = [c for c in MD_COLUMNS if c.header not in OPTIONAL or OPTIONAL[c.header](every)]
     text = policies_side_by_side(result["summary"]) + BY_METHOD + "\n\n" + cell_table(result["summary"], shown)
     text += against_batch(result["summary"]) + metrics_table(result["summary"])
+    text += engines_side_by_side(result["summary"], ((result.get("config") or {}).get("experiment") or {}).get("vllm"))
     if result.get("skipped"):
         text += "\nSkipped (do not run on this target): " + "; ".join(f"{k} ({v})" for k, v in result["skipped"].items()) + "\n"
     text += "".join(f"\n{note}\n" for note in result.get("notes", []))
@@ -317,6 +335,34 @@ def write_profiles(result: dict, records: Iterable[dict], out: Path) -> list[Pat
         files.write_json(folder / "speculation_profile.json", profile)
         written.append(folder / "speculation_profile.json")
     return written
+
+
+def acceptance_records(records: Iterable[dict]) -> list[dict]:
+    """One engine-neutral acceptance record per request (AIPerf's SpecDecodeAcceptanceRecord,
+    framework.metrics.engine_record) with the run's axes: ours from each row's trace, a peer engine's from its
+    counters over the run (engines keep totals: one record per run, its rows together). A record that breaks the
+    schema's identities is a bug here, refused by name."""
+    out = []
+    for r in records:
+        if not r["id"].startswith("run/") or "error" in r:
+            continue
+        axes = {"run": r["id"], "method": r["method"], "policy": r.get("policy", FIXED), "sampling": r["sampling"],
+                "category": r["category"], "batch": r.get("batch", 1)}
+        if "counters" in r:
+            made = [counters_record(EngineCounters.of(r["counters"]), r.get("engine", "peer"), r["new_tokens"])]
+        else:
+            made = [acceptance_record(RequestTrace.of(t)) for t in r.get("traces", [])]
+        for row, record in enumerate(made):
+            failures = record_failures(record)
+            if failures:
+                raise ValueError(f"{r['id']} row {row}: its acceptance record breaks {failures}")
+            out.append({**axes, "row": row, **record})
+    return out
+
+
+def write_acceptance_records(records: Iterable[dict], out: Path) -> Path:
+    lines = [json.dumps(record) for record in acceptance_records(records)]
+    return files.write_text(out / "acceptance_records.jsonl", "".join(line + "\n" for line in lines))
 
 
 def series(row: dict) -> str:

@@ -22,9 +22,11 @@ from transformers.generation.candidate_generator import PromptLookupCandidateGen
 from transformers.generation.streamers import BaseStreamer
 
 from experiments.common import option, timed_generate
+from experiments.peers.rows import peer_runners
 from framework.core.sampling import SamplingConfig, hf_sampling
 from framework.engine import GenerationStats
 from framework.lm.target import HFTarget
+from framework.metrics.engine_counters import EngineCounters
 from framework.lm.text import tokenizer_of
 
 HF_METHODS = ("hf_plain", "hf_assisted", "hf_pld", "hf_pld_matched")  # one prompt at a time, no policy
@@ -97,6 +99,8 @@ class Timed:
     forwards: int
     stats: GenerationStats | None = None
     ttft_s: float | None = None
+    counters: EngineCounters | None = None  # a peer engine's speculative-decoding counters over the run
+    engine: str = "speculum"  # who decoded: ours, or a peer engine (experiments.peers)
 
 
 class FirstTokenClock(BaseStreamer):
@@ -171,6 +175,8 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
     runners = {"hf_plain": lambda: hf({}), "hf_assisted": lambda: hf(assisted),
                "hf_pld": lambda: hf(lookup("hf_pld")), "hf_pld_matched": lambda: hf(lookup("hf_pld_matched")),
                "ours_plain": lambda: ours(None)}
+    peers, settings["peers"] = peer_runners(cfg, methods, Timed)  # vLLM's rows: workers in its own environment
+    runners.update({name: (lambda run=run: run) for name, run in peers.items()})
     factories = {m: instantiate(proposers[m]) for m in methods if m not in runners}
     settings["methods"] = {m.removeprefix("ours_"): method_settings(m, proposers[m], make) for m, make in factories.items()}
     settings["target_vocabulary"] = ours_model.config.vocab_size

@@ -1,0 +1,71 @@
+"""The harness through a peer engine's outputs: each vLLM row samples the first `depth` tokens after the check prompt
+N times (one request each, vLLM's own coins), and a G-test sets the counts against the target's teacher-forced law
+(framework.harness.real: transformers' own forwards and processors, nothing of vLLM's or of our loop).
+
+    python -m experiments.peers.law                                   # every row of experiment.vllm, N = 4,000
+    python -m experiments.peers.law 'rows=[vllm_speculum_pld]' samples=20000
+
+vLLM verifies a draft that comes without probabilities (n-gram, our custom proposer) as a point draft: exact if its
+rejection sampler is right; this is the measurement that says whether it is. Writes peer_law.json in the run folder.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import hydra
+import torch
+from omegaconf import DictConfig
+
+from experiments.common import write_json
+from experiments.peers.engine import PeerEngine
+from experiments.peers.rows import PEER, proposer_env, speculative_config, target_folder
+from framework.core.sampling import SamplingConfig
+from framework.harness.real import lump, teacher_forced_law
+from framework.harness.stats import g_test
+from framework.lm.text import encode_prompt, tokenizer_of
+from framework.zoo.checkpoints import load_causal_lm
+
+MIN_PROB = 1e-7  # prefixes of the law below this are lumped into one outcome
+
+
+def engine_law_check(cfg: DictConfig, row: str, samples: int, depth: int, law: dict | None = None,
+                     prompt: list[int] | None = None) -> dict:
+    """G-test of `samples` outputs of one vLLM row at temperature 1 (each request unseeded: vLLM's generator)."""
+    settings = cfg.experiment.vllm
+    if row not in settings.rows:
+        raise ValueError(f"no vLLM row {row!r} in experiment.vllm.rows (have {list(settings.rows)})")
+    if samples < 1 or depth < 1:
+        raise ValueError(f"samples and depth must be >= 1, got {samples}, {depth}")
+    sampling = SamplingConfig(temperature=1.0)
+    if prompt is None or law is None:
+        model = load_causal_lm(target_folder(cfg), cfg.target.get("dtype", "float32"))
+        prompt = encode_prompt(cfg.peer_law.prompt, tokenizer_of(model))[0].tolist()
+        law = teacher_forced_law(model, torch.tensor([prompt]), depth, sampling, min_prob=MIN_PROB)
+    with PeerEngine(PEER, target_folder(cfg), int(settings.max_model_len), speculative_config(settings.rows[row]),
+                    cfg.target.get("dtype", "float32"), int(cfg.experiment.num_threads or 1), int(cfg.seed),
+                    settings.python, int(settings.kv_cache_gib), worker_env=proposer_env(settings, row)) as engine:
+        out = engine.generate([prompt] * samples, depth, {"temperature": 1.0}, None)
+    counts = lump(Counter(tuple(t[:depth]) for t in out.tokens), law)
+    test = g_test(counts, law)
+    return {"row": row, "samples": samples, "depth": depth, "g_test_p": test.p_value, "passes": test.passes(1e-3),
+            "detectable_tv": test.detectable_tv(), "dof": test.dof, "observed_tv": test.observed_tv,
+            "drafts": out.counters.drafts, "accepted": out.counters.accepted, "seconds": out.seconds}
+
+
+@hydra.main(config_path="../../conf", config_name="peer_law", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    check = cfg.peer_law
+    results = []
+    model = load_causal_lm(target_folder(cfg), cfg.target.get("dtype", "float32"))
+    prompt = encode_prompt(check.prompt, tokenizer_of(model))[0].tolist()
+    law = teacher_forced_law(model, torch.tensor([prompt]), check.depth, SamplingConfig(temperature=1.0),
+                             min_prob=MIN_PROB)
+    for row in check.rows:
+        results.append(engine_law_check(cfg, row, check.samples, check.depth, law, prompt))
+        print(results[-1], flush=True)
+    write_json(cfg.output_dir, "peer_law.json", {"results": results, "prompt": prompt})
+
+
+if __name__ == "__main__":
+    main()

