@@ -99,9 +99,10 @@ def engine_metrics(ok: list[dict]) -> dict:
     peer = [EngineCounters.of(r["counters"]) for r in ok if "counters" in r]
     if not peer:
         counters = EngineCounters.of_traces([RequestTrace.of(t) for r in ok for t in r.get("traces", [])])
-        return {"engine_counters": counters.summary()}
+        return {"engine_counters": json.loads(json.dumps(counters.summary()))}  # keys as compare.json has them
     counters = sum(peer, EngineCounters())
-    return {"engine_counters": counters.summary(), "accepted_length_pooled": counters.mean_acceptance_length,
+    return {"engine_counters": json.loads(json.dumps(counters.summary())),
+            "accepted_length_pooled": counters.mean_acceptance_length,
             "marginal": counters.marginal()}
 
 
@@ -192,6 +193,9 @@ def configuration(result: dict) -> str:
              f"{settings.get('transformers', '-')}, torch {settings.get('torch', '-')}"]
     for name, method in settings.get("methods", {}).items():
         lines.append(f"- {name}: draft vocabulary {method['draft_vocabulary'] or '-'}; `{json.dumps(method['config'])}`")
+    for name, peer in (settings.get("peers") or {}).items():
+        lines.append(f"- {name}: vLLM's worker (`{json.dumps(peer['versions'])}`, one core); speculative_config "
+                     f"`{json.dumps(peer['speculative_config'])}`")
     return f"\n{CONFIGURATION}\n\n" + "\n".join(lines) + "\n"
 
 

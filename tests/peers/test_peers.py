@@ -163,3 +163,20 @@ def test_the_side_by_side_table_sets_each_engine_against_its_own_plain():
     assert "| 2.00 | 2.50 | 0.800 | 100.0 | 110.0 | 1.25x | 1.10x |" in lines["vllm_ngram"]  # 100 / 80 for vLLM
     assert "| 80.0 | 100.0 | 1.00x | 1.00x |" in lines["vllm_plain"]  # ours: the baseline's own figures
     assert engines_side_by_side([row("draft", 1.0, 1.0)], {"matches": {"vllm_plain": "plain"}}) == ""
+
+
+def test_a_greedy_difference_names_its_row_position_tokens_and_the_targets_logits():
+    from experiments.compare import greedy_identity, logits_of
+    from framework.lm.models import tiny_random_model
+
+    model = tiny_random_model("llama", vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, seed=0)
+    reference = tiny_random_model("llama", vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, seed=0)
+    HFTarget(model)  # the compare's model runs our attention: a plain forward through it must be the reference's
+    prompt = torch.tensor([[5, 6, 7], [1, 2, 3]])
+    out = greedy_identity([[9, 9], [4, 8, 7]], [[9, 9], [4, 8, 2]], prompt, logits_of(model))
+    assert out["same_as_plain"] is False and out["identical_rows"] == 1
+    difference = out["first_difference"]
+    assert (difference["row"], difference["position"], difference["plain"], difference["method"]) == (1, 2, 2, 7)
+    expected = reference(torch.tensor([[1, 2, 3, 4, 8]])).logits[0, -1]
+    assert difference["logits"] == pytest.approx([float(expected[2]), float(expected[7])], abs=1e-5)
+    assert "first_difference" not in greedy_identity([[1]], [[1]], prompt, logits_of(model))

@@ -57,10 +57,11 @@ class Setting:
 # The default tier: every method at T = 1, and the spread each family's own grid kept by default
 # (Medusa's three kinds; sampled EAGLE trees under top-k and the penalty). self_draft is draft with another
 # model and mix's parts are swapped for mix_draft's; without a grammar, grammar drafts nothing and mix_grammar is
-# the draft model's chain (their exact laws under grammars: tests/constraints): their exact check repeats another's, so -m slow.
+# the draft model's chain (their exact laws under grammars: tests/constraints); the *_chain configs are draft, prompt
+# lookup and EAGLE-3 at the settings vLLM runs: their exact check repeats another's, so -m slow.
 DEFAULT = {("medusa", "t1", ("proposer.kind=iid",)), ("medusa", "t1", ("proposer.kind=wor",)), ("medusa", "t07_topk2", ()),
            ("medusa", "penalty15", ("proposer.kind=iid",)), ("eagle", "t07_topk2", ()), ("eagle2", "penalty15", ())}
-REPEATS = {"self_draft", "mix", "grammar", "mix_grammar"}
+REPEATS = {"self_draft", "mix", "grammar", "mix_grammar", "draft_chain", "prompt_lookup_chain", "eagle3_chain"}
 VARIANTS = {"medusa": [(), ("proposer.kind=iid",), ("proposer.kind=wor",)]}
 SETTINGS = [Setting(p, s, o, "default" if (s == "t1" and not o and p not in REPEATS) or (p, s, o) in DEFAULT else "slow")
             for p in PROPOSERS for o in VARIANTS.get(p, [()]) for s in SAMPLINGS]
@@ -186,6 +187,9 @@ BAD_SETTINGS = {  # proposer -> (a bad setting, what its error says)
     "mix_grammar": ("proposer.budget=0", "budget must be >= 1"),
     "cross_vocab": ("proposer.gamma=0", "gamma >= 1"),
     "string_match": ("proposer.gamma=0", "gamma must be >= 1"),
+    "draft_chain": ("proposer.gamma=0", "gamma >= 1"),
+    "prompt_lookup_chain": ("proposer.max_matches=0", "max_matches must be >= 1"),
+    "eagle3_chain": ("proposer.depth=0", "top_k, depth and budget >= 1"),
 }
 
 
