@@ -57,15 +57,6 @@ def split_of_ours(target: HFTarget, prompt: torch.Tensor, tokens: int) -> dict:
     return {"per_token_ms": per_token, "profiled_wall_ms_per_token": 1000 * wall / tokens}
 
 
-def timed(run, rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 @hydra.main(config_path="../../conf", config_name="peer_profile", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     settings, tokens, rounds = cfg.experiment.vllm, int(cfg.peer_profile.tokens), int(cfg.peer_profile.rounds)
@@ -89,7 +80,9 @@ def main(cfg: DictConfig) -> None:
         seconds = {name: [] for name in runs}
         for _ in range(rounds):  # interleaved: the machine's drift falls on every engine alike
             for name, run in runs.items():
-                seconds[name].append(timed(run, 1))
+                start = time.perf_counter()
+                run()
+                seconds[name].append(time.perf_counter() - start)
         result = {name: 1000 * statistics.median(s) / tokens for name, s in seconds.items()}
         split = split_of_ours(target, prompt, tokens)
         if engine is not None:

@@ -80,7 +80,9 @@ def peer_runners(cfg: DictConfig, methods: list[str], timed: Callable) -> tuple[
                             int(settings.kv_cache_gib), worker_env=proposer_env(settings, name))
         atexit.register(engine.close)
         runners[name] = runner(engine, int(cfg.experiment.max_new_tokens), timed)
-        described[name] = {"speculative_config": engine.speculative_config, "versions": engine.versions}
+        node = settings.rows[name]
+        described[name] = {"speculative_config": None if node is None else OmegaConf.to_container(node, resolve=True),
+                           "versions": engine.versions}  # the config as named (zoo names, not this machine's paths)
     return runners, described
 
 

@@ -10,10 +10,12 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from experiments.peers.engine import PeerEngine, PeerMissing, peer_python
-from experiments.peers.law import engine_law_check
+from experiments.peers.law import MIN_PROB, engine_law_check
 from experiments.peers.rows import ROWS, proposer_env, speculative_config
 from framework.core.sampling import SamplingConfig
 from framework.engine import generate
+from framework.harness.real import teacher_forced_law
+from framework.lm.text import encode_prompt, tokenizer_of
 from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import load_causal_lm, resolve_checkpoint
 from tests.peers.record_session import PROMPTS
@@ -47,6 +49,16 @@ def test_every_vllm_row_decodes_our_plain_greedy_text(row):
 
 
 def test_our_prompt_lookup_inside_vllm_keeps_the_targets_law():
-    result = engine_law_check(config(), "vllm_speculum_pld", samples=3000, depth=2)
+    result = engine_law_check(config(), "vllm_speculum_pld", samples=3000, depth=3)
     assert result["drafts"] > 0, "the check prompt must make prompt lookup draft"
     assert result["g_test_p"] > 1e-3, result
+
+
+def test_the_check_through_vllm_has_teeth_a_law_at_the_wrong_temperature_fails():
+    """vLLM's T = 1 samples against the law at T = 0.8: the same check must reject it."""
+    cfg = config()
+    model = load_causal_lm("target")
+    prompt = encode_prompt(cfg.peer_law.prompt, tokenizer_of(model))
+    wrong = {d: teacher_forced_law(model, prompt, d, SamplingConfig(temperature=0.8), min_prob=MIN_PROB) for d in (1, 2)}
+    result = engine_law_check(cfg, "vllm_plain", samples=3000, depth=2, laws=wrong, prompt=prompt[0].tolist())
+    assert result["g_test_p"] < 1e-3, result
