@@ -18,6 +18,7 @@ values only, so the tree is `point`: lossless through the shared verifier.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -30,6 +31,7 @@ from framework.lm import tree_attention
 from framework.lm.sharding import ReturnsTo
 from framework.lm.slot_cache import SlotCache
 from proposers.common.committed import left_aligned
+from proposers.eagle.defaults import PUBLISHED, SOURCE
 from proposers.eagle.head import EagleHead
 from proposers.eagle.tree import dynamic_tree, static_tree
 from proposers.heads import load_head
@@ -48,17 +50,21 @@ class EagleProposer:
     ):
         """choices: a static tree of rank paths (EAGLE-1); None grows a dynamic tree (EAGLE-2) of
         top_k children per beam node, `depth` deep, `budget` nodes at most. Any of them may be
-        "auto": the setting the training run measured best for this head (eagle_tree.json beside it).
+        "auto": the setting the training run measured best for this head (eagle_tree.json beside it), else
+        SafeAILab's published default (proposers/eagle/defaults.py), with a warning that says so.
         head: a head, or a folder in any layout proposers.load_head reads (ours, SafeAILab's, SpecForge's, speculators)."""
         head = load_head(head) if isinstance(head, (str, Path)) else head
         if not isinstance(head, EagleHead):
             raise ValueError(f"EAGLE needs an EAGLE head, got {type(head).__name__} (a Medusa folder?)")
         settings = {"choices": choices, "top_k": top_k, "depth": depth, "budget": budget}
-        for key in [k for k, v in settings.items() if v == "auto"]:
-            if key not in head.searched:
-                raise ValueError(f"{key}=auto needs the {key} measured for this head (eagle_tree.json beside it); "
-                                 "train it with `python -m experiments.train experiment=zoo_eagle`, or give one")
-            settings[key] = head.searched[key]
+        auto = [k for k, v in settings.items() if v == "auto"]
+        settings.update({k: head.searched.get(k, PUBLISHED[k]) for k in auto})
+        relevant = {"choices"} if settings["choices"] is not None else {"top_k", "depth", "budget"}  # static / dynamic
+        self.published = {k: PUBLISHED[k] for k in auto if k not in head.searched and k in relevant}  # not measured here
+        if self.published:
+            warnings.warn(f"no {', '.join(self.published)} measured for this head (no eagle_tree.json beside it): "
+                          f"{SOURCE}. A tree measured for this head on this target decodes faster; "
+                          "give proposer.choices / top_k / depth / budget to override", stacklevel=2)
         choices, top_k, depth, budget = settings.values()
         if choices is not None and not len(choices):
             raise ValueError("EAGLE's static tree needs at least one node: choices is empty")

@@ -1,0 +1,42 @@
+"""A published EAGLE head runs at its documented command (`python -m experiments.run target.path=T proposer=eagle3
+proposer.head=H`) with SafeAILab's published defaults when no tree was measured for it (no eagle_tree.json beside
+it), and the run says so; greedy stays plain greedy."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments.run import run
+from framework.lm.models import tiny_random_model
+from proposers import EagleProposer
+from proposers.eagle.defaults import EAGLE1_CHOICES, PUBLISHED
+from proposers.eagle.head import random_head
+from tests.test_configs import FAST, load
+
+LAYOUTS = {"eagle": ("eagle", None, None), "eagle2": ("eagle", None, None), "eagle3": ("specforge", (0, 1, 2), 48)}
+
+
+@pytest.mark.parametrize("proposer", sorted(LAYOUTS))
+def test_the_documented_command_runs_a_published_head_with_the_published_defaults(proposer, tmp_path):
+    layout, layers, draft_vocab = LAYOUTS[proposer]
+    tiny_random_model("llama", vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                      seed=0).save_pretrained(tmp_path / "target")
+    head = random_head(32, 64, 2, layers, "eagle3" if layers else "eagle", draft_vocab, num_heads=4, num_kv_heads=2,
+                       intermediate_size=48, seed=1)
+    head.save(tmp_path / "head", format=layout)  # the published layout: no eagle_tree.json
+    cfg = load(f"target.path={tmp_path / 'target'}", f"proposer={proposer}", f"proposer.head={tmp_path / 'head'}",
+               "sampling=greedy", "max_new_tokens=10", "prompt=[1,2,3,4,5]", f"output_dir={tmp_path / 'out'}", *FAST)
+    with pytest.warns(UserWarning, match="no eagle_tree.json beside it.*SafeAILab/EAGLE's defaults"):
+        result = run(cfg)
+    assert result["tokens"] == result["plain_tokens"] and len(result["tokens"]) == 10
+
+
+def test_the_published_defaults_are_eagles_and_a_measured_tree_wins_over_them():
+    head = random_head(32, 64, 2, None, "eagle", seed=1)
+    static = EagleProposer(head, "auto")
+    assert static.shape.num_nodes == len(EAGLE1_CHOICES) == 25 and static.published == {"choices": PUBLISHED["choices"]}
+    dynamic = EagleProposer(head, None, "auto", "auto", "auto")
+    assert (dynamic.top_k, dynamic.depth, dynamic.budget) == (10, 7, 60)
+    measured = random_head(32, 64, 2, None, "eagle", seed=1, searched={"top_k": 3, "depth": 2, "budget": 5})
+    kept = EagleProposer(measured, None, "auto", "auto", "auto")
+    assert (kept.top_k, kept.depth, kept.budget) == (3, 2, 5) and kept.published == {}
