@@ -11,6 +11,8 @@ published layouts are read and written by proposers/medusa/published.py.
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -50,9 +52,10 @@ class ResidualBlock(nn.Module):
 
 
 class MedusaHeads(nn.Module):
-    def __init__(self, config: MedusaConfig):
+    def __init__(self, config: MedusaConfig, searched: dict | None = None):
+        """searched: the tree measured for these heads on their target (medusa_tree.json beside them), if any."""
         super().__init__()
-        self.config = config
+        self.config, self.searched = config, searched or {}
         H, V = config.hidden_size, config.vocab_size
         self.blocks = nn.ModuleList(
             nn.Sequential(*(ResidualBlock(H) for _ in range(config.num_blocks))) for _ in range(config.num_heads)
@@ -96,7 +99,9 @@ class MedusaHeads(nn.Module):
     def load(cls, folder: str | Path, dtype: torch.dtype = torch.float32) -> MedusaHeads:
         _, fields, state = read_head(folder, CONFIG_FILE, WEIGHTS_FILE, "Medusa heads",
                                      "python -m experiments.train experiment=zoo_medusa")
-        heads = cls(MedusaConfig(**{k: fields[k] for k in MedusaConfig.__dataclass_fields__ if k in fields}))
+        tree = heads_folder(folder) / TREE_FILE
+        searched = json.loads(tree.read_text()) if tree.is_file() else None
+        heads = cls(MedusaConfig(**{k: fields[k] for k in MedusaConfig.__dataclass_fields__ if k in fields}), searched)
         heads.load_state_dict(state)
         return heads.to(dtype).eval()
 

@@ -15,6 +15,7 @@ the hidden state arrives with each DecodeState.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -27,6 +28,7 @@ from framework.core.tree_shape import TreeShape
 from framework.lm.sharding import ReturnsTo
 from proposers.common.position_tree import position_law_tree
 from proposers.heads import load_head
+from proposers.medusa.defaults import SOURCE, published_choices
 from proposers.medusa.heads import MedusaHeads
 from verifiers.tree_verifier import Verification
 
@@ -38,11 +40,12 @@ class MedusaProposer:
     def __init__(
         self,
         heads: MedusaHeads | str | Path,
-        choices: Sequence[Sequence[int]] | None = None,
+        choices: Sequence[Sequence[int]] | str | None = None,
         kind: str = "point",
         sampling: SamplingConfig | None = None,
     ):
-        """choices: the tree as rank paths (default: a chain of one node per head).
+        """choices: the tree as rank paths (default: a chain of one node per head); "auto": the tree measured for these
+        heads (medusa_tree.json beside them), else Medusa's published default tree, with a warning that says so.
         sampling: the law the heads draw from for iid/wor (default: the target's).
         heads: heads, or a folder in any layout proposers.load_head reads (ours, Medusa-1, version 2, Medusa-2)."""
         heads = load_head(heads) if isinstance(heads, (str, Path)) else heads
@@ -50,6 +53,13 @@ class MedusaProposer:
             raise ValueError(f"Medusa needs Medusa heads, got {type(heads).__name__} (an EAGLE folder?)")
         if kind not in ("point", "iid", "wor"):
             raise ValueError(f"kind must be point, iid or wor, got {kind!r}")
+        self.published = choices == "auto" and "choices" not in heads.searched  # nothing measured for these heads
+        if self.published:
+            warnings.warn(f"no tree measured for these Medusa heads (no medusa_tree.json beside them): {SOURCE}. A tree "
+                          "measured for them on this target decodes faster; give proposer.choices to override", stacklevel=2)
+            choices = published_choices(heads.config.num_heads)
+        elif choices == "auto":
+            choices = heads.searched["choices"]
         choices = [tuple(c) for c in choices] if choices is not None else [(0,) * d for d in range(1, heads.config.num_heads + 1)]
         if not choices:
             raise ValueError("Medusa needs a tree of at least one node: choices is empty")

@@ -5,12 +5,14 @@ it), and the run says so; greedy stays plain greedy."""
 from __future__ import annotations
 
 import pytest
+from hydra.utils import instantiate
 
 from experiments.run import run
 from framework.lm.models import tiny_random_model
 from proposers import EagleProposer
 from proposers.eagle.defaults import EAGLE1_CHOICES, PUBLISHED
 from proposers.eagle.head import random_head
+from proposers.medusa.defaults import published_choices
 from tests.test_configs import FAST, load
 
 LAYOUTS = {"eagle": ("eagle", None, None), "eagle2": ("eagle", None, None), "eagle3": ("specforge", (0, 1, 2), 48)}
@@ -40,3 +42,27 @@ def test_the_published_defaults_are_eagles_and_a_measured_tree_wins_over_them():
     measured = random_head(32, 64, 2, None, "eagle", seed=1, searched={"top_k": 3, "depth": 2, "budget": 5})
     kept = EagleProposer(measured, None, "auto", "auto", "auto")
     assert (kept.top_k, kept.depth, kept.budget) == (3, 2, 5) and kept.published == {}
+
+
+def test_the_documented_medusa_command_runs_published_heads_on_medusas_default_tree(tmp_path):
+    """`python -m experiments.run target.path=T proposer=medusa proposer.heads=H` with Medusa-1 heads (FasterDecoding's
+    layout, no medusa_tree.json): Medusa's own default tree, cut to the heads' depth, greedy = plain greedy."""
+    from tests.proposers.test_published_medusa import TARGET, medusa_folder
+
+    TARGET.save_pretrained(tmp_path / "target")
+    folder, _ = medusa_folder(tmp_path / "heads", heads=3, stated=3)
+    cfg = load(f"target.path={tmp_path / 'target'}", "proposer=medusa", f"proposer.heads={folder}", "sampling=greedy",
+               "max_new_tokens=10", "prompt=[4,9,2]", f"output_dir={tmp_path / 'out'}", *FAST)
+    with pytest.warns(UserWarning, match="no medusa_tree.json beside them.*FasterDecoding/Medusa's default tree"):
+        result = run(cfg)
+    assert result["tokens"] == result["plain_tokens"] and len(result["tokens"]) == 10
+    with pytest.warns(UserWarning):
+        assert instantiate(cfg.proposer)().shape.num_nodes == len(published_choices(3)) == 61  # depth <= 3 of 63
+
+
+def test_medusas_measured_tree_wins_over_the_published_one():
+    from proposers import MedusaProposer, load_head
+    from proposers.medusa.heads import load_choices
+
+    zoo = MedusaProposer(load_head("medusa"), "auto")  # the zoo heads' measured tree (medusa_tree.json)
+    assert not zoo.published and zoo.shape.num_nodes == len(load_choices("medusa"))
