@@ -1,6 +1,6 @@
 """One method against plain decoding of the same target, in the same run (docs/design.md section 9).
 
-    python -m experiments.run                                        # zoo target + zoo draft, temperature 1
+    python -m experiments.run                                        # zoo target + zoo draft, greedy, then one sampled line
     python -m experiments.run proposer=draft_tree sampling=t07 'prompt="def parse(text):"'
     python -m experiments.run -m proposer=none,draft,draft_tree sampling=greedy,t1
     python -m experiments.run target.path=/my/hf/checkpoint models.draft.path=/my/hf/draft
@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from experiments.common import (
     emitted,
     job_record,
+    option,
     policy_factory_of,
     timed_generate,
     torch_threads,
@@ -94,6 +95,12 @@ def _run(cfg: DictConfig) -> dict:
         "placement": placement_of(model),  # one device, device_map ..., or tp N (framework/lm/sharding.py)
         "lossless": verifier_of(cfg).lossless,  # False for a lossy rule (verifier=typical): never a lossless speedup
     }
+    if cfg.experiment.get("sampled"):  # one sampled continuation after the timed runs, reported as sampled
+        law = instantiate(option("sampling", cfg.experiment.sampled, cfg, "experiment.sampled"))
+        drawn, _ = timed_generate(target, make_proposer() if make_proposer is not None else None, prompt, cfg, law,
+                                  policy=policy)
+        result["sampled"] = {"sampling": cfg.experiment.sampled, "temperature": law.temperature,
+                             "tokens": emitted(drawn), "text": decode(emitted(drawn), tokenizer)}
     if spec.logprobs is not None:  # row 0's emitted tokens: under the processed law, and the n best there
         kept = len(tokens)
         result["logprobs"] = spec.logprobs.chosen[0, :kept].tolist()
@@ -116,9 +123,21 @@ def report(result: dict) -> str:
         shown = [f"--- prompt ({len(result['prompt'])} tokens)\n{result['prompt_text']}",
                  f"--- speculative ({len(result['tokens'])} tokens)\n{result['text']}",
                  f"--- plain ({len(result['plain_tokens'])} tokens)\n{result['plain_text']}", "---"]
+    greedy = result["config"]["sampling"]["temperature"] == 0
+    same = ([f"identical to plain decoding: {'yes' if result['tokens'] == result['plain_tokens'] else 'NO'} "
+             f"(greedy: the speculative text must be plain decoding's, token for token)"] if greedy else
+            ["(sampled: the two continuations are draws from the same law, not the same text)"])
+    sampled = result.get("sampled")
+    drawn = []
+    if sampled:
+        text = sampled["text"] if sampled["text"] is not None else sampled["tokens"]
+        drawn = [f"--- sampled, speculative at T = {sampled['temperature']} ({sampled['sampling']}: one draw, "
+                 f"not comparable token by token)\n{text}", "---"]
     return "\n".join([
         setting or "(composed without the Hydra CLI)",
         *shown,
+        *same,
+        *drawn,
         f"tokens per forward:  {s['tokens_per_forward']:.2f} (mean accepted {s['mean_accepted']:.2f} over {s['steps']} target forwards)",
         f"wall time (median of {n}): speculative {result['wall_s']:.4f} s, plain {result['plain_wall_s']:.4f} s"
         f" -> speedup {result['speedup']:.2f}x ({result['tokens_per_s']:.0f} vs {result['plain_tokens_per_s']:.0f} tokens/s)",

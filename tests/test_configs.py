@@ -247,3 +247,21 @@ def test_tiny_parts_on_the_zoo_target_say_what_to_pair(proposer):
     named no pairing; the builder says which sizes are missing and what goes with what."""
     with pytest.raises(Exception, match="not given: the parts of models=tiny read the sizes of a tiny_\\* target"):
         instantiate(load("models=tiny", "target=zoo_target", f"proposer={proposer}").proposer)
+
+
+def test_the_main_demo_is_greedy_identical_then_one_sampled_line(tmp_path):
+    """experiments.run's default: greedy, the report says the speculative text is plain decoding's, then one
+    continuation sampled under experiment.sampled, labelled as sampled."""
+    from experiments.run import report
+
+    cfg = load("models=tiny", "max_new_tokens=8", f"output_dir={tmp_path}", *FAST)
+    assert cfg.sampling.temperature == 0 and cfg.experiment.sampled == "t1"
+    result = run(cfg)
+    assert result["tokens"] == result["plain_tokens"] and len(result["sampled"]["tokens"]) == 8
+    assert result["sampled"]["temperature"] == 1.0
+    text = report({**result, "choices": {}})
+    assert "identical to plain decoding: yes" in text and "sampled, speculative at T = 1.0" in text
+    broken = report({**result, "choices": {}, "tokens": result["tokens"][::-1] if len(set(result["tokens"])) > 1 else [-1]})
+    assert "identical to plain decoding: NO" in broken
+    alone = {k: v for k, v in result.items() if k != "sampled"}  # experiment.sampled=null: no sampled line
+    assert "sampled, speculative" not in report({**alone, "choices": {}})
