@@ -97,13 +97,12 @@ def engine_metrics(ok: list[dict]) -> dict:
     them), ours read off the traces; a peer's pooled length and marginals come from its counters, by our
     definitions (framework.metrics.engine_counters)."""
     peer = [EngineCounters.of(r["counters"]) for r in ok if "counters" in r]
-    if not peer:
-        counters = EngineCounters.of_traces([RequestTrace.of(t) for r in ok for t in r.get("traces", [])])
-        return {"engine_counters": json.loads(json.dumps(counters.summary()))}  # keys as compare.json has them
-    counters = sum(peer, EngineCounters())
-    return {"engine_counters": json.loads(json.dumps(counters.summary())),
-            "accepted_length_pooled": counters.mean_acceptance_length,
-            "marginal": counters.marginal()}
+    counters = (sum(peer, EngineCounters()) if peer
+                else EngineCounters.of_traces([RequestTrace.of(t) for r in ok for t in r.get("traces", [])]))
+    out = {"engine_counters": json.loads(json.dumps(counters.summary()))}  # keys as compare.json has them
+    if peer:
+        out.update(accepted_length_pooled=counters.mean_acceptance_length, marginal=counters.marginal())
+    return out
 
 
 def trace_metrics(traces: list[RequestTrace]) -> dict:

@@ -8,8 +8,7 @@ Steps are those that drafted, as vLLM counts num_drafts (framework.metrics.accep
 
 from __future__ import annotations
 
-from collections import Counter
-
+from framework.metrics.acceptance import drafting_steps
 from framework.metrics.engine_counters import EngineCounters
 from framework.metrics.trace import RequestTrace
 
@@ -17,17 +16,11 @@ ENGINE = "speculum"
 
 
 def acceptance_record(trace: RequestTrace, engine: str = ENGINE) -> dict:
-    """The record of one of our requests, with its per-step arrays (we keep every step)."""
-    steps = [(a, d) for a, d in zip(trace.accepted, trace.drafted) if d > 0]
-    accepted, drafted = sum(a for a, _ in steps), sum(d for _, d in steps)
-    return {"engine": engine,
-            "mean_acceptance_length": 1 + accepted / len(steps) if steps else 1.0,
-            "draft_acceptance_rate": accepted / drafted if drafted else 0.0,
-            "acceptance_histogram": dict(sorted(Counter(a for a, _ in steps).items())),
-            "num_accepted_draft_tokens": accepted, "num_draft_tokens": drafted, "num_spec_steps": len(steps),
-            "num_spec_tokens": max((d for _, d in steps), default=0),
-            "completion_tokens": trace.tokens,
-            "per_step_accepted": [a for a, _ in steps], "per_step_drafted": [d for _, d in steps]}
+    """The record of one of our requests: its counters' record (one definition with an engine's), with the per-step
+    arrays an engine does not keep and we do."""
+    steps = drafting_steps([trace])
+    record = counters_record(EngineCounters.of_traces([trace]), engine, trace.tokens, max((d for _, d in steps), default=0))
+    return {**record, "per_step_accepted": [a for a, _ in steps], "per_step_drafted": [d for _, d in steps]}
 
 
 def counters_record(counters: EngineCounters, engine: str, completion_tokens: int | None = None,
