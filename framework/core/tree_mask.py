@@ -4,7 +4,9 @@ Keys are laid out as [committed past (S0 slots) | tree part (T slots)]. A query 
 iff that slot is valid for its batch row (holes left by ragged commits are not), and a tree slot
 iff the tree part says so (its ancestors and itself). The tree part is shared by the batch, or, for
 the dense paths only, one per row ([B, M, T]: rows whose inputs differ in shape, e.g. PARD's ragged
-leading tokens).
+leading tokens). A sliding-window layer further hides keys `window` or more positions behind the query's
+own position (transformers' rule: key position > query position - window); that needs the positions of
+the queries and keys, which a model with such layers gives the mask.
 """
 
 from __future__ import annotations
@@ -19,15 +21,31 @@ import torch
 class TreeMask:
     past_valid: torch.Tensor  # [B, S0] bool
     tree: torch.Tensor  # [M, T] (or [B, M, T], dense paths only) bool: query row i may see tree slot j
+    query_positions: torch.Tensor | None = None  # [B, M] position ids of the query rows (sliding windows)
+    key_positions: torch.Tensor | None = None  # [B, S0+T] position of each key slot (holes: any value)
 
     @property
     def num_keys(self) -> int:
         return self.past_valid.shape[1] + self.tree.shape[1]
 
-    def dense(self) -> torch.Tensor:
+    def dense(self, window: int | None = None) -> torch.Tensor:
         """[B, 1, M, S0+T] bool: the same pattern, materialised (reference and SDPA paths), once per
-        forward: every layer reads the same mask."""
-        return self._dense
+        forward and window: every layer of a kind reads the same mask."""
+        if window is None:
+            return self._dense
+        if window not in self._windowed:
+            self._windowed[window] = self._dense & self.in_window(window)[:, None]
+        return self._windowed[window]
+
+    def in_window(self, window: int) -> torch.Tensor:
+        """[B, M, S0+T] bool: keys fewer than `window` positions behind each query."""
+        if self.query_positions is None or self.key_positions is None:
+            raise ValueError("a sliding-window layer needs the positions of the queries and keys in the tree mask")
+        return self.query_positions[:, :, None] - self.key_positions[:, None, :] < window
+
+    @cached_property
+    def _windowed(self) -> dict:
+        return {}
 
     @cached_property
     def _dense(self) -> torch.Tensor:
@@ -36,13 +54,13 @@ class TreeMask:
         tree = self.tree if self.tree.dim() == 3 else self.tree[None].expand(B, -1, -1)
         return torch.cat([past, tree], dim=-1)[:, None]
 
-    def additive(self, dtype: torch.dtype) -> torch.Tensor:
+    def additive(self, dtype: torch.dtype, window: int | None = None) -> torch.Tensor:
         """[B, 1, M, S0+T] of 0 (may attend) and -inf: SDPA converts a boolean mask to this form in
-        every call, i.e. in every layer; built here once per forward and dtype."""
-        if dtype not in self._additive:
+        every call, i.e. in every layer; built here once per forward, dtype and window."""
+        if (dtype, window) not in self._additive:
             zero = torch.zeros((), dtype=dtype, device=self.tree.device)
-            self._additive[dtype] = torch.where(self.dense(), zero, float("-inf"))
-        return self._additive[dtype]
+            self._additive[dtype, window] = torch.where(self.dense(window), zero, float("-inf"))
+        return self._additive[dtype, window]
 
     @cached_property
     def _additive(self) -> dict:
@@ -54,8 +72,9 @@ class TreeMask:
         if self.past_valid.device == device:
             return self
         if device not in self._moved:
-            self._moved[device] = TreeMask(self.past_valid.to(device, non_blocking=non_blocking),
-                                           self.tree.to(device, non_blocking=non_blocking))
+            moved = (None if t is None else t.to(device, non_blocking=non_blocking)
+                     for t in (self.past_valid, self.tree, self.query_positions, self.key_positions))
+            self._moved[device] = TreeMask(*moved)
         return self._moved[device]
 
     @cached_property

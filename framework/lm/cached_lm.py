@@ -3,7 +3,8 @@
 Every forward passes a TreeMask (committed slots by the row's `valid` mask, pending and new
 slots by a tree mask) and explicit position ids, so rows may commit different numbers of
 tokens (holes stay masked) and tree nodes see only their own path. The mask goes compactly to
-the registered tree attention, or dense (4D) to any other attention implementation.
+the registered tree attention, or dense (4D) to any other attention implementation; for a model with
+sliding-window layers it carries the slots' positions, so each node sees the window its own position gives it.
 Driven only through public transformers APIs: `cache=`, 4D masks, `cache.layers[i].keys/values`.
 """
 
@@ -15,20 +16,13 @@ import torch
 
 from framework.lm.compiled import EagerFallback
 from framework.lm.slot_cache import SlotCache
+from framework.lm.windows import AttentionWindows, dense_mask_form
 
 
 @dataclass
 class LMOutput:
     logits: torch.Tensor  # [B, M', V] for the rows asked for
     hidden: torch.Tensor | None  # [B, M' (M if all_hidden), L, H] hidden states of the chosen layers, if any
-
-
-def sliding_window(config) -> int | None:
-    """The window a 4D mask would have to enforce; we refuse sequences that reach it instead."""
-    window = getattr(config, "sliding_window", None)
-    if getattr(config, "use_sliding_window", True) is False or not isinstance(window, int):
-        return None
-    return window
 
 
 def context_length(config) -> int | None:
@@ -64,7 +58,7 @@ class CachedLM(SlotCache):
         self.tree_backend = tree_backend
         self.hidden_layers = tuple(hidden_layers)
         self.max_positions = context_length(model.config)
-        self.window = sliding_window(model.config)
+        self.windows = AttentionWindows.of(model.config)
 
     @property
     def device(self) -> torch.device:
@@ -109,14 +103,10 @@ class CachedLM(SlotCache):
         last = int(positions.max())  # the one host sync a forward needs (a bad position must not reach the model)
         if self.max_positions is not None and last >= self.max_positions:
             raise ValueError(f"position {last} exceeds the model's context of {self.max_positions} tokens")
-        if self.window is not None and last >= self.window:
-            raise ValueError(
-                f"position {last} reaches the model's sliding window of {self.window}: "
-                "windowed attention is not supported by the tree mask"
-            )
-        tree_mask = self.tree_mask(pending_mask)
+        tree_mask = self.tree_mask(pending_mask, positions if self.windows.windowed else None)
         if self.tree_backend is None:
-            masks = {"attention_mask": tree_mask.dense()}  # [B, 1, M, S+M] for any attention
+            # [B, 1, M, S+M] (per layer type), in the form the model's attention reads (checked here: it may change)
+            masks = {"attention_mask": self.windows.dense(tree_mask, dense_mask_form(self.model))}
         else:
             masks = {"speculum_mask": tree_mask, "speculum_backend": self.tree_backend}
         out = self.call(

@@ -11,19 +11,43 @@ import transformers
 
 from framework.lm.sharding import placed_copy
 
+def common(v, h, l, nh, kv, pos) -> dict:
+    return dict(vocab_size=v, hidden_size=h, intermediate_size=2 * h, num_hidden_layers=l, num_attention_heads=nh,
+                num_key_value_heads=kv, max_position_embeddings=pos, head_dim=h // nh)
+
+
+def alternating(layers: int) -> list[str]:
+    """Sliding layers with a global one after each (GPT-OSS alternates; Gemma-3 puts one global after five)."""
+    return ["full_attention" if i % 2 else "sliding_attention" for i in range(layers)]
+
+
+# Each stack in its published shape, at tiny sizes: what differs between them is what the tree path must get right
+# (rope scaling, q/k norms, routed experts, sliding windows with global layers, attention sinks). `w` is the
+# sliding window (None: the stack's full-attention form; gpt2, llama, qwen2, qwen3 have none to give).
 ARCHITECTURES = {
-    "llama": lambda v, h, l, nh, kv, pos: transformers.LlamaConfig(
-        vocab_size=v, hidden_size=h, intermediate_size=2 * h, num_hidden_layers=l,
-        num_attention_heads=nh, num_key_value_heads=kv, max_position_embeddings=pos),
-    "qwen2": lambda v, h, l, nh, kv, pos: transformers.Qwen2Config(
-        vocab_size=v, hidden_size=h, intermediate_size=2 * h, num_hidden_layers=l,
-        num_attention_heads=nh, num_key_value_heads=kv, max_position_embeddings=pos),
-    "mistral": lambda v, h, l, nh, kv, pos: transformers.MistralConfig(
-        vocab_size=v, hidden_size=h, intermediate_size=2 * h, num_hidden_layers=l,
-        num_attention_heads=nh, num_key_value_heads=kv, max_position_embeddings=pos, sliding_window=None),
-    "gpt2": lambda v, h, l, nh, kv, pos: transformers.GPT2Config(
-        vocab_size=v, n_embd=h, n_layer=l, n_head=nh, n_positions=pos,
-        bos_token_id=0, eos_token_id=0),
+    "llama": lambda v, h, l, nh, kv, pos, w: transformers.LlamaConfig(**common(v, h, l, nh, kv, pos)),
+    "llama3": lambda v, h, l, nh, kv, pos, w: transformers.LlamaConfig(  # Llama-3.1's rope scaling, scaled to tiny
+        **common(v, h, l, nh, kv, pos), rope_parameters=dict(
+            rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+            original_max_position_embeddings=64)),
+    "qwen2": lambda v, h, l, nh, kv, pos, w: transformers.Qwen2Config(**common(v, h, l, nh, kv, pos)),
+    "qwen3": lambda v, h, l, nh, kv, pos, w: transformers.Qwen3Config(**common(v, h, l, nh, kv, pos)),
+    "qwen3_moe": lambda v, h, l, nh, kv, pos, w: transformers.Qwen3MoeConfig(
+        **common(v, h, l, nh, kv, pos), num_experts=4, num_experts_per_tok=2, moe_intermediate_size=h,
+        decoder_sparse_step=1, norm_topk_prob=True),
+    "mixtral": lambda v, h, l, nh, kv, pos, w: transformers.MixtralConfig(
+        **common(v, h, l, nh, kv, pos), num_local_experts=4, num_experts_per_tok=2, sliding_window=w),
+    "mistral": lambda v, h, l, nh, kv, pos, w: transformers.MistralConfig(**common(v, h, l, nh, kv, pos), sliding_window=w),
+    "gemma3": lambda v, h, l, nh, kv, pos, w: transformers.Gemma3TextConfig(
+        **common(v, h, l, nh, kv, pos), sliding_window=w or pos, layer_types=alternating(l), query_pre_attn_scalar=h // nh,
+        tie_word_embeddings=False),  # tied, a random scaled embedding makes the last token win every step
+    "gpt_oss": lambda v, h, l, nh, kv, pos, w: transformers.GptOssConfig(
+        **common(v, h, l, nh, kv, pos), num_local_experts=4, num_experts_per_tok=2, sliding_window=w or pos,
+        layer_types=alternating(l), rope_parameters=dict(  # GPT-OSS's YaRN, its 32x stretch cut to the tiny context
+            rope_type="yarn", rope_theta=150000.0, factor=max(1.0, pos / 64), original_max_position_embeddings=64,
+            beta_fast=32.0, beta_slow=1.0, truncate=False)),
+    "gpt2": lambda v, h, l, nh, kv, pos, w: transformers.GPT2Config(
+        vocab_size=v, n_embd=h, n_layer=l, n_head=nh, n_positions=pos, bos_token_id=0, eos_token_id=0),
 }
 
 
@@ -50,15 +74,19 @@ def tiny_random_model(
     init_std: float | None = None,
     device_map=None,
     tp_plan=None,
+    sliding_window: int | None = None,
 ):
-    """device_map / tp_plan: the model placed by layers or sharded by heads (framework/lm/sharding.py); every
+    """sliding_window: the window of a stack that has sliding layers (mistral, mixtral, gemma3, gpt_oss).
+    device_map / tp_plan: the model placed by layers or sharded by heads (framework/lm/sharding.py); every
     torchrun rank builds the same seeded weights."""
     sizes_stated(vocab_size=vocab_size, max_positions=max_positions)
     if arch not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {arch!r} (have {sorted(ARCHITECTURES)})")
-    config = ARCHITECTURES[arch](vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, max_positions)
+    config = ARCHITECTURES[arch](vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, max_positions, sliding_window)
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    # Routed experts run as torch's grouped_mm by default, which has no float64 kernel: the loop over experts does.
+    experts = {"experts_implementation": "eager"} if dtype == "float64" else {}
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype), **experts)
     if init_std is not None:
         generator = torch.Generator().manual_seed(seed)
         with torch.no_grad():

@@ -3,6 +3,9 @@
 The cache holds committed slots, then the pending slots of the forwards since the last `keep`.
 A row's committed slots are marked in `valid`, so rows may commit different numbers of tokens
 (holes stay masked); a forward's positions are the row's committed length plus the input's depth.
+A row's committed slots therefore hold positions 0, 1, ... in slot order (holes aside), so a committed
+slot's position is the count of valid slots before it; pending slots' positions are recorded as they are
+written, for the masks of sliding-window layers.
 Shared by CachedLM (a whole Hugging Face model) and the EAGLE head (one decoder layer).
 """
 
@@ -20,6 +23,7 @@ class SlotCache:
         self.valid = torch.zeros(0, 0, dtype=torch.bool)  # [B, S0] committed slots in use
         self.length = torch.zeros(0, dtype=torch.long)  # [B] committed tokens = next position
         self.committed_slots = 0  # S0; slots after it are pending
+        self.pending_positions = torch.zeros(0, 0, dtype=torch.long)  # [B, P] recorded by tree_mask(positions=...)
 
     @property
     def batch_size(self) -> int:
@@ -30,15 +34,25 @@ class SlotCache:
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)
         self.length = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.committed_slots = 0
+        self.pending_positions = torch.zeros(batch_size, 0, dtype=torch.long, device=device)
 
     def positions(self, depth: torch.Tensor) -> torch.Tensor:
         """depth [M] (or [B, M], per row) offsets from each row's committed length -> position ids [B, M]."""
         depth = depth.to(self.length.device)
         return self.length[:, None] + (depth if depth.dim() == 2 else depth[None, :])
 
-    def tree_mask(self, pending_mask: torch.Tensor) -> TreeMask:
-        """pending_mask [M, P+M] (or [B, M, P+M], per row) bool: which pending and new slots each input sees."""
-        return TreeMask(self.valid, pending_mask.to(self.valid.device))
+    def tree_mask(self, pending_mask: torch.Tensor, positions: torch.Tensor | None = None) -> TreeMask:
+        """pending_mask [M, P+M] (or [B, M, P+M], per row) bool: which pending and new slots each input sees.
+        positions [B, M]: the inputs' position ids, given for a forward that writes them (it records them as
+        pending) and whose layers need them (sliding windows); the mask then carries every slot's position."""
+        pending_mask = pending_mask.to(self.valid.device)
+        if positions is None:
+            return TreeMask(self.valid, pending_mask)
+        positions = positions.to(self.valid.device)
+        committed = self.valid.long().cumsum(1) - 1  # [B, S0]
+        keys = torch.cat([committed, self.pending_positions, positions], dim=1)  # [B, S0+P+M]
+        self.pending_positions = torch.cat([self.pending_positions, positions], dim=1)
+        return TreeMask(self.valid, pending_mask, positions, keys)
 
     def keep(self, slots: torch.Tensor, counts: torch.Tensor) -> None:
         """Commit, per row, the first counts[b] of the pending slots listed in slots[b]; drop the rest.
@@ -66,6 +80,7 @@ class SlotCache:
         self.valid = torch.cat([self.valid, kept], dim=1)
         self.length = self.length + counts.to(device)
         self.committed_slots = S0 + K
+        self.pending_positions = self.pending_positions[:, :0]
 
     def commit_leading(self, count: int) -> None:
         """Commit the first `count` pending slots in every row; later pending slots stay pending.
@@ -77,6 +92,7 @@ class SlotCache:
         self.valid = torch.cat([self.valid, kept], dim=1)
         self.length = self.length + count
         self.committed_slots += count
+        self.pending_positions = self.pending_positions[:, count:]
 
     def drop_pending(self) -> None:
         """Forget every slot written since the last keep."""
@@ -96,3 +112,4 @@ class SlotCache:
             for layer in self.cache.layers:
                 layer.batch_select_indices(rows.to(layer.device) if layer.is_initialized else rows)
         self.valid, self.length = self.valid[rows], self.length[rows]
+        self.pending_positions = self.pending_positions[rows]

@@ -9,6 +9,9 @@ scaled_dot_product_attention over the dense boolean mask, or the plain PyTorch r
 out here (einsum, mask, softmax: the one the others are tested against); "auto" is Triton on
 CUDA, SDPA elsewhere (2-3x the einsum reference on CPU). Called without a TreeMask (a plain forward), the
 function is ordinary causal attention over the given 4D mask, or a causal one.
+A layer's own settings come as the model passes them: `sliding_window` (keys fewer than that many positions
+behind the query, from the positions the TreeMask carries) and `s_aux` (GPT-OSS's per-head attention sinks: one
+more logit in each softmax's denominator, with no value). Logit soft-capping (Gemma-2) is refused by name.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ def tree_attention_reference(
     value: torch.Tensor,  # [B, Hkv, S, D]
     mask: torch.Tensor,  # [B, 1, M, S] bool (True = may attend) or additive float
     scaling: float,
+    sinks: torch.Tensor | None = None,  # [Hq] a sink logit per head (GPT-OSS), or None
 ) -> torch.Tensor:
     """Masked attention with grouped KV heads, never repeating K/V.  -> [B, Hq, M, D]"""
     B, Hq, M, D = query.shape
@@ -40,25 +44,32 @@ def tree_attention_reference(
         scores = scores.masked_fill(~m, float("-inf"))
     else:
         scores = scores + m.to(scores.dtype)
-    weights = torch.softmax(scores, dim=-1)
+    if sinks is not None:  # the sink's column joins the softmax and leaves: it has no value
+        sink = sinks.to(work).reshape(1, Hkv, group, 1, 1).expand(B, -1, -1, M, 1)
+        weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+    else:
+        weights = torch.softmax(scores, dim=-1)
     out = torch.einsum("bhgms,bhsd->bhgmd", weights, value.to(work))
     return out.reshape(B, Hq, M, D).to(query.dtype)
 
 
-def reference_backend(query, key, value, mask: TreeMask, scaling: float) -> torch.Tensor:
-    return tree_attention_reference(query, key, value, mask.dense(), scaling)
+def reference_backend(query, key, value, mask: TreeMask, scaling: float, window=None, sinks=None) -> torch.Tensor:
+    return tree_attention_reference(query, key, value, mask.dense(window), scaling, sinks)
 
 
-def sdpa_backend(query, key, value, mask: TreeMask, scaling: float) -> torch.Tensor:
-    """Every query row sees at least itself, so no row of the mask is empty (SDPA would give NaN)."""
-    return torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask.additive(query.dtype), scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+def sdpa_backend(query, key, value, mask: TreeMask, scaling: float, window=None, sinks=None) -> torch.Tensor:
+    """Every query row sees at least itself, so no row of the mask is empty (SDPA would give NaN). SDPA has no
+    sinks: a layer with them runs the reference."""
+    if sinks is not None:
+        return reference_backend(query, key, value, mask, scaling, window, sinks)
+    return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask.additive(query.dtype, window),
+                                                            scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
 
 
-def triton_backend(query, key, value, mask: TreeMask, scaling: float) -> torch.Tensor:
+def triton_backend(query, key, value, mask: TreeMask, scaling: float, window=None, sinks=None) -> torch.Tensor:
     from framework.lm.tree_attention_triton import tree_attention_triton  # triton loads only when used
 
-    return tree_attention_triton(query, key, value, mask, scaling)
+    return tree_attention_triton(query, key, value, mask, scaling, window=window, sinks=sinks)
 
 
 BACKENDS = {"reference": reference_backend, "sdpa": sdpa_backend, "triton": triton_backend}
@@ -80,19 +91,27 @@ def use_tree_attention(model, backend: str | None) -> None:
 
 
 def hf_tree_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                      speculum_mask: TreeMask | None = None, speculum_backend: str = "auto", **kwargs):
+                      speculum_mask: TreeMask | None = None, speculum_backend: str = "auto",
+                      sliding_window: int | None = None, s_aux: torch.Tensor | None = None, softcap=None, **kwargs):
     """The AttentionInterface signature: returns ([B, M, Hq, D], no weights)."""
+    if softcap is not None:
+        raise ValueError(f"attention logit soft-capping ({softcap}) is not supported by the tree attention: "
+                         "run this target with tree_backend=null (its own attention over dense masks)")
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     M, S = query.shape[-2], key.shape[-2]
     if speculum_mask is not None:
         speculum_mask = speculum_mask.to(query.device)  # a layer on another device than the first (device_map)
-        out = BACKENDS[resolve_backend(speculum_backend, query.device)](query, key, value, speculum_mask, scale)
+        out = BACKENDS[resolve_backend(speculum_backend, query.device)](query, key, value, speculum_mask, scale,
+                                                                        sliding_window, s_aux)
     else:
         if attention_mask is None:  # a plain causal call (no tree): the last M of S positions
-            mask = torch.ones(M, S, dtype=torch.bool, device=query.device).tril(S - M)[None, None]
+            mask = torch.ones(M, S, dtype=torch.bool, device=query.device).tril(S - M)
+            if sliding_window is not None:  # query row i sits at position S - M + i
+                mask &= ~torch.ones(M, S, dtype=torch.bool, device=query.device).tril(S - M - sliding_window)
+            mask = mask[None, None]
         else:
             mask = attention_mask[..., :S]
-        out = tree_attention_reference(query, key, value, mask, scale)
+        out = tree_attention_reference(query, key, value, mask, scale, s_aux)
     return out.transpose(1, 2).contiguous(), None
 
 

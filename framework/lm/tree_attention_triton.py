@@ -3,7 +3,8 @@
 Grid: (query blocks, batch x query heads, key splits). Each program reads one block of tree
 queries and one split of the keys (past + tree), masks with the compact TreeMask (a validity
 byte per past slot, an ancestor bitmask per query row), and keeps an online softmax in fp32.
-Splits are merged with a log-sum-exp. K/V heads are indexed as h // group (GQA), never
+Splits are merged with a log-sum-exp, where attention sinks (GPT-OSS: a logit per head with no value) join
+the denominator once. A sliding-window layer also compares the query's and key's positions. K/V heads are indexed as h // group (GQA), never
 repeated. Inputs may be fp32, fp16 or bf16. On a GPU, fp16/bf16 tiles feed the tensor cores with fp32
 accumulation and an fp32 online softmax; under the interpreter everything is cast to fp32 after
 loading, because its bf16 arithmetic is wrong.
@@ -26,14 +27,15 @@ BLOCK_N = 32
 
 @triton.jit
 def _tree_attention_split(
-    Q, K, V, PAST_VALID, TREE_BITS, O_PART, LSE_PART,
+    Q, K, V, PAST_VALID, TREE_BITS, Q_POS, K_POS, O_PART, LSE_PART,
     sq_b, sq_h, sq_m, sq_d,
     sk_b, sk_h, sk_n, sk_d,
     sv_b, sv_h, sv_n, sv_d,
     so_s, so_b, so_h, so_m,
     sl_s, sl_b, sl_h,
-    M, S0, S, WORDS, HQ, GROUP, D, split_size, scale,
+    M, S0, S, WORDS, HQ, GROUP, D, split_size, scale, window,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, UPCAST: tl.constexpr,
+    WINDOWED: tl.constexpr,
 ):
     pid_m, pid_bh, pid_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     b, h = pid_bh // HQ, pid_bh % HQ
@@ -46,6 +48,8 @@ def _tree_attention_split(
                 mask=row_ok[:, None] & d_ok[None, :], other=0.0)
     if UPCAST:
         q = q.to(tl.float32)
+    if WINDOWED:
+        q_pos = tl.load(Q_POS + b * M + offs_m, mask=row_ok, other=0)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -68,6 +72,9 @@ def _tree_attention_split(
                        mask=row_ok[:, None] & (~in_past & key_ok)[None, :], other=0)
         tree_ok = ((word >> (t % 32)[None, :]) & 1) != 0
         allowed = tl.where(in_past[None, :], past_ok[None, :], tree_ok) & key_ok[None, :] & row_ok[:, None]
+        if WINDOWED:  # transformers' rule: key position > query position - window
+            k_pos = tl.load(K_POS + b * S + offs_n, mask=key_ok, other=0)
+            allowed = allowed & ((q_pos[:, None] - k_pos[None, :]) < window)
         scores = tl.where(allowed, scores, float("-inf"))
 
         m_new = tl.maximum(m_i, tl.max(scores, 1))
@@ -103,6 +110,8 @@ def tree_attention_triton(
     mask: TreeMask,
     scaling: float,
     split_size: int | None = None,
+    window: int | None = None,
+    sinks: torch.Tensor | None = None,  # [Hq]
 ) -> torch.Tensor:
     """Same contract as the reference: -> [B, Hq, M, D] in query's dtype."""
     B, Hq, M, D = query.shape
@@ -115,14 +124,24 @@ def tree_attention_triton(
     lse_part = torch.empty(splits, B, Hq, M, device=query.device, dtype=torch.float32)
     past_valid = mask.past_valid.to(device=query.device, dtype=torch.int8).contiguous()
     bits = mask.packed_tree().to(query.device).contiguous()
+    if window is not None:
+        mask.in_window(window)  # names missing positions
+        q_pos = mask.query_positions.to(device=query.device, dtype=torch.int32).contiguous()  # [B, M]
+        k_pos = mask.key_positions.to(device=query.device, dtype=torch.int32).contiguous()  # [B, S]
+    else:
+        q_pos = k_pos = past_valid  # not read
     grid = (triton.cdiv(M, BLOCK_M), B * Hq, splits)
     _tree_attention_split[grid](
-        query, key, value, past_valid, bits, o_part, lse_part,
+        query, key, value, past_valid, bits, q_pos, k_pos, o_part, lse_part,
         *query.stride(), *key.stride(), *value.stride(),
         *o_part.stride()[:4], *lse_part.stride()[:3],
-        M, mask.past_valid.shape[1], S, bits.shape[1], Hq, Hq // Hkv, D, split, float(scaling),
+        M, mask.past_valid.shape[1], S, bits.shape[1], Hq, Hq // Hkv, D, split, float(scaling), window or 0,
         BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HEAD_DIM=max(16, triton.next_power_of_2(D)),
-        UPCAST=query.dtype == torch.float32 or os.environ.get("TRITON_INTERPRET") == "1",
+        UPCAST=query.dtype == torch.float32 or os.environ.get("TRITON_INTERPRET") == "1", WINDOWED=window is not None,
     )
+    if sinks is not None:  # one more term of the denominator, with no value: a last "split" whose output is 0
+        sink = sinks.to(device=query.device, dtype=torch.float32).reshape(1, 1, Hq, 1).expand(1, B, Hq, M)
+        lse_part = torch.cat([lse_part, sink], dim=0)
+        o_part = torch.cat([o_part, o_part.new_zeros(1, B, Hq, M, D)], dim=0)
     weights = torch.softmax(lse_part, dim=0)  # [splits, B, Hq, M]; empty splits weigh 0
     return (weights[..., None] * o_part).sum(0).to(query.dtype)

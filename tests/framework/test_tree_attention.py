@@ -89,6 +89,54 @@ def test_fp16_error_within_twice_pytorch(prefix, nodes, group, head_dim):
     assert kernel_err <= 2 * torch_err + 1e-3, (kernel_err, torch_err)
 
 
+def windowed_case(prefix, nodes, group, head_dim, dtype=torch.float32, seed=0):
+    """case() with every slot's position: committed slots 0, 1, ... over the valid ones, a node at the row's
+    committed length plus its depth."""
+    (q, k, v), mask, scale = case(prefix, nodes, group, head_dim, dtype, seed)
+    committed = mask.past_valid.long().cumsum(1) - 1  # [B, S0]
+    depth = mask.tree.long().sum(1) - 1  # [M] ancestors above each node
+    queries = mask.past_valid.long().sum(1, keepdim=True) + depth[None, :]  # [B, M]
+    return (q, k, v), TreeMask(mask.past_valid, mask.tree, queries, torch.cat([committed, queries], 1)), scale
+
+
+def brute_force(q, k, v, mask, scale, window, sinks):
+    """One query at a time, one key at a time: who it may see, written out (not the reference's masks)."""
+    B, Hq, M, D = q.shape
+    group, out = Hq // k.shape[1], torch.zeros_like(q, dtype=torch.float64)
+    S0 = mask.past_valid.shape[1]
+    for b, h, i in itertools.product(range(B), range(Hq), range(M)):
+        seen = [j for j in range(k.shape[2])
+                if (mask.past_valid[b, j] if j < S0 else mask.tree[i, j - S0])
+                and (window is None or mask.query_positions[b, i] - mask.key_positions[b, j] < window)]
+        logits = torch.stack([(q[b, h, i].double() @ k[b, h // group, j].double()) * scale for j in seen])
+        total = torch.logsumexp(torch.cat([logits, sinks[h:h + 1].double()]) if sinks is not None else logits, 0)
+        out[b, h, i] = sum(torch.exp(logit - total) * v[b, h // group, j].double() for logit, j in zip(logits, seen))
+    return out
+
+
+@pytest.mark.parametrize("window", [None, 1, 3, 9])
+@pytest.mark.parametrize("with_sinks", [False, True])
+def test_windows_and_sinks_agree_on_every_backend(window, with_sinks):
+    """Sliding windows (a node sees keys fewer than `window` positions behind its own) and GPT-OSS's sinks: the
+    reference against a one-key-at-a-time brute force, and SDPA and the kernel (split across programs) against it."""
+    from framework.lm.tree_attention import sdpa_backend
+
+    (q, k, v), mask, scale = windowed_case(13, 7, 2, 16)
+    sinks = torch.randn(q.shape[1], generator=torch.Generator().manual_seed(5)) if with_sinks else None
+    ref = tree_attention_reference(q, k, v, mask.dense(window), scale, sinks)
+    assert (ref.double() - brute_force(q, k, v, mask, scale, window, sinks)).abs().max() <= 1e-5
+    assert (sdpa_backend(q, k, v, mask, scale, window, sinks) - ref).abs().max() <= 2e-5
+    assert (tree_attention_triton(q, k, v, mask, scale, split_size=32, window=window, sinks=sinks) - ref).abs().max() <= 2e-5
+    if window == 1:  # each row sees only itself, with or without a sink's share
+        assert torch.isfinite(ref).all()
+
+
+def test_a_window_without_positions_is_named():
+    (q, k, v), mask, scale = case(5, 3, 1, 16, torch.float32)
+    with pytest.raises(ValueError, match="positions"):
+        tree_attention_triton(q, k, v, mask, scale, window=4)
+
+
 def test_packed_bits_round_trip():
     g = torch.Generator().manual_seed(3)
     tree = torch.rand(5, 70, generator=g) > 0.5

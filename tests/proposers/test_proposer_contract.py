@@ -129,7 +129,12 @@ def test_greedy_is_plain_greedy_on_the_checks_prompts(proposer):
 PROMPTS = torch.tensor([[4, 9, 2, 7], [7, 7, 1, 3], [30, 2, 11, 5]])
 
 
-@pytest.mark.parametrize("proposer", [p for p in PROPOSERS if p != "none"])
+def rows_settings():
+    """Every method but none; configs that repeat another's at other settings (REPEATS) only under -m slow."""
+    return [pytest.param(p, marks=pytest.mark.slow if p in REPEATS else ()) for p in PROPOSERS if p != "none"]
+
+
+@pytest.mark.parametrize("proposer", rows_settings())
 def test_rows_of_a_batch_decode_as_each_alone(proposer):
     """Greedy: each row of a batch of three prompts emits what that prompt alone emits with plain
     decoding, whatever the method shares between rows (a tree shape, a depth schedule, a datastore).
@@ -155,7 +160,7 @@ class Scripted(FixedPolicy):
 
 
 @pytest.mark.parametrize("policy", [Scripted, GoodputPolicy])
-@pytest.mark.parametrize("proposer", [p for p in PROPOSERS if p != "none"])
+@pytest.mark.parametrize("proposer", rows_settings())
 def test_rows_decode_as_each_alone_under_a_policy(proposer, policy):
     """Greedy, three rows: with plain steps between drafting ones (the script), and with the goodput
     policy's plans and trims (its costs measured on this machine), each row emits plain greedy decoding's tokens."""

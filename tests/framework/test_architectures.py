@@ -1,0 +1,106 @@
+"""The stacks users bring, tiny and random in their published shapes: Llama-3 (rope scaling), Qwen3 (q/k norms),
+Qwen3-MoE and Mixtral (routed experts), Mistral, Gemma-3 and GPT-OSS (sliding windows; Gemma-3 and GPT-OSS with
+global layers between, GPT-OSS with attention sinks). Every method's greedy decoding is transformers' greedy
+decoding, past the window (8 in the tiny configs), on the tree attention and on the dense masks."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+
+from framework.core.sampling import SamplingConfig
+from framework.engine import generate
+from framework.lm.target import HFTarget
+from proposers.eagle.head import EagleConfig
+from tests.proposers.test_proposer_contract import REPEATS
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+STACKS = ("llama3", "qwen3", "qwen3_moe", "mixtral", "mistral", "gemma3", "gpt_oss")
+# Every method; configs that repeat another's at other settings (the contract's REPEATS) add nothing per stack.
+METHODS = sorted(p.stem for p in (CONF / "proposer").glob("*.yaml") if p.stem != "none" and p.stem not in REPEATS)
+PROMPT = torch.tensor([[40, 3, 9, 1, 0, 22, 5, 5]])
+GREEDY = SamplingConfig(temperature=0)
+
+
+def load(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=["models=tiny", "target.dtype=float64", *overrides])
+
+
+@cache
+def target_of(stack: str):
+    return instantiate(load(f"target=tiny_{stack}").target)
+
+
+def transformers_greedy(stack: str, new_tokens: int, *overrides: str) -> list[int]:
+    """The argmax of the model's own forward over the whole sequence at each step: its own attention and masks, no
+    cache (a fresh copy: HFTarget moves its model onto the tree attention). generate() would stop at, or with
+    min_new_tokens forbid, the config's EOS id, which random weights emit like any other."""
+    model, sequence = instantiate(load(f"target=tiny_{stack}", *overrides).target), PROMPT
+    with torch.no_grad():
+        for _ in range(new_tokens):
+            logits = model(sequence, use_cache=False).logits[:, -1]  # [1, V]
+            sequence = torch.cat([sequence, logits.argmax(-1, keepdim=True)], dim=1)
+    return sequence[0, PROMPT.shape[1]:].tolist()
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_method_decodes_transformers_greedy(stack):
+    model, new_tokens = target_of(stack), 12
+    want = transformers_greedy(stack, new_tokens)
+    differ = {}
+    for method in METHODS:
+        make = instantiate(load(f"target=tiny_{stack}", f"proposer={method}").proposer)
+        got = generate(HFTarget(model), make(), PROMPT, new_tokens, GREEDY).tokens[0].tolist()
+        if got != want:
+            differ[method] = got
+    assert not differ, (want, differ)
+
+
+@pytest.mark.parametrize("stack", ("mistral", "gemma3", "gpt_oss"))
+def test_sliding_window_targets_decode_far_past_their_window(stack):
+    """Window 16, 200 new tokens: a draft tree and EAGLE-3's dynamic tree, on the tree attention (SDPA here) and on
+    the model's own attention over our dense masks (a dict per layer type for Gemma-3 and GPT-OSS; additive for
+    GPT-OSS's eager attention, boolean for the others' SDPA)."""
+    window, new_tokens = ["target.sliding_window=16"], 200
+    want = transformers_greedy(stack, new_tokens, *window)
+    for backend in ("auto", None):
+        model = instantiate(load(f"target=tiny_{stack}", *window).target)  # its own: a backend moves it to ours
+        for method in ("draft_tree", "eagle3"):
+            make = instantiate(load(f"target=tiny_{stack}", f"proposer={method}", *window).proposer)
+            got = generate(HFTarget(model, backend=backend), make(), PROMPT, new_tokens, GREEDY).tokens[0].tolist()
+            assert got == want, (method, backend, next(i for i, (a, b) in enumerate(zip(got, want)) if a != b))
+
+
+def test_sinks_and_windows_on_the_triton_kernel():
+    """GPT-OSS (sinks, sliding and global layers) with EAGLE-3's trees on the kernel (its interpreter here)."""
+    make = instantiate(load("target=tiny_gpt_oss", "proposer=eagle3").proposer)
+    got = generate(HFTarget(target_of("gpt_oss"), backend="triton"), make(), PROMPT, 16, GREEDY).tokens[0].tolist()
+    assert got == transformers_greedy("gpt_oss", 16)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_eagle3_default_layers_are_the_same_hidden_states_in_every_stack(stack):
+    """A head with no layer ids reads hidden_states (2, L//2, L-3) (EAGLE's patched Llama; SpecForge's [1, L//2-1, L-4]
+    in its output-of-layer ids): at L = 8, [2, 4, 5], as the stack's own forward numbers them."""
+    model = instantiate(load(f"target=tiny_{stack}", "target.num_layers=8").target)
+    layers = EagleConfig("eagle3", model.config.hidden_size, model.config.vocab_size).layers_for(model.config.num_hidden_layers)
+    assert layers == (2, 4, 5)
+    target = HFTarget(model, backend=None)
+    target.provide_hidden(layers)
+    got = target.prefill(PROMPT).hidden  # [1, L, 3, H]
+    with torch.no_grad():
+        own = model(PROMPT, output_hidden_states=True).hidden_states
+    assert torch.allclose(got, torch.stack([own[i] for i in layers], dim=2), atol=1e-9)
+
+
+def test_an_attention_that_takes_no_4d_mask_is_named():
+    model = instantiate(load("target=tiny_llama3").target)
+    model.set_attn_implementation("flex_attention")
+    with pytest.raises(ValueError, match="flex_attention.*takes no 4D tree mask"):
+        generate(HFTarget(model, backend=None), None, PROMPT, 2, GREEDY)
