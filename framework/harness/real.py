@@ -11,12 +11,13 @@
 
 from __future__ import annotations
 
+import copy
+
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from transformers import DynamicCache
 
 from framework.core.randomness import TorchSource
 from framework.core.sampling import SamplingConfig
@@ -107,12 +108,12 @@ def _prompt_cache(model, prompt: torch.Tensor):
 
 
 def _expanded(cache, rows: int):
+    """The prompt's cache repeated for `rows` prefixes, each layer of its own kind (a sliding layer keeps its window)."""
     if cache is None:
         return None
-    copy = DynamicCache()
-    for i, layer in enumerate(cache.layers):
-        copy.update(layer.keys.expand(rows, -1, -1, -1).contiguous(), layer.values.expand(rows, -1, -1, -1).contiguous(), i)
-    return copy
+    repeated = copy.deepcopy(cache)
+    repeated.batch_repeat_interleave(rows)
+    return repeated
 
 
 @torch.no_grad()

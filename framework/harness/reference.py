@@ -65,8 +65,9 @@ def reference_law(logits: torch.Tensor, cfg: SamplingConfig, sequences: torch.Te
 
 
 def own_attention_copy(model):
-    """A copy of `model` on transformers' own SDPA attention: whatever attention the loop switched the model to
-    (ours: the registered tree attention), the reference's logits do not go through it."""
+    """A copy of `model` on transformers' own SDPA attention (eager where the stack has no SDPA: GPT-OSS's sinks):
+    whatever attention the loop switched the model to (ours: the registered tree attention), the reference's
+    logits do not go through it."""
     reference = copy.deepcopy(model)
-    reference.set_attn_implementation("sdpa")
+    reference.set_attn_implementation("sdpa" if reference._supports_sdpa else "eager")
     return reference.eval()

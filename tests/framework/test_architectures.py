@@ -15,7 +15,11 @@ from hydra.utils import instantiate
 
 from framework.core.sampling import SamplingConfig
 from framework.engine import generate
+from framework.harness.exact import compare
+from framework.harness.real import exact_loop_law, teacher_forced_law
+from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
+from proposers import DraftModelProposer
 from proposers.eagle.head import EagleConfig
 from tests.proposers.test_proposer_contract import REPEATS
 
@@ -104,3 +108,18 @@ def test_an_attention_that_takes_no_4d_mask_is_named():
     model.set_attn_implementation("flex_attention")
     with pytest.raises(ValueError, match="flex_attention.*takes no 4D tree mask"):
         generate(HFTarget(model, backend=None), None, PROMPT, 2, GREEDY)
+
+
+WINDOWED = ("mixtral", "mistral", "gemma3", "gpt_oss")
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_draft_tree_keeps_each_stacks_law(stack):
+    """The exact law of 3 tokens at T = 1 through the loop with a 2x2 draft tree, on a vocabulary-3 target of each
+    stack (window 2: the tree's nodes pass it), against the stack's own attention (teacher-forced, no tree path)."""
+    toy = dict(vocab_size=3, hidden_size=16, num_layers=2, num_heads=2, num_kv_heads=1, dtype="float64", init_std=0.3)
+    target = tiny_random_model(stack, seed=0, sliding_window=2 if stack in WINDOWED else None, **toy)
+    draft = tiny_random_model("llama", seed=1, **toy)
+    prompt, sampling = torch.tensor([[1, 2, 0]]), SamplingConfig()
+    spec = exact_loop_law(target, lambda: DraftModelProposer(draft, branching=2, depth=2, kind="point"), prompt, 3, sampling)
+    assert compare(spec, teacher_forced_law(target, prompt, 3, sampling)).passes(1e-9)
