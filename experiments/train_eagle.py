@@ -26,6 +26,7 @@ import torch
 from omegaconf import DictConfig
 
 from experiments.common import evaluation_sets, head_setup, measures_here
+from experiments.search_tree import eagle_trees
 from framework.core import files
 from framework.core.sampling import SamplingConfig
 from framework.engine import generate
@@ -35,7 +36,6 @@ from proposers.eagle.head import TREE_FILE, EagleHead
 from proposers.eagle.proposer import EagleProposer
 from proposers.eagle.training import accuracy, draft_vocabulary, train_head
 from proposers.search.tree_cost import forward_tree_cost
-from proposers.search.tree_search import grow_tree, interpolate
 
 
 def chain_length(table: dict) -> float:
@@ -48,20 +48,6 @@ def chain_length(table: dict) -> float:
             reach *= rate
             total += reach / 2
     return 1 + total
-
-
-def decode_rate(target, make, prompts: torch.Tensor, new_tokens: int) -> dict:
-    """Greedy decoding of each prompt [P, L] with a fresh proposer: tokens per forward, nodes and
-    head time per step (ms)."""
-    steps = accepted = nodes = 0
-    draft_s = 0.0
-    for prompt in prompts:
-        stats = generate(HFTarget(target), make(), prompt[None], new_tokens, SamplingConfig(temperature=0.0)).stats
-        steps += len(stats.steps)
-        accepted += stats.accepted_total
-        nodes += sum(s.nodes for s in stats.steps)
-        draft_s += sum(s.draft_s for s in stats.steps)
-    return {"tokens_per_forward": 1 + accepted / steps, "nodes": nodes / steps, "head_ms": 1e3 * draft_s / steps}
 
 
 def paired_lengths(target, heads: dict, prompts: torch.Tensor, g) -> dict:
@@ -87,18 +73,6 @@ def paired_lengths(target, heads: dict, prompts: torch.Tensor, g) -> dict:
                                       "relative": float(gap.mean() / lengths[first].mean())}
         table[f"T={temperature}"] = row
         print(f"T={temperature}, tokens per forward on {len(prompts)} held-out prompts: {row}")
-    return table
-
-
-def score_settings(target, makers: dict, prompts, new_tokens: int, cost: dict[int, float]) -> dict:
-    """Per setting: its decode rate and tokens per ms of (forward_tree + head)."""
-    table = {}
-    for name, make in makers.items():
-        rate = decode_rate(target, make, prompts, new_tokens)
-        step_ms = interpolate(cost, round(rate["nodes"])) + rate["head_ms"]
-        table[name] = {**rate, "step_ms": step_ms, "tokens_per_ms": rate["tokens_per_forward"] / step_ms}
-        print(f"  {name}: {rate['tokens_per_forward']:.2f} tokens/forward, {rate['nodes']:.1f} nodes, "
-              f"head {rate['head_ms']:.2f} ms + forward {step_ms - rate['head_ms']:.2f} ms per step")
     return table
 
 
@@ -152,27 +126,16 @@ def run(cfg: DictConfig) -> Path | None:
     t = exp.tree
     torch.set_num_threads(t.cost_threads)  # the thread count decoding runs at
     cost = forward_tree_cost(target, tuple(t.cost_sizes), repeats=t.cost_repeats)  # ms, this machine
-    searched = grow_tree(torch.tensor(tables["valid"]["continuations"]["accept"]), t.max_nodes)
     prompts = continuations["heldout"][: t.budget_prompts, : g.prompt_tokens]
-    print("static trees (EAGLE-1), by decoding:")
-    static = score_settings(target, {n: (lambda n=n: EagleProposer(head, searched.choices[:n]))
-                                     for n in t.budgets if n <= len(searched.choices)}, prompts, t.budget_tokens, cost)
-    print("dynamic trees (EAGLE-2: top_k, depth, budget), by decoding:")
-    grid = [(k, d, n) for k in t.top_ks for d in t.depths for n in t.budgets]
-    dynamic = score_settings(target, {f"{k},{d},{n}": (lambda k=k, d=d, n=n: EagleProposer(head, None, k, d, n))
-                                      for k, d, n in grid}, prompts, t.budget_tokens, cost)
-    best_static = max(static, key=lambda n: static[n]["tokens_per_ms"])
-    top_k, depth, budget = (int(x) for x in max(dynamic, key=lambda n: dynamic[n]["tokens_per_ms"]).split(","))
-    print(f"kept: static tree of {best_static} nodes; dynamic top_k {top_k}, depth {depth}, budget {budget}")
+    tree, measured = eagle_trees(target, head, torch.tensor(tables["valid"]["continuations"]["accept"]), prompts, t, cost)
 
     out = Path(exp.export)
     head.save(out, extra={"target": str(resolve_checkpoint(exp.target).name), "loss": kept,
                           "train": {k: v for k, v in asdict(settings).items() if k != "losses"}})
-    files.write_json(out / TREE_FILE, {"choices": searched.choices[:best_static], "budget": budget,
-                                       "top_k": top_k, "depth": depth, "cost_ms": cost}, indent=1)
-    files.write_json(out / "measurements.json", {"acceptance": tables, "by_loss": by_loss, "paired_lengths": paired, "static": static, "dynamic": dynamic,
-                                                 "searched_expected_tokens": searched.expected_tokens}, indent=1)
+    files.write_json(out / TREE_FILE, tree, indent=1)
+    files.write_json(out / "measurements.json", {"acceptance": tables, "by_loss": by_loss, "paired_lengths": paired,
+                                                 **measured}, indent=1)
     if exp.get("export_speculators"):  # the same head in vLLM's speculators layout, read back by a test
         head.save(exp.export_speculators, format="speculators", embedding=target.get_input_embeddings().weight,
-                  verifier=str(exp.export_speculators_verifier), speculative_tokens=depth)
+                  verifier=str(exp.export_speculators_verifier), speculative_tokens=tree["depth"])
     return out

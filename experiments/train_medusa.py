@@ -23,13 +23,13 @@ import torch
 from omegaconf import DictConfig
 
 from experiments.common import evaluation_sets, head_setup, measures_here
+from experiments.search_tree import medusa_tree
 from framework.core import files
 from framework.zoo.checkpoints import resolve_checkpoint
 from framework.zoo.continuations import cached_continuations
 from proposers.medusa.heads import TREE_FILE
 from proposers.medusa.training import accuracy, train_heads
 from proposers.search.tree_cost import forward_tree_cost
-from proposers.search.tree_search import grow_tree
 
 
 def run(cfg: DictConfig) -> Path | None:
@@ -51,16 +51,14 @@ def run(cfg: DictConfig) -> Path | None:
         h = h.cpu().eval()
         tables = {split: {kind: accuracy(h, target, windows, settings.ranks, False, start=start, mask=mask)
                           for kind, (windows, mask, start) in by_kind.items()} for split, by_kind in evals.items()}
-        tree = grow_tree(torch.tensor(tables["valid"]["continuations"]["accept"]), exp.tree.max_nodes)
-        budget = tree.best_budget(cost)
-        measured[name] = {**tables, "budget": budget, "choices": tree.choices[:budget],
-                          "expected_tokens": tree.expected_tokens[budget], "table": tree.table(cost)}
+        tree, searched = medusa_tree(torch.tensor(tables["valid"]["continuations"]["accept"]), exp.tree.max_nodes, cost)
+        measured[name] = {**tables, "budget": len(tree["choices"]), "choices": tree["choices"],
+                          "expected_tokens": tree["expected_tokens"], **searched}
         for kind in ("text", "continuations"):
             held = tables["heldout"][kind]
             print(f"{name}, held-out {kind}: top-1 (target's token) per head {[round(x, 3) for x in held['top1_target']]}, "
                   f"top-5 {[round(x, 3) for x in held['top5_target']]}, "
                   f"sampled acceptance {[round(x, 3) for x in held['accept_sampled']]}")
-        print(f"{name}: searched tree {budget} nodes, expected {tree.expected_tokens[budget]:.3f} tokens/step")
     score = {n: m["table"][m["budget"]]["tokens_per_cost"] for n, m in measured.items()}
     best = max(score, key=score.get)
     print(f"kept {best}: expected tokens per ms of forward_tree {score}")

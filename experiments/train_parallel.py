@@ -24,7 +24,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.common import evaluation_sets, head_setup, measures_here
-from experiments.train_eagle import score_settings
+from experiments.search_tree import score_settings
 from framework.core import files
 from framework.lm.text import tokenizer_of
 from framework.training.loop import resolve_device, train

@@ -26,9 +26,11 @@ from proposers.common.head_files import WEIGHT_FILES
 from proposers.eagle import published as eagle_published
 from proposers.eagle import speculators
 from proposers.eagle.head import CONFIG_FILE as EAGLE_CONFIG
+from proposers.eagle.head import TREE_FILE as EAGLE_TREE
 from proposers.eagle.head import EagleHead
 from proposers.medusa import published as medusa_published
 from proposers.medusa.heads import CONFIG_FILE as MEDUSA_CONFIG
+from proposers.medusa.heads import TREE_FILE as MEDUSA_TREE
 from proposers.medusa.heads import MedusaHeads
 from proposers.parallel import dflash
 
@@ -76,4 +78,8 @@ def load_head(path: str | Path, dtype: str | torch.dtype = "float32", layer_ids:
         "eagle": lambda: eagle_published.read_eagle1(folder, config),
         "dflash": lambda: dflash.read(folder, config),
     }
-    return readers[kind]().to(dtype).eval()
+    head = readers[kind]().to(dtype).eval()
+    measured = folder / (MEDUSA_TREE if isinstance(head, MedusaHeads) else EAGLE_TREE)
+    if isinstance(head, (EagleHead, MedusaHeads)) and not head.searched and measured.is_file():
+        head.searched = json.loads(measured.read_text())  # a published head's tree, measured by experiments.search_tree
+    return head

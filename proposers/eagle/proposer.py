@@ -63,8 +63,9 @@ class EagleProposer:
         self.published = {k: PUBLISHED[k] for k in auto if k not in head.searched and k in relevant}  # not measured here
         if self.published:
             warnings.warn(f"no {', '.join(self.published)} measured for this head (no eagle_tree.json beside it): "
-                          f"{SOURCE}. A tree measured for this head on this target decodes faster; "
-                          "give proposer.choices / top_k / depth / budget to override", stacklevel=2)
+                          f"{SOURCE}. A tree measured for this head on this target decodes faster: "
+                          "python -m experiments.search_tree target.path=T head=H writes one beside it; "
+                          "proposer.choices / top_k / depth / budget override", stacklevel=2)
         choices, top_k, depth, budget = settings.values()
         if choices is not None and not len(choices):
             raise ValueError("EAGLE's static tree needs at least one node: choices is empty")

@@ -56,7 +56,8 @@ class MedusaProposer:
         self.published = choices == "auto" and "choices" not in heads.searched  # nothing measured for these heads
         if self.published:
             warnings.warn(f"no tree measured for these Medusa heads (no medusa_tree.json beside them): {SOURCE}. A tree "
-                          "measured for them on this target decodes faster; give proposer.choices to override", stacklevel=2)
+                          "measured for them on this target decodes faster: python -m experiments.search_tree target.path=T "
+                          "head=H writes one beside them; proposer.choices overrides", stacklevel=2)
             choices = published_choices(heads.config.num_heads)
         elif choices == "auto":
             choices = heads.searched["choices"]

@@ -5,9 +5,11 @@ it), and the run says so; greedy stays plain greedy."""
 from __future__ import annotations
 
 import pytest
+import torch
 from hydra.utils import instantiate
 
 from experiments.run import run
+from framework.core.tree_shape import TreeShape
 from framework.lm.models import tiny_random_model
 from proposers import EagleProposer
 from proposers.eagle.defaults import EAGLE1_CHOICES, PUBLISHED
@@ -66,3 +68,62 @@ def test_medusas_measured_tree_wins_over_the_published_one():
 
     zoo = MedusaProposer(load_head("medusa"), "auto")  # the zoo heads' measured tree (medusa_tree.json)
     assert not zoo.published and zoo.shape.num_nodes == len(load_choices("medusa"))
+
+
+SEARCH = ["search.ranks=3", "search.depth=3", "search.max_nodes=8", "search.new_tokens=12", "search.prompt_tokens=5",
+          "search.cost_sizes=[0,4,8]", "search.cost_repeats=1", "search.budgets=[4,8]", "search.top_ks=[2]",
+          "search.depths=[2]", "search.decode_prompts=1", "search.budget_tokens=8", "prompt=[1,2,3,4,5,6]"]
+
+
+def search_cfg(tmp_path, head):
+    return load(f"target.path={tmp_path / 'target'}", f"head={head}", *SEARCH, config_name="search_tree")
+
+
+def test_search_tree_writes_a_measured_tree_beside_a_published_head_and_auto_reads_it(tmp_path):
+    """The command the warning names: measured on the target's own continuations, written beside the SpecForge-layout
+    head, and read by `auto` from then on: no warning, the measured settings, greedy still plain greedy."""
+    import json
+    import warnings
+
+    from experiments.search_tree import search
+
+    tiny_random_model("llama", vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                      seed=0, init_std=0.3).save_pretrained(tmp_path / "target")
+    random_head(32, 64, 2, (0, 1, 2), "eagle3", 48, num_heads=4, num_kv_heads=2, intermediate_size=48,
+                seed=1).save(tmp_path / "head", format="specforge")
+    written = search(search_cfg(tmp_path, tmp_path / "head"))
+    tree = json.loads(written.read_text())
+    assert written == tmp_path / "head" / "eagle_tree.json" and (tree["top_k"], tree["depth"]) == (2, 2)
+    assert tree["budget"] in (4, 8) and 1 <= len(tree["choices"]) <= 8 and set(tree["cost_ms"]) == {"0", "4", "8"}
+    cfg = load(f"target.path={tmp_path / 'target'}", "proposer=eagle3", f"proposer.head={tmp_path / 'head'}",
+               "sampling=greedy", "max_new_tokens=10", "prompt=[1,2,3,4,5]", f"output_dir={tmp_path / 'out'}", *FAST)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "published defaults" warning: the measured tree is there
+        proposer = instantiate(cfg.proposer)()
+        result = run(cfg)
+    assert (proposer.top_k, proposer.depth, proposer.budget) == (2, 2, tree["budget"]) and proposer.published == {}
+    assert result["tokens"] == result["plain_tokens"]
+
+
+def test_search_tree_for_published_medusa_heads(tmp_path):
+    import json
+
+    from experiments.search_tree import search
+    from tests.proposers.test_published_medusa import TARGET, medusa_folder
+
+    TARGET.save_pretrained(tmp_path / "target")
+    folder, _ = medusa_folder(tmp_path / "heads", heads=3, stated=3)
+    tree = json.loads(search(search_cfg(tmp_path, folder)).read_text())
+    cfg = load(f"target.path={tmp_path / 'target'}", "proposer=medusa", f"proposer.heads={folder}", *FAST)
+    proposer = instantiate(cfg.proposer)()
+    measured = TreeShape.from_choices([tuple(c) for c in tree["choices"]])
+    assert not proposer.published and torch.equal(proposer.shape.parents, measured.parents)
+    assert torch.equal(proposer.shape.ranks, measured.ranks)
+
+
+def test_search_tree_refuses_a_head_it_cannot_search(tmp_path):
+    from experiments.search_tree import search
+
+    tiny_random_model("llama", vocab_size=64, hidden_size=32, num_layers=2, seed=0).save_pretrained(tmp_path / "target")
+    with pytest.raises(FileNotFoundError, match="no head at"):
+        search(search_cfg(tmp_path, tmp_path / "nowhere"))

@@ -1,0 +1,148 @@
+"""A tree measured for any head on any target, written beside the head (`auto` settings read it from then on).
+
+    python -m experiments.search_tree target.path=/models/Llama-3.1-8B-Instruct head=/models/EAGLE3-LLaMA3.1-Instruct-8B
+
+1. Prompts: the workload's (workload=..., rendered as the target expects; the zoo's held-out stdlib code by
+   default), or, for a target without a tokenizer, the run's token-id prompt; each continued greedily by the target.
+2. Acceptance on those continuations (the text the head will meet): per depth (EAGLE: a chain fed the text) or
+   head (Medusa) and rank, how often the head's candidate is the target's own next token.
+3. The static tree grown from it (proposers/search/tree_search.py) against this machine's forward_tree cost; for
+   EAGLE, static prefixes and dynamic (top_k, depth, budget) settings decoded on the prompts, kept by tokens per ms.
+4. eagle_tree.json / medusa_tree.json in `out` (default: the head's folder) and search_measurements.json beside it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from framework.core import files
+from framework.core.sampling import SamplingConfig
+from framework.engine import generate
+from framework.lm.target import HFTarget
+from framework.lm.text import encode_prompt, tokenizer_of
+from proposers.eagle.head import TREE_FILE as EAGLE_TREE
+from proposers.eagle.head import EagleHead
+from proposers.eagle.proposer import EagleProposer
+from proposers.eagle.training import accuracy as eagle_accuracy
+from proposers.heads import load_head
+from proposers.medusa.heads import TREE_FILE as MEDUSA_TREE
+from proposers.medusa.heads import MedusaHeads
+from proposers.medusa.training import accuracy as medusa_accuracy
+from proposers.search.tree_cost import forward_tree_cost
+from proposers.search.tree_search import grow_tree, interpolate
+
+MEASUREMENTS = "search_measurements.json"
+
+
+def decode_rate(target, make, prompts: torch.Tensor, new_tokens: int) -> dict:
+    """Greedy decoding of each prompt [P, L] with a fresh proposer: tokens per forward, nodes and head time per step (ms)."""
+    steps = accepted = nodes = 0
+    draft_s = 0.0
+    for prompt in prompts:
+        stats = generate(HFTarget(target), make(), prompt[None], new_tokens, SamplingConfig(temperature=0.0)).stats
+        steps += len(stats.steps)
+        accepted += stats.accepted_total
+        nodes += sum(s.nodes for s in stats.steps)
+        draft_s += sum(s.draft_s for s in stats.steps)
+    return {"tokens_per_forward": 1 + accepted / steps, "nodes": nodes / steps, "head_ms": 1e3 * draft_s / steps}
+
+
+def score_settings(target, makers: dict, prompts, new_tokens: int, cost: dict[int, float]) -> dict:
+    """Per setting: its decode rate and tokens per ms of (forward_tree + head)."""
+    table = {}
+    for name, make in makers.items():
+        rate = decode_rate(target, make, prompts, new_tokens)
+        step_ms = interpolate(cost, round(rate["nodes"])) + rate["head_ms"]
+        table[name] = {**rate, "step_ms": step_ms, "tokens_per_ms": rate["tokens_per_forward"] / step_ms}
+        print(f"  {name}: {rate['tokens_per_forward']:.2f} tokens/forward, {rate['nodes']:.1f} nodes, "
+              f"head {rate['head_ms']:.2f} ms + forward {step_ms - rate['head_ms']:.2f} ms per step")
+    return table
+
+
+def eagle_trees(target, head: EagleHead, accept: torch.Tensor, prompts: torch.Tensor, t, cost: dict) -> tuple[dict, dict]:
+    """The static tree grown from accept [depth, ranks] and the dynamic setting, each kept by decoding the prompts
+    (t: max_nodes, budgets, top_ks, depths, budget_tokens) -> (eagle_tree.json, the measurements)."""
+    searched = grow_tree(accept, t.max_nodes)
+    print("static trees (EAGLE-1), by decoding:")
+    static = score_settings(target, {n: (lambda n=n: EagleProposer(head, searched.choices[:n]))
+                                     for n in t.budgets if n <= len(searched.choices)}, prompts, t.budget_tokens, cost)
+    print("dynamic trees (EAGLE-2/3: top_k, depth, budget), by decoding:")
+    grid = [(k, d, n) for k in t.top_ks for d in t.depths for n in t.budgets]
+    dynamic = score_settings(target, {f"{k},{d},{n}": (lambda k=k, d=d, n=n: EagleProposer(head, None, k, d, n))
+                                      for k, d, n in grid}, prompts, t.budget_tokens, cost)
+    best_static = max(static, key=lambda n: static[n]["tokens_per_ms"])
+    top_k, depth, budget = (int(x) for x in max(dynamic, key=lambda n: dynamic[n]["tokens_per_ms"]).split(","))
+    print(f"kept: static tree of {best_static} nodes; dynamic top_k {top_k}, depth {depth}, budget {budget}")
+    tree = {"choices": searched.choices[:best_static], "budget": budget, "top_k": top_k, "depth": depth, "cost_ms": cost}
+    return tree, {"static": static, "dynamic": dynamic, "searched_expected_tokens": searched.expected_tokens}
+
+
+def medusa_tree(accept: torch.Tensor, max_nodes: int, cost: dict) -> tuple[dict, dict]:
+    """The tree grown from accept [heads, ranks], cut at the budget with the most expected tokens per ms."""
+    tree = grow_tree(accept, max_nodes)
+    budget = tree.best_budget(cost)
+    print(f"searched tree {budget} nodes, expected {tree.expected_tokens[budget]:.3f} tokens/step")
+    return ({"choices": tree.choices[:budget], "cost_ms": cost, "expected_tokens": tree.expected_tokens[budget]},
+            {"table": tree.table(cost)})
+
+
+def prompt_ids(cfg: DictConfig, model) -> list[list[int]]:
+    """The workload's prompts rendered for the target (text needs its tokenizer), else the run's token-id prompt."""
+    tokenizer = tokenizer_of(model)
+    if tokenizer is None:
+        return [encode_prompt(cfg.prompt, None)[0].tolist()]
+    rendering = instantiate(cfg.workload.render)
+    prompts = instantiate(cfg.workload.suite).prompts()[: cfg.search.prompts]
+    return [rendering.render(tokenizer, prompt).ids for prompt in prompts]
+
+
+def continuations(model, prompts: list[list[int]], prompt_tokens: int, new_tokens: int) -> tuple[torch.Tensor, int]:
+    """Each prompt's last `prompt_tokens` tokens (fewer if a prompt is shorter) and the target's greedy continuation:
+    windows [P, L + new_tokens] and L."""
+    length = min(prompt_tokens, *(len(p) for p in prompts))
+    windows = []
+    for ids in prompts:
+        prompt = torch.tensor([ids[-length:]])
+        emitted = generate(HFTarget(model), None, prompt, new_tokens, SamplingConfig(temperature=0.0)).tokens
+        windows.append(torch.cat([prompt[0], emitted[0, :new_tokens]]))
+    return torch.stack(windows), length
+
+
+def search(cfg: DictConfig) -> Path:
+    s = cfg.search
+    model = instantiate(cfg.target)
+    head = load_head(cfg.head, dtype=next(model.parameters()).dtype, layer_ids=cfg.get("layer_ids"))
+    if not isinstance(head, (EagleHead, MedusaHeads)):
+        raise ValueError(f"{cfg.head} holds a {type(head).__name__}: a tree is searched for EAGLE or Medusa heads")
+    torch.set_num_threads(s.threads)  # the thread count decoding runs at: the cost and the decodes alike
+    windows, length = continuations(model, prompt_ids(cfg, model), s.prompt_tokens, s.new_tokens)
+    print(f"{len(windows)} prompts of {length} tokens, each continued by the target for {s.new_tokens} tokens")
+    cost = forward_tree_cost(model, tuple(s.cost_sizes), prompt_len=length, repeats=s.cost_repeats)  # ms, this machine
+    if isinstance(head, EagleHead):
+        head.check_target(model)
+        table = eagle_accuracy(head, model, windows, s.ranks, s.depth, start=length - 1)
+        tree, measured = eagle_trees(model, head, torch.tensor(table["accept"]), windows[: s.decode_prompts, :length], s, cost)
+        name = EAGLE_TREE
+    else:
+        table = medusa_accuracy(head, model, windows, s.ranks, False, start=length - 1)
+        tree, measured = medusa_tree(torch.tensor(table["accept"]), s.max_nodes, cost)
+        name = MEDUSA_TREE
+    out = Path(cfg.out or cfg.head).expanduser()
+    files.write_json(out / name, tree, indent=1)
+    files.write_json(out / MEASUREMENTS, {"acceptance": table, "prompt_tokens": length, **measured}, indent=1)
+    print(f"wrote {out / name}: `auto` settings of this head read it from now on")
+    return out / name
+
+
+@hydra.main(config_path="../conf", config_name="search_tree", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    search(cfg)
+
+
+if __name__ == "__main__":
+    main()
