@@ -179,7 +179,8 @@ def cached_splits(source: DocumentSource, tokenizer, root: str | Path, heldout_f
                   valid_every: int = 25) -> dict[str, TokenData]:
     """`tokenize_splits`, made once per (source, tokenizer, split settings) into root/data/ and checked on every read."""
     key = json.dumps({"source": source.describe(), "heldout_fraction": heldout_fraction, "valid_every": valid_every,
-                      "tokenizer": tokenizer_hash(tokenizer), "template": getattr(tokenizer, "chat_template", None)},
+                      "tokenizer": tokenizer_hash(tokenizer), "template": getattr(tokenizer, "chat_template", None),
+                      "labels": 2},  # 2: per-turn samples for templates that re-render, {% generation %} masks, BOS once
                      sort_keys=True)
     path = Path(root) / "data" / f"{source.describe()['kind']}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
     splits = load_splits(path)

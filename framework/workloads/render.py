@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from framework.data.chat import Message, encode, render_text, with_system
+from framework.data.chat import Message, render_text, with_bos, with_system
 from framework.workloads.suite import BenchPrompt
 
 TEMPLATES = ("auto", "chat", "raw")
@@ -58,12 +58,12 @@ class Rendering:
         if self.mode(tokenizer) == "raw":
             if turn:
                 raise ValueError(f"prompt {prompt.id!r}: a later turn needs a chat template (workload.render.template=chat)")
-            return Rendered(with_bos(tokenizer, prompt.turns[0]), prompt.turns[0], "raw")
+            return Rendered(prompt_ids(tokenizer, prompt.turns[0]), prompt.turns[0], "raw")
         messages = [m for user, answer in zip(prompt.turns, answers)
                     for m in (Message("user", user), Message("assistant", answer))]
         messages = with_system([*messages, Message("user", prompt.turns[turn])], prompt.system or self.system_prompt)
         text = render_text(tokenizer, messages, generation_prompt=True, **self.template_options(tokenizer))
-        return Rendered(with_bos(tokenizer, text), text, "chat")
+        return Rendered(prompt_ids(tokenizer, text), text, "chat")
 
     def template_options(self, tokenizer) -> dict:
         if self.thinking is None:
@@ -80,14 +80,8 @@ class Rendering:
                 "bos": getattr(tokenizer, "bos_token", None)}
 
 
-def with_bos(tokenizer, text: str) -> list[int]:
-    """The text's ids with the tokenizer's BOS exactly once: kept when the text writes it, added when the
-    tokenizer would add one and the text does not."""
-    ids = encode(tokenizer, text)
-    bos = tokenizer.bos_token_id
-    adds = bos is not None and tokenizer("", add_special_tokens=True)["input_ids"][:1] == [bos]
-    if adds and ids[:1] != [bos]:
-        ids = [bos, *ids]
+def prompt_ids(tokenizer, text: str) -> list[int]:
+    ids = with_bos(tokenizer, text)
     if not ids:
         raise ValueError("the rendered prompt is empty")
     return ids
