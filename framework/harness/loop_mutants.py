@@ -174,7 +174,8 @@ class SideRowsKeptAtCommit(HFTarget):
 def wrong_attention_scale():
     """Every tree-attention backend scales its scores by 1.3 / sqrt(d) instead of 1 / sqrt(d)."""
     backends = dict(tree_attention.BACKENDS)
-    scaled = {name: (lambda f: lambda q, k, v, mask, scale: f(q, k, v, mask, scale * 1.3))(f) for name, f in backends.items()}
+    scaled = {name: (lambda f: lambda q, k, v, mask, scale, *layer: f(q, k, v, mask, scale * 1.3, *layer))(f)
+              for name, f in backends.items()}
 
     @contextmanager
     def context():

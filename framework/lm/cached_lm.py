@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from framework.lm import recurrent
 from framework.lm.compiled import EagerFallback
 from framework.lm.slot_cache import SlotCache
 from framework.lm.windows import AttentionWindows, dense_mask_form
@@ -86,7 +87,7 @@ class CachedLM(SlotCache):
             self.model.to(target.device)
 
     def reset(self, batch_size: int) -> None:
-        super().reset(batch_size, self.device)
+        super().reset(batch_size, self.device, self.model.config if self.windows.recurrent else None)
 
     @torch.no_grad()
     def forward(
@@ -96,6 +97,7 @@ class CachedLM(SlotCache):
         pending_mask: torch.Tensor,  # [M, P+M] bool: which pending and new slots each input sees
         logits_rows: torch.Tensor | None = None,  # [M'] rows whose logits are needed (None: all)
         all_hidden: bool = False,  # hidden states of every row, not only the logits rows
+        keeps_all: bool = False,  # the caller keeps every input (a prefill): recurrent layers record no past
     ) -> LMOutput:
         B, M = input_ids.shape
         device = self.device
@@ -104,6 +106,12 @@ class CachedLM(SlotCache):
         if self.max_positions is not None and last >= self.max_positions:
             raise ValueError(f"position {last} exceeds the model's context of {self.max_positions} tokens")
         tree_mask = self.tree_mask(pending_mask, positions if self.windows.windowed else None)
+        if self.windows.recurrent:
+            chain = torch.ones(M, pending_mask.shape[-1], dtype=torch.bool, device=pending_mask.device).tril(pending_mask.shape[-1] - M)
+            if not bool((pending_mask == chain).all()):  # each input sees every pending slot and the inputs before it
+                raise ValueError("this target has recurrent layers (linear attention): their state follows one sequence, "
+                                 "so a forward verifies a chain; a tree (or side rows) needs per-node state, not built")
+            recurrent.record(self.cache.recurrent_layers, 0 if keeps_all else M)
         if self.tree_backend is None:
             # [B, 1, M, S+M] (per layer type), in the form the model's attention reads (checked here: it may change)
             masks = {"attention_mask": self.windows.dense(tree_mask, dense_mask_form(self.model))}

@@ -46,6 +46,11 @@ ARCHITECTURES = {
         layer_types=alternating(l), rope_parameters=dict(  # GPT-OSS's YaRN, its 32x stretch cut to the tiny context
             rope_type="yarn", rope_theta=150000.0, factor=max(1.0, pos / 64), original_max_position_embeddings=64,
             beta_fast=32.0, beta_slow=1.0, truncate=False)),
+    "qwen3_next": lambda v, h, l, nh, kv, pos, w: transformers.Qwen3NextConfig(  # gated DeltaNet + gated attention
+        **common(v, h, l, nh, kv, pos), linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=h // nh,
+        linear_value_head_dim=h // nh, linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=h, shared_expert_intermediate_size=h, decoder_sparse_step=1,
+        layer_types=["linear_attention" if i % 2 == 0 else "full_attention" for i in range(l)]),
     "gpt2": lambda v, h, l, nh, kv, pos, w: transformers.GPT2Config(
         vocab_size=v, n_embd=h, n_layer=l, n_head=nh, n_positions=pos, bos_token_id=0, eos_token_id=0),
 }

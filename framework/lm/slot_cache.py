@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from framework.core.tree_mask import TreeMask
+from framework.lm import recurrent
 from framework.lm.slot_kv import SlotKVCache
 
 
@@ -29,8 +30,9 @@ class SlotCache:
     def batch_size(self) -> int:
         return self.length.shape[0]
 
-    def reset(self, batch_size: int, device: torch.device) -> None:
-        self.cache = SlotKVCache()
+    def reset(self, batch_size: int, device: torch.device, config=None) -> None:
+        """config: a model with recurrent layers (its cache keeps their state layers)."""
+        self.cache = SlotKVCache(config)
         self.valid = torch.zeros(batch_size, 0, dtype=torch.bool, device=device)
         self.length = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.committed_slots = 0
@@ -67,9 +69,16 @@ class SlotCache:
         slots = slots[:, :most]
         B, K = slots.shape
         index = (S0 + slots.clamp_min(0)).to(device)  # [B, K]
-        pending = self.cache.layers[0].used - S0 if self.cache.layers else 0
+        pending = self.pending_slots()
         in_place = K <= pending and bool((slots == torch.arange(K, device=slots.device)).all())  # laid out as kept
-        for layer in self.cache.layers:
+        recurrent_layers = self.cache.recurrent_layers
+        if recurrent_layers:  # their state follows the forward's sequence: a row keeps a prefix of it, or nothing
+            leading = slots == torch.arange(K, device=slots.device)
+            if not bool((leading | (torch.arange(K, device=slots.device) >= counts.to(slots.device)[:, None])).all()):
+                raise ValueError("a target with recurrent layers keeps a leading run of each forward's tokens "
+                                 "(a chain's accepted prefix): these slots are not one")
+            recurrent.keep(recurrent_layers, counts, pending)
+        for layer in self.cache.attention_layers:
             if not in_place:  # gathered first, so writing over the pending slots cannot clobber a source
                 at = index.to(layer.keys.device)[:, None, :, None]  # layers may sit on several devices (device_map)
                 keys, values = (t.gather(2, at.expand(-1, t.shape[1], -1, t.shape[3]))
@@ -85,14 +94,20 @@ class SlotCache:
     def commit_leading(self, count: int) -> None:
         """Commit the first `count` pending slots in every row; later pending slots stay pending.
         No data moves: they already sit right after the committed ones."""
-        pending = self.cache.layers[0].used - self.committed_slots if self.cache.layers else 0
+        pending = self.pending_slots()
         if not 0 <= count <= pending:
             raise ValueError(f"asked to commit {count} leading slots but {pending} are pending")
+        if self.cache.recurrent_layers and count != pending:
+            raise ValueError("a model with recurrent layers commits whole forwards only (its state has moved past them)")
         kept = torch.ones(self.batch_size, count, dtype=torch.bool, device=self.valid.device)
         self.valid = torch.cat([self.valid, kept], dim=1)
         self.length = self.length + count
         self.committed_slots += count
         self.pending_positions = self.pending_positions[:, count:]
+
+    def pending_slots(self) -> int:
+        layers = self.cache.attention_layers if self.cache is not None else []
+        return layers[0].used - self.committed_slots if layers and layers[0].is_initialized else 0
 
     def drop_pending(self) -> None:
         """Forget every slot written since the last keep."""
@@ -109,7 +124,8 @@ class SlotCache:
         fewer rows: requests that finished leave the batch)."""
         rows = rows.to(self.length.device)
         if self.cache is not None:
-            for layer in self.cache.layers:
+            for layer in self.cache.attention_layers:
                 layer.batch_select_indices(rows.to(layer.device) if layer.is_initialized else rows)
+            recurrent.select(self.cache.recurrent_layers, rows)
         self.valid, self.length = self.valid[rows], self.length[rows]
         self.pending_positions = self.pending_positions[rows]

@@ -13,6 +13,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from framework.lm.recurrent import is_recurrent
+
 MIN_CAPACITY = 64
 
 
@@ -84,8 +86,21 @@ class SlotLayer(DynamicLayer):
 
 
 class SlotKVCache(DynamicCache):
-    """A DynamicCache (every model accepts one) whose layers are SlotLayers."""
+    """A DynamicCache (every model accepts one) whose attention layers are SlotLayers. Given the config of a model
+    with recurrent layers (framework/lm/recurrent.py), those keep transformers' own state layers."""
 
-    def __init__(self):
-        super().__init__()
-        self.layer_class_to_replicate = SlotLayer
+    def __init__(self, config=None):
+        if config is None:
+            super().__init__()
+            self.layer_class_to_replicate = SlotLayer
+            return
+        super().__init__(config=config)  # one layer of each layer type's kind
+        self.layers = [layer if is_recurrent(layer) else SlotLayer() for layer in self.layers]
+
+    @property
+    def attention_layers(self) -> list[SlotLayer]:
+        return [layer for layer in self.layers if not is_recurrent(layer)]
+
+    @property
+    def recurrent_layers(self) -> list:
+        return [layer for layer in self.layers if is_recurrent(layer)]

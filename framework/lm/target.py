@@ -72,7 +72,8 @@ class HFTarget:
             self.agreement.check("the prompt", input_ids)
         self.lm.reset(B)
         causal = torch.ones(L, L, dtype=torch.bool).tril()
-        out = self.lm.forward(input_ids, torch.arange(L), causal, logits_rows=torch.tensor([L - 1]), all_hidden=True)
+        out = self.lm.forward(input_ids, torch.arange(L), causal, logits_rows=torch.tensor([L - 1]), all_hidden=True,
+                              keeps_all=True)
         self.lm.keep(torch.arange(L).expand(B, L), torch.full((B,), L))
         return TargetOutput(out.logits, out.hidden)
 

@@ -18,6 +18,7 @@ import torch
 from framework.core.tree_mask import TreeMask
 
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
+RECURRENT_LAYER_TYPES = ("linear_attention",)  # a state, no mask (framework/lm/recurrent.py)
 
 
 def sliding_window(config) -> int | None:
@@ -34,6 +35,7 @@ def sliding_window(config) -> int | None:
 class AttentionWindows:
     by_layer_type: dict[str, int | None]  # each kind of layer's window (None: full attention)
     keyed: bool  # the forward takes one mask per layer type (the model lists config.layer_types)
+    recurrent: bool = False  # some layers carry a recurrent state: a forward verifies a chain, never a tree
 
     @classmethod
     def of(cls, config) -> AttentionWindows:
@@ -41,14 +43,14 @@ class AttentionWindows:
         types = getattr(config, "layer_types", None)
         if not types:
             return cls({"all": window}, keyed=False)
-        unknown = sorted(set(types) - set(ATTENTION_LAYER_TYPES))
+        unknown = sorted(set(types) - set(ATTENTION_LAYER_TYPES) - set(RECURRENT_LAYER_TYPES))
         if unknown:
             raise ValueError(f"layer types {unknown} of {type(config).__name__} are not supported by the slot cache "
-                             f"and tree masks (have {', '.join(ATTENTION_LAYER_TYPES)}); a recurrent or chunked layer "
-                             "cannot see a tree's nodes each on its own path")
+                             f"and tree masks (have {', '.join(ATTENTION_LAYER_TYPES + RECURRENT_LAYER_TYPES)})")
         if "sliding_attention" in types and window is None:
             raise ValueError(f"{type(config).__name__} lists sliding_attention layers but no sliding_window")
-        return cls({kind: window if kind == "sliding_attention" else None for kind in set(types)}, keyed=True)
+        return cls({kind: window if kind == "sliding_attention" else None for kind in set(types)}, keyed=True,
+                   recurrent=any(kind in RECURRENT_LAYER_TYPES for kind in types))
 
     @property
     def windowed(self) -> bool:
@@ -59,7 +61,7 @@ class AttentionWindows:
         form = (lambda window: mask.dense(window)) if additive is None else (lambda window: mask.additive(additive, window))
         if not self.keyed:
             return form(self.by_layer_type["all"])
-        return {kind: form(window) for kind, window in self.by_layer_type.items()}
+        return {kind: None if kind in RECURRENT_LAYER_TYPES else form(window) for kind, window in self.by_layer_type.items()}
 
 
 BOOLEAN_MASKS = ("sdpa", "speculum_tree")  # attention implementations that read a boolean 4D mask
