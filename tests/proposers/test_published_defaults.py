@@ -127,3 +127,51 @@ def test_search_tree_refuses_a_head_it_cannot_search(tmp_path):
     tiny_random_model("llama", vocab_size=64, hidden_size=32, num_layers=2, seed=0).save_pretrained(tmp_path / "target")
     with pytest.raises(FileNotFoundError, match="no head at"):
         search(search_cfg(tmp_path, tmp_path / "nowhere"))
+
+
+def write_layout(layout: str, tmp_path) -> tuple[str, str, str]:
+    """A tiny target and a head in `layout` (docs/published.md's table) -> (target path, proposer, head override)."""
+    from proposers.medusa.heads import random_heads
+    from tests.proposers.test_published_medusa import medusa2_folder, medusa_folder
+
+    target = tiny_random_model("llama", vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                               seed=0, init_std=0.3)
+    target.save_pretrained(tmp_path / "target")
+    eagle = dict(num_heads=4, num_kv_heads=2, intermediate_size=48, seed=1)
+    if layout == "medusa2":  # the folder is the target and the heads
+        return str(medusa2_folder(tmp_path / "medusa2", target)[0]), "medusa", "proposer.heads"
+    if layout.startswith("medusa"):
+        folder, _ = medusa_folder(tmp_path / "heads", heads=3, stated=3, version2=layout == "medusa-v2")
+        return str(tmp_path / "target"), "medusa", f"proposer.heads={folder}"
+    if layout == "ours-medusa":
+        random_heads(32, 64, 3, seed=1).save(tmp_path / "heads")
+        return str(tmp_path / "target"), "medusa", f"proposer.heads={tmp_path / 'heads'}"
+    head = random_head(32, 64, 2, None if layout == "eagle" else (0, 1, 2), "eagle" if layout == "eagle" else "eagle3",
+                       None if layout == "eagle" else 48, **eagle)
+    options = {"embedding": target.get_input_embeddings().weight} if layout == "speculators" else {}
+    head.save(tmp_path / "head", format={"ours-eagle3": "speculum"}.get(layout, layout), **options)
+    return str(tmp_path / "target"), "eagle" if layout == "eagle" else "eagle3", f"proposer.head={tmp_path / 'head'}"
+
+
+@pytest.mark.parametrize("layout", ["ours-eagle3", "ours-medusa", "medusa1", "medusa-v2", "medusa2", "eagle",
+                                    "specforge", "speculators"])
+def test_every_layout_row_runs_by_its_documented_command(layout, tmp_path):
+    """docs/published.md's command, `python -m experiments.run target.path=T proposer=... proposer.head(s)=H`, with
+    nothing measured beside the head: it runs on the published defaults, and greedy is the target's own greedy."""
+    import warnings
+
+    target, proposer, head = write_layout(layout, tmp_path)
+    if layout == "medusa2":
+        head = f"{head}={target}"
+    cfg = load(f"target.path={target}", f"proposer={proposer}", head, "sampling=greedy", "max_new_tokens=10",
+               "prompt=[4,9,2,7,1]", f"output_dir={tmp_path / 'out'}", *FAST)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = run(cfg)
+    sequence = torch.tensor([[4, 9, 2, 7, 1]])
+    model = tiny_random_model("llama", vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                              seed=0, init_std=0.3)
+    with torch.no_grad():
+        for _ in range(10):  # the target's own forward, greedy, no cache
+            sequence = torch.cat([sequence, model(sequence).logits[:, -1:].argmax(-1)], dim=1)
+    assert result["tokens"] == result["plain_tokens"] == sequence[0, 5:].tolist()

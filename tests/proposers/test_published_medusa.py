@@ -90,17 +90,22 @@ def test_version2_heads_read_through_the_targets_lm_head(tmp_path):
     assert report.equal
 
 
-def test_medusa2_full_folder_is_the_target_and_the_heads(tmp_path):
-    """M4: a save_pretrained llama with medusa_head.* keys loads as the plain model, and gives the heads."""
-    folder = tmp_path / "medusa2"
-    TARGET.save_pretrained(folder)
+def medusa2_folder(folder, target, heads: int = 3, seed: int = 1):
+    """Medusa-2's layout: the target saved with medusa_head.* tensors beside its own, and the heads in its config."""
     from safetensors.torch import load_file
 
+    target.save_pretrained(folder)
     model_state = load_file(str(folder / "model.safetensors"))
-    heads_state = published_state(3, 1, torch.Generator().manual_seed(1), dtype=torch.float32)
+    heads_state = published_state(heads, 1, torch.Generator().manual_seed(seed), dtype=torch.float32)
     save_file({**model_state, **{f"medusa_head.{k}": v for k, v in heads_state.items()}}, str(folder / "model.safetensors"))
     config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "medusa_num_heads": 3, "medusa_num_layers": 1}))
+    (folder / "config.json").write_text(json.dumps({**config, "medusa_num_heads": heads, "medusa_num_layers": 1}))
+    return folder, heads_state
+
+
+def test_medusa2_full_folder_is_the_target_and_the_heads(tmp_path):
+    """M4: a save_pretrained llama with medusa_head.* keys loads as the plain model, and gives the heads."""
+    folder, heads_state = medusa2_folder(tmp_path / "medusa2", TARGET)
     model = load_causal_lm(folder)
     tokens = torch.tensor([[4, 9, 2, 7]])
     with torch.no_grad():
