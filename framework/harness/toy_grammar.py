@@ -16,9 +16,11 @@ class ToyGrammar:
     tokens: str  # token i's text is tokens[i]
     # the automaton: transitions[state][token] = next state, -1 = forbidden; state 0 starts
     transitions: tuple[tuple[int, ...], ...]
+    ebnf: str | None = None  # the same language as an EBNF grammar: the loop compiles this one instead of the regex
 
     def constraint(self) -> GrammarConstraint:
-        return GrammarConstraint(Grammar(regex=self.regex), list(self.tokens), len(self.tokens))
+        grammar = Grammar(ebnf=self.ebnf) if self.ebnf is not None else Grammar(regex=self.regex)
+        return GrammarConstraint(grammar, list(self.tokens), len(self.tokens))
 
     def allowed_next(self, emitted: tuple[int, ...]) -> list[int]:
         state = 0
@@ -33,3 +35,4 @@ class ToyGrammar:
 A_THEN_B = ToyGrammar("(ab|b|c)*", "abc", ((1, 0, 0), (-1, 0, -1)))
 # vocabulary 5: a letter of "ab" must be followed by one of "cd"; "e" stands alone; "c"/"d" never open a pair
 PAIRS = ToyGrammar("([ab][cd]|e)*", "abcde", ((1, 1, -1, -1, 0), (-1, -1, 0, 0, -1)))
+PAIRS_EBNF = ToyGrammar(PAIRS.regex, PAIRS.tokens, PAIRS.transitions, ebnf='root ::= ( [ab] [cd] | "e" )*')
