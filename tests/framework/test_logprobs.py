@@ -63,3 +63,42 @@ def test_logprobs_count_is_checked():
     target = tiny_random_model("llama", seed=0, vocab_size=5, **TOY)
     with pytest.raises(ValueError, match="top_logprobs must be None or an integer >= 0"):
         generate(HFTarget(target), None, torch.tensor([[1, 2]]), 3, logprobs=-1)
+
+
+PENALISED = {"greedy, penalty": SamplingConfig(temperature=0, repetition_penalty=1.5),
+             "sampled, penalty": SamplingConfig(temperature=0.9, repetition_penalty=1.3, logit_bias={1: 0.5})}
+
+
+@pytest.mark.parametrize("sampling", PENALISED)
+def test_logprobs_of_a_batch_whose_rows_leave_follow_each_rows_own_path(sampling):
+    """Three rows, a draft tree (two branches, two deep: the penalty's history is each node's own path), rows that end
+    at EOS at different steps and leave the batch: every row's log-probs are its own processed law, by plain
+    forwards of that row alone and transformers' processors (issue 52, finding 4)."""
+    cfg = PENALISED[sampling]
+    target = tiny_random_model("llama", seed=0, vocab_size=5, **TOY)
+    draft = tiny_random_model("llama", seed=0, vocab_size=5, **TOY)  # the target's twin: its drafts get accepted
+    prompts = torch.tensor([[1, 1, 1, 1], [3, 3, 3, 3], [0, 0, 2, 2]])  # few tokens seen: the drafted path's count
+    kind = "point" if cfg.greedy else "iid"
+    out = generate(HFTarget(target), DraftModelProposer(draft, branching=2, depth=2, kind=kind), prompts, 10, cfg,
+                   seed=2, eos_token_id=None if cfg.greedy else 4, logprobs=2)
+    lengths = [int((row >= 0).sum()) for row in out.tokens]
+    for b, length in enumerate(lengths):
+        tokens = out.tokens[b, :length].tolist()
+        expected = reference_logprobs_free(target, prompts[b:b + 1], tokens, cfg)  # [T, V]
+        chosen = expected.gather(1, torch.tensor(tokens)[:, None]).squeeze(1)
+        torch.testing.assert_close(out.logprobs.chosen[b, :length], chosen, atol=1e-9, rtol=0)
+        torch.testing.assert_close(out.logprobs.top[b, :length], expected.topk(2, dim=-1).values, atol=1e-9, rtol=0)
+    if not cfg.greedy:  # the first row leaves first, then the others at different steps
+        assert lengths[0] < min(lengths[1:]) and len(set(lengths)) == 3, lengths
+    assert out.stats.summary()["tokens_per_forward"] > 1
+
+
+def reference_logprobs_free(model, prompt, tokens, sampling):
+    """reference_logprobs without a grammar."""
+    law_cfg = SamplingConfig(logit_bias=sampling.logit_bias, repetition_penalty=sampling.repetition_penalty) \
+        if sampling.greedy else sampling
+    rows = []
+    for t in range(len(tokens)):
+        sequence = torch.cat([prompt[0], torch.tensor(tokens[:t], dtype=torch.long)])[None]
+        rows.append(reference_law(model(sequence).logits[:, -1].double(), law_cfg, sequence)[0].log())
+    return torch.stack(rows)
