@@ -163,3 +163,21 @@ def test_bad_settings_are_named():
 def test_a_plan_of_no_depth_a_policy_could_mean_is_named(depth):
     with pytest.raises(ValueError, match="a plan's depth must be None or an integer >= 0"):
         Plan(depth)
+
+
+@pytest.mark.parametrize("scores, kept", [
+    ([0.99, 0.98, 0.97, 0.96, 0.95, 0.94, 0.93, 0.92], "all"),
+    ([0.9, 0.6, 0.3, 0.05, 0.004, 0.002, 0.001, 0.0005], "some"),
+    ([0.001, 0.0005, 0.0002, 0.0001, 5e-5, 2e-5, 1e-5, 5e-6], "none"),
+], ids=["sure", "middling", "hopeless"])
+def test_rows_alike_keep_the_same_nodes_at_every_batch_size(scores, kept):
+    """Where a forward's cost does not grow with the rows (the same cost table at every B, memory-bound), B rows of
+    the same tree are worth B times one row's tokens for B times one row's time: the policy keeps the same nodes at
+    B = 1, 4 and 16. Values averaged over the rows instead of summed keep fewer at a larger B (issue 52, finding 5)."""
+    counts = {}
+    for batch in (1, 4, 16):
+        p = policy(batch=batch)
+        p.planned = Plan(8)
+        counts[batch] = p.trim(point_tree(torch.tensor([scores]).expand(batch, -1)))[0].num_nodes
+    assert len(set(counts.values())) == 1, counts
+    assert {"all": counts[1] == 8, "none": counts[1] == 0, "some": 0 < counts[1] < 8}[kept], counts
