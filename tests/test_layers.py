@@ -9,6 +9,9 @@ a module's dependencies are its first lines; the one exception is an optional ba
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +36,28 @@ LAYERS = {
                                        "data", "training", "workloads", "metrics", "constraints"}),
 }
 OPTIONAL_BACKENDS = ("framework.lm.tree_attention_triton", "verifiers.triton_chain", "verifiers.triton_rules")
+# The third-party packages each layer may import directly (the standard library and torch aside). The core is torch
+# and numpy (path_tree's trie); the engine imports no model runtime; only lm, zoo, proposers, harness and experiments
+# may import transformers; xgrammar only through constraints (and experiments' grammar benchmark).
+THIRD_PARTY = {
+    "core": {"numpy"},
+    "verifiers": {"triton"},
+    "data": {"datasets", "jinja2", "tqdm"},
+    "training": {"accelerate", "tqdm"},
+    "lm": {"transformers", "safetensors", "tokenizers", "triton"},
+    "zoo": {"transformers", "tokenizers", "datasets", "tqdm"},
+    "control": set(),
+    "constraints": {"xgrammar"},
+    "engine": set(),
+    "metrics": set(),
+    "workloads": {"datasets"},
+    "proposers": {"transformers", "safetensors", "datasets", "numpy", "tqdm"},
+    "harness": {"transformers", "numpy", "scipy"},
+    "experiments": {"transformers", "hydra", "omegaconf", "numpy", "tqdm", "matplotlib", "xgrammar", "yaml", "vllm",
+                    "llguidance", "outlines_core"},
+}
+KNOWN_THIRD_PARTY = set().union(*THIRD_PARTY.values()) | {"accelerate", "datasets", "jinja2"}
+DYNAMIC_IMPORT_SHIMS = ("framework",)  # the package's lazy one-release re-exports of the old flat names
 
 
 def layer_of(module: str) -> str | None:
@@ -90,6 +115,68 @@ def violations(root: Path = ROOT) -> list[str]:
 
 def test_every_import_respects_the_layers():
     assert violations() == []
+
+
+def dynamic_imports(root: Path = ROOT) -> list[str]:
+    """importlib.import_module / __import__ calls: a dependency no import statement shows, so refused outside the
+    re-export shim (a static tool cannot follow them)."""
+    found = []
+    for package in ("framework", "verifiers", "proposers", "experiments"):
+        for path in sorted((root / package).rglob("*.py")):
+            if module_name(path, root) in DYNAMIC_IMPORT_SHIMS:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in ("import_module", "__import__"):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: a dynamic import ({ast.unparse(node)})")
+    return found
+
+
+def test_no_dynamic_imports_hide_a_dependency():
+    assert dynamic_imports() == []
+
+
+def import_linter_contracts(layers: dict = LAYERS, third_party: dict = THIRD_PARTY) -> str:
+    """import-linter's contracts (INI), one forbidden contract per layer: the layers it may not import and the
+    third-party packages it may not import directly. import-linter reads every import, in functions too."""
+    lines = ["[importlinter]", "root_packages =", *(f"    {p}" for p in ("framework", "verifiers", "proposers", "experiments")),
+             "include_external_packages = True", ""]
+    for layer, (prefixes, allowed) in layers.items():
+        others = [p for other, (owned, _) in layers.items() if other != layer and other not in allowed for p in owned]
+        external = sorted(KNOWN_THIRD_PARTY - third_party[layer])
+        lines += [f"[importlinter:contract:{layer}]", f"name = {layer} imports its own layer, those below and "
+                  f"{', '.join(sorted(third_party[layer])) or 'no third-party package but torch'}", "type = forbidden",
+                  "source_modules =", *(f"    {p}" for p in prefixes), "forbidden_modules =",
+                  *(f"    {m}" for m in others + external), "allow_indirect_imports = True", ""]
+    return "\n".join(lines)
+
+
+def lint_imports(root: Path, contracts: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    config = tmp_path / "importlinter.ini"
+    config.write_text(contracts)
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    command = [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; "
+               "sys.exit(lint_imports_command())", str(config), "--no-cache"]
+    return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_import_linter_keeps_the_layers_and_the_third_party_rules(tmp_path):
+    done = lint_imports(ROOT, import_linter_contracts(), tmp_path)
+    assert done.returncode == 0 and "0 broken" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_import_linter_catches_a_model_runtime_in_the_engine_and_numpy_in_the_verifiers(tmp_path):
+    """A copy of the packages with two planted imports: transformers in the engine, numpy in a verifier."""
+    import shutil
+
+    for package in ("framework", "verifiers", "proposers", "experiments"):
+        shutil.copytree(ROOT / package, tmp_path / "src" / package, ignore=shutil.ignore_patterns("__pycache__", "*.safetensors", "*.pt", "*.json*"))
+    engine = tmp_path / "src" / "framework" / "engine.py"
+    engine.write_text("import transformers\n" + engine.read_text())
+    rules = tmp_path / "src" / "verifiers" / "rules.py"
+    rules.write_text(rules.read_text() + "\n\ndef late():\n    import numpy\n    return numpy\n")
+    done = lint_imports(tmp_path / "src", import_linter_contracts(), tmp_path)
+    assert done.returncode != 0
+    assert "framework.engine -> transformers" in done.stdout and "verifiers.rules -> numpy" in done.stdout, done.stdout[-3000:]
 
 
 def entry_points(root: Path = ROOT) -> dict[str, ast.Module]:
