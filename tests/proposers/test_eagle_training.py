@@ -6,7 +6,7 @@ import torch
 from framework.data.token_data import TokenData
 from framework.lm.models import tiny_random_model
 from proposers.eagle.head import EagleHead
-from proposers.eagle.training import EagleTrainConfig, accuracy, draft_vocabulary, train_head, unroll_mask
+from proposers.eagle.training import EagleTrainConfig, draft_vocabulary, train_head, unroll_mask
 
 
 def test_unrolled_step_sees_the_context_and_its_own_chain():
@@ -38,11 +38,7 @@ def test_short_run_learns_and_resumes(tmp_path):
     log = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["log"]
     assert [row["step"] for row in log] == list(range(1, 41))
     assert log[-1]["parts"][0] < log[0]["parts"][0] / 2.5 and log[-1]["parts"][1] < log[0]["parts"][1] / 2.5
-    with torch.no_grad():
-        greedy = target(stream[:256].view(8, 32)).logits.argmax(-1)  # the target's own tokens: the text to draft
-    acc = accuracy(head, target, greedy, ranks=3, depth=3)
-    assert len(acc["accept"]) == 3 and len(acc["accept"][0]) == 3
-    assert all(0.0 <= a <= 1.0 for row in acc["accept"] for a in row)
+    # its acceptance table is checked against an independent computation in tests/training/test_accuracy_tables.py
 
 
 def test_draft_vocabulary_is_the_most_frequent_tokens_in_order():
