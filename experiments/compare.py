@@ -520,7 +520,7 @@ def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
               "config": OmegaConf.to_container(cfg, resolve=True)}
     files.write_text(out / "prompts.jsonl", "".join(
         json.dumps({"category": c, "prompt": i, "turn": t, "tokens": len(r.ids), "template": r.template, "text": r.text}) + "\n"
-        for (c, i, t), r in sorted(work.rendered.items())))  # what the target read, as rendered
+        for (c, i, t, _), r in sorted(work.rendered.items(), key=lambda kv: (kv[0][:3], kv[1].text))))  # as rendered
     write_outputs(result, out)
     write_profiles(result, records.done.values(), out)
     write_acceptance_records(records.done.values(), out)

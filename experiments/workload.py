@@ -36,7 +36,9 @@ class Workload:
     rendering: Rendering = field(default_factory=Rendering)
     max_prompt_tokens: int | None = None
     description: dict = field(default_factory=dict)  # recorded with every result
-    rendered: dict = field(default_factory=dict)  # (category, index, turn) -> its rendering, for prompts.jsonl
+    # (category, index, turn, the answers before it) -> its rendering, for prompts.jsonl: a later turn follows the
+    # answers of the sampling it is timed under, so two samplings' turns are two renderings
+    rendered: dict = field(default_factory=dict)
 
     def turns(self, category: str, index: int) -> int:
         """Turns timed: every one under a chat template; the first only in raw text, which has no roles."""
@@ -51,9 +53,9 @@ class Workload:
         prompt = self.prompts[category][index]
         if not isinstance(prompt, BenchPrompt):
             return encode_prompt(prompt, None)
-        key = (category, index, turn)
+        answers = tuple(answer(category, index, t) for t in range(1, turn))
+        key = (category, index, turn, answers)
         if key not in self.rendered:
-            answers = tuple(answer(category, index, t) for t in range(1, turn))
             rendered = self.rendering.render(self.tokenizer, prompt, answers)
             if self.max_prompt_tokens is not None and len(rendered.ids) > self.max_prompt_tokens:
                 raise ValueError(f"prompt {prompt.id!r} turn {turn}: {len(rendered.ids)} tokens, over "

@@ -129,3 +129,16 @@ def test_an_answer_ends_at_its_turn_and_leaves_its_thinking_out(tokenizer):
     ids = lambda text: thinking(text, add_special_tokens=False)["input_ids"]  # noqa: E731
     assert answer_text(thinking, ids("Some thought.</think> The answer.<|im_end|>trailing")) == "The answer."
     assert answer_text(thinking, ids("Plain answer<|endoftext|>more")) == "Plain answer"
+
+
+def test_a_later_turn_follows_the_answer_of_the_sampling_it_is_timed_under(tmp_path, chat_target, tokenizer):
+    """Turn 2 under a second sampling is built on that sampling's answer, not on the first one's cached rendering
+    (and a resumed run, which asks in another order, builds the same prompts) (issue 58, case 1)."""
+    work = build_workload(load(tmp_path, chat_target), tokenizer, None)
+    category = next(c for c in work.prompts if work.turns(c, 0) > 1)
+    greedy, sampled = (lambda c, i, t: "Greedy answer."), (lambda c, i, t: "A sampled answer.")
+    first = tokenizer.decode(work.ids(category, 0, 2, greedy)[0])
+    second = tokenizer.decode(work.ids(category, 0, 2, sampled)[0])
+    assert "Greedy answer." in first and "A sampled answer." in second and "Greedy answer." not in second
+    resumed = build_workload(load(tmp_path, chat_target), tokenizer, None)
+    assert tokenizer.decode(resumed.ids(category, 0, 2, sampled)[0]) == second
