@@ -19,6 +19,9 @@ curve. `time_limit_s` stops every process at the same step (the main process dec
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -52,6 +55,16 @@ class LoopConfig:
     time_limit_s: float | None = None  # stop (with a checkpoint) after this long; call again to resume
     max_skipped: int = 50  # steps with a non-finite loss or gradient skipped (never applied) before giving up
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        """Before any model loads: a run of no steps would export the untrained initial weights."""
+        for name, least in (("steps", 1), ("batch_size", 1), ("block_size", 2), ("eval_every", 1), ("eval_tokens", 1),
+                            ("save_every", 1), ("warmup", 0), ("max_skipped", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"train.{name} must be an integer >= {least}, got {value!r}")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"train.lr must be a positive number, got {self.lr!r}")
 
 
 class Objective(Protocol):
@@ -132,16 +145,45 @@ def train(objective: nn.Module, data: TokenData, out_dir: str | Path, cfg: LoopC
     `evaluate(trained)` runs on the main process every eval_every steps; its dict lands in the log."""
     out_dir = Path(out_dir)
     acc = accelerator_for(cfg.device)
-    world, rank = acc.num_processes, acc.process_index
-    if cfg.batch_size % world:
-        raise ValueError(f"batch_size {cfg.batch_size} does not split over {world} processes")
+    if cfg.batch_size % acc.num_processes:
+        raise ValueError(f"batch_size {cfg.batch_size} does not split over {acc.num_processes} processes")
     trained = objective.trained()
     optimizer = torch.optim.AdamW([p for p in trained.parameters() if p.requires_grad], lr=cfg.lr,
                                   weight_decay=cfg.weight_decay)
+    with files.exclusive(out_dir, name) if acc.is_main_process else contextlib.nullcontext():
+        return _train(objective, data, out_dir, cfg, evaluate, name, acc, trained, optimizer)
+
+
+def target_identity(objective: nn.Module) -> dict | None:
+    """What a root was trained against: the frozen target's checkpoint, configuration and embedding (a target of the
+    same vocabulary size but other weights differs here), or None for an objective without one."""
+    target = getattr(objective, "target", None)
+    if target is None or not hasattr(target, "config"):
+        return None
+    embedding = target.get_input_embeddings().weight.detach()
+    return {"name_or_path": str(getattr(target.config, "name_or_path", "")),
+            "config": hashlib.sha256(target.config.to_json_string(use_diff=False).encode()).hexdigest()[:16],
+            "embedding": [float(embedding.double().sum()), float(embedding.double().abs().sum())]}
+
+
+def same_target(saved: dict | None, current: dict | None) -> bool:
+    if saved is None or current is None:
+        return True  # a checkpoint from before identities were recorded
+    close = all(abs(a - b) <= 1e-6 * max(1.0, abs(b)) for a, b in zip(saved["embedding"], current["embedding"]))
+    return saved["config"] == current["config"] and close
+
+
+def _train(objective, data, out_dir: Path, cfg: LoopConfig, evaluate, name: str, acc, trained, optimizer) -> bool:
+    world, rank = acc.num_processes, acc.process_index
     ckpt = out_dir / "checkpoint.pt"
     state = {"step": 0, "log": [], "skipped": 0}
+    identity = target_identity(objective)
     saved = files.load_torch(ckpt, f"{name} checkpoint")  # the newest that loads: the file, then its previous version
     if saved is not None:
+        if not same_target(saved.get("target"), identity):
+            raise ValueError(f"{ckpt} was trained against another target ({saved['target']['name_or_path']}, config "
+                             f"{saved['target']['config']}) than this one ({identity['name_or_path']}, config "
+                             f"{identity['config']}): resuming would mix them; give this run another root or run")
         trained.load_state_dict(saved["trained"])
         optimizer.load_state_dict(saved["optimizer"])
         state = {k: saved[k] for k in state}
@@ -154,7 +196,8 @@ def train(objective: nn.Module, data: TokenData, out_dir: str | Path, cfg: LoopC
         if acc.is_main_process:
             out_dir.mkdir(parents=True, exist_ok=True)
             files.save_torch({**state, "trained": trained.state_dict(), "optimizer": optimizer.state_dict(),
-                              "part_names": objective.part_names, "config": asdict(cfg), "processes": world}, ckpt,
+                              "part_names": objective.part_names, "config": asdict(cfg), "processes": world,
+                              "target": identity}, ckpt,
                              keep_previous=True)
         acc.wait_for_everyone()
 

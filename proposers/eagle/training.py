@@ -45,6 +45,7 @@ class EagleTrainConfig(LoopConfig):
     ranks: int = 10
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.losses = dict(self.losses)
         if not self.losses:
             raise ValueError("losses is empty: name at least one (e.g. loss=kl)")

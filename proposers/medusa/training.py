@@ -33,6 +33,7 @@ class MedusaTrainConfig(LoopConfig):
     bf16: bool = True  # autocast on CUDA (CPU runs in the target's dtype)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.losses = dict(self.losses)
         if not self.losses:
             raise ValueError("losses is empty: name at least one (e.g. loss=kl)")

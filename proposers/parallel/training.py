@@ -38,6 +38,7 @@ class ParallelTrainConfig(LoopConfig):
     decay: float = 0.9  # weight of depth j: decay**j
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.losses = dict(self.losses)
         if not self.losses:
             raise ValueError("losses is empty: name at least one (e.g. loss=kl)")
