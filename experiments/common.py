@@ -157,6 +157,21 @@ def one_process(entry: str) -> None:
                          "target.device_map places it by layers in one process")
 
 
+@contextmanager
+def owned_output(output_dir: str, what: str, result: str = "result.json") -> Iterator[None]:
+    """The run's folder for this run alone: held while it runs (a second run given the same folder is refused
+    while the first runs), and refused before any work when it holds an earlier run's result, which this run
+    would replace. Under torchrun rank 0 holds it (it alone writes)."""
+    if not writes_results():
+        yield
+        return
+    with files.exclusive(output_dir, what):
+        if (Path(output_dir) / result).exists():
+            raise files.FolderBusy(f"{Path(output_dir) / result} holds an earlier run's result: give this run another "
+                                   "folder (hydra.run.dir=... / output_dir=...) or move that result away")
+        yield
+
+
 def write_json(output_dir: str, name: str, data) -> Path:
     """<output_dir>/<name>, folders made as needed, written whole; returns the path. Under torchrun only rank 0
     writes (the other ranks hold copies of its run)."""

@@ -25,6 +25,7 @@ from experiments.common import (
     emitted,
     job_record,
     option,
+    owned_output,
     policy_factory_of,
     timed_generate,
     torch_threads,
@@ -47,7 +48,7 @@ def check_settings(cfg: DictConfig) -> None:
 def run(cfg: DictConfig) -> dict:
     """Build from cfg, decode speculatively and plainly, write and return the result dict."""
     check_settings(cfg)
-    with torch_threads(cfg.experiment.num_threads):
+    with owned_output(cfg.output_dir, "experiments.run"), torch_threads(cfg.experiment.num_threads):
         return _run(cfg)
 
 

@@ -28,6 +28,7 @@ from experiments.common import (
     constraint_of,
     one_process,
     option,
+    owned_output,
     stop_token_of,
     timed_generate,
     torch_threads,
@@ -148,7 +149,7 @@ def chain_cost(constraint: GrammarConstraint, target: HFTarget, prompt: torch.Te
 
 def run(cfg: DictConfig) -> dict:
     one_process("experiments.structured")
-    with torch_threads(cfg.experiment.num_threads):
+    with owned_output(cfg.output_dir, "experiments.structured"), torch_threads(cfg.experiment.num_threads):
         return _run(cfg)
 
 

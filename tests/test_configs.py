@@ -265,3 +265,20 @@ def test_the_main_demo_is_greedy_identical_then_one_sampled_line(tmp_path):
     assert "identical to plain decoding: NO" in broken
     alone = {k: v for k, v in result.items() if k != "sampled"}  # experiment.sampled=null: no sampled line
     assert "sampled, speculative" not in report({**alone, "choices": {}})
+
+
+def test_a_second_run_in_the_same_folder_is_refused_and_the_first_result_stays(tmp_path):
+    """Two runs given the same explicit folder: the second is refused before any work, naming the result it would
+    replace; while a run holds the folder, another is refused too (issue 58, case 2)."""
+    from framework.core import files
+
+    cfg = load("models=tiny", "proposer=prompt_lookup", "max_new_tokens=4", f"output_dir={tmp_path}", *FAST)
+    first = run(cfg)
+    with pytest.raises(files.FolderBusy, match="holds an earlier run's result"):
+        run(cfg)
+    assert json.loads((tmp_path / "result.json").read_text())["tokens"] == first["tokens"]
+    busy = tmp_path / "busy"
+    with files.exclusive(busy, "experiments.run"):
+        with pytest.raises(files.FolderBusy, match="in use by another"):
+            run(load("models=tiny", "proposer=prompt_lookup", "max_new_tokens=4", f"output_dir={busy}", *FAST))
+    assert not (busy / "result.json").exists()
