@@ -68,6 +68,7 @@ from experiments.common import (
     option,
     torch_threads,
     verifier_of,
+    whole_number,
     without_grammar,
     write_json,
 )
@@ -182,6 +183,10 @@ def plan(cfg: DictConfig) -> Plan:
     if OWN in methods and cfg.proposer is None:
         raise ValueError(f"experiment.methods: {OWN!r} is the run's own proposer group, but proposer=none")
     categories = []  # the workload's (experiments.workload.build_workload checks experiment.categories)
+    whole_number("experiment.max_new_tokens", exp.max_new_tokens, 1)  # an empty decode has no speed nor identity
+    whole_number("experiment.per_category", exp.per_category, 1)
+    whole_number("experiment.warmup", exp.warmup, 0)
+    whole_number("experiment.check.samples", exp.check.samples, 0)
     if exp.samples is not None and (isinstance(exp.samples, bool) or not isinstance(exp.samples, int) or exp.samples < 1):
         raise ValueError(f"experiment.samples must be an integer >= 1 (prompts timed in all) or null, got {exp.samples!r}")
     wrong = [s for s in exp.samplings if s not in sampling_configs()]

@@ -132,6 +132,10 @@ def test_discovery_lists_every_config(tmp_path):
 @pytest.mark.parametrize("override, message", [
     ("experiment.methods=[draft,beam_search]", r"unknown methods \['beam_search'\].*'draft'"),
     ("experiment.samplings=[greedy,t9]", r"unknown samplings \['t9'\].*'t1'"),
+    ("experiment.max_new_tokens=0", r"experiment.max_new_tokens must be an integer >= 1, got 0"),  # issue 58, case 6
+    ("experiment.per_category=0", r"experiment.per_category must be an integer >= 1, got 0"),
+    ("experiment.per_category=-2", r"experiment.per_category must be an integer >= 1, got -2"),
+    ("experiment.check.samples=-1", r"experiment.check.samples must be an integer >= 0, got -1"),
 ])
 def test_unknown_names_fail_before_any_work(tmp_path, override, message):
     with pytest.raises(ValueError, match=message):
