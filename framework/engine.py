@@ -120,6 +120,9 @@ class Decoder:
         alternatives there are kept in `logprobs` after every prefill and step (framework/core/logprobs.py)."""
         if top_logprobs is not None and (isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or top_logprobs < 0):
             raise ValueError(f"top_logprobs must be None or an integer >= 0, got {top_logprobs!r}")
+        if top_logprobs is not None and top_logprobs > target.vocab_size:
+            raise ValueError(f"top_logprobs={top_logprobs} asks for more alternatives than the vocabulary's "
+                             f"{target.vocab_size} tokens")
         self.target, self.proposer, self.sampling, self.rng = target, proposer, sampling, rng
         self.eos_token_id, self.verifier = eos_token_id, verifier
         self.constraint, self.top_logprobs = constraint, top_logprobs

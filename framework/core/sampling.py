@@ -33,12 +33,14 @@ class SamplingConfig:
     def __post_init__(self) -> None:
         pairs = self.logit_bias.items() if isinstance(self.logit_bias, Mapping) else self.logit_bias
         try:
-            pairs = tuple(sorted((int(k), float(v)) for k, v in pairs))
+            pairs = tuple(sorted((token_id(k), float(v)) for k, v in pairs))
         except (TypeError, ValueError) as error:
-            raise ValueError(f"logit_bias must map token ids to numbers, got {self.logit_bias!r}") from error
+            raise ValueError(f"logit_bias must map token ids (whole numbers) to numbers, got {self.logit_bias!r}: "
+                             f"{error}") from None
         for token, bias in pairs:
-            if token < 0 or isnan(bias) or bias == float("inf"):
-                raise ValueError(f"logit_bias: token ids must be >= 0 and biases finite or -inf, got {token}: {bias}")
+            if token < 0 or isnan(bias) or bias == float("inf") or (abs(bias) > FLOAT32_MAX and bias != float("-inf")):
+                raise ValueError(f"logit_bias: token ids must be >= 0 and biases finite in float32 (|b| <= 3.4e38) or "
+                                 f"-inf, got {token}: {bias}")
         if len({token for token, _ in pairs}) != len(pairs):
             raise ValueError(f"logit_bias names a token twice: {self.logit_bias!r}")
         object.__setattr__(self, "logit_bias", pairs)
@@ -74,14 +76,31 @@ def hf_sampling(sampling: SamplingConfig) -> dict:
     return {"do_sample": True, "temperature": sampling.temperature, "top_k": 0, "top_p": 1.0, **bias}
 
 
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
+def token_id(key) -> int:
+    """A logit_bias key as a token id: a whole number (or its digits); True, 5.5 and "a" are not ids."""
+    if isinstance(key, bool) or (isinstance(key, float) and not key.is_integer()):
+        raise ValueError(f"{key!r} is not a token id")
+    if isinstance(key, str) and not key.strip().lstrip("-").isdigit():
+        raise ValueError(f"{key!r} is not a token id")
+    return int(key)
+
+
 def apply_logit_bias(logits: torch.Tensor, bias: tuple[tuple[int, float], ...]) -> torch.Tensor:
-    """logits [..., V] plus each (token id, bias) pair's bias at that id."""
+    """logits [..., V] plus each (token id, bias) pair's bias at that id; a sum that overflows is named (it would
+    make the law NaN)."""
     ids = [token for token, _ in bias]
     if max(ids) >= logits.shape[-1]:
         raise ValueError(f"logit_bias names token {max(ids)}, but the vocabulary has {logits.shape[-1]} tokens")
     add = torch.zeros(logits.shape[-1], dtype=logits.dtype, device=logits.device)
     add[ids] = torch.tensor([b for _, b in bias], dtype=logits.dtype, device=logits.device)
-    return logits + add
+    biased = logits + add
+    if bool((biased == float("inf")).any()):
+        raise ValueError(f"logit_bias overflows {logits.dtype} on these logits (a bias of {max(b for _, b in bias):g}): "
+                         "give biases of at most about 1e30")
+    return biased
 
 
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:

@@ -102,3 +102,9 @@ def reference_logprobs_free(model, prompt, tokens, sampling):
         sequence = torch.cat([prompt[0], torch.tensor(tokens[:t], dtype=torch.long)])[None]
         rows.append(reference_law(model(sequence).logits[:, -1].double(), law_cfg, sequence)[0].log())
     return torch.stack(rows)
+
+
+def test_more_alternatives_than_the_vocabulary_is_named_before_decoding():
+    target = tiny_random_model("llama", seed=0, vocab_size=5, **TOY)
+    with pytest.raises(ValueError, match="top_logprobs=6 asks for more alternatives than the vocabulary's 5 tokens"):
+        generate(HFTarget(target), None, torch.tensor([[1, 2]]), 3, logprobs=6)

@@ -85,3 +85,20 @@ def test_tiny_temperatures_give_the_limit_law_not_nan(temperature):
     logits = torch.tensor([[0.5, 2.0, 2.0, -1.0], [3.0, 1.0, float("-inf"), 0.0]])
     p = process_logits(logits, SamplingConfig(temperature=temperature, top_p=0.9))
     assert torch.equal(p, torch.tensor([[0.0, 0.5, 0.5, 0.0], [1.0, 0.0, 0.0, 0.0]]))
+
+
+@pytest.mark.parametrize("bias, message", [
+    ({5.5: 1.0}, "not a token id"), ({True: 1.0}, "not a token id"), ({"a": 1.0}, "not a token id"),
+    ({3: 1e39}, "finite in float32"), ({3: float("nan")}, "finite in float32"), ({-1: 1.0}, "ids must be >= 0"),
+])
+def test_a_logit_bias_that_is_no_bias_is_named(bias, message):
+    """Keys that are not whole numbers are not read as ids, and a bias float32 cannot hold is refused (issue 58, 8)."""
+    with pytest.raises(ValueError, match=message):
+        SamplingConfig(logit_bias=bias)
+
+
+def test_a_bias_that_overflows_the_logits_is_named_not_a_nan_law():
+    cfg = SamplingConfig(logit_bias={1: 3e38})
+    with pytest.raises(ValueError, match="logit_bias overflows"):
+        process_logits(torch.tensor([[0.0, 3e38, 1.0]]), cfg)
+    assert SamplingConfig(logit_bias={"2": 1.0, 3.0: -1.0}).logit_bias == ((2, 1.0), (3, -1.0))  # digits and whole floats
