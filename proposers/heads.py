@@ -16,11 +16,11 @@ A relative name missing here is looked up in the embedded zoo. Nothing is fetche
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
+from framework.core import files
 from framework.zoo.checkpoints import find_folder, torch_dtype
 from proposers.common.head_files import WEIGHT_FILES
 from proposers.eagle import published as eagle_published
@@ -45,7 +45,7 @@ def layout(folder: Path) -> tuple[str, dict]:
         return "speculum-medusa", {}
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"no head at {folder}: looked for {', '.join(LOOKED_FOR)}")
-    config = json.loads((folder / "config.json").read_text())
+    config = files.read_json(folder / "config.json")
     if "speculators_config" in config:
         return "speculators", config
     if "dflash_config" in config:
@@ -81,5 +81,5 @@ def load_head(path: str | Path, dtype: str | torch.dtype = "float32", layer_ids:
     head = readers[kind]().to(dtype).eval()
     measured = folder / (MEDUSA_TREE if isinstance(head, MedusaHeads) else EAGLE_TREE)
     if isinstance(head, (EagleHead, MedusaHeads)) and not head.searched and measured.is_file():
-        head.searched = json.loads(measured.read_text())  # a published head's tree, measured by experiments.search_tree
+        head.searched = files.read_json(measured)  # a published head's tree, measured by experiments.search_tree
     return head

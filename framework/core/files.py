@@ -88,6 +88,17 @@ def write_json(path: str | Path, data, indent: int | None = 2) -> Path:
     return write_text(path, json.dumps(data, indent=indent))
 
 
+def read_json(path: str | Path):
+    """The JSON value in `path`; a file that is not JSON (torn, hand-edited, not UTF-8) is named with where it breaks."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text (byte {error.start})") from None
+
+
 def save_figure(figure, path: str | Path, **kwargs) -> Path:
     """matplotlib's savefig, written whole (the format from `path`'s suffix)."""
     path = Path(path)

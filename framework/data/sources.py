@@ -69,13 +69,40 @@ def load_rows(path: str, split: str = "train", builder: str | None = None, name:
         return datasets.load_dataset(path, name, split=split)  # a hub id (or a local dataset script)
     suffixes = {Path(f).suffix for f in found}
     if builder is None:
+        if suffixes == {".jsonl"}:  # read here: each bad line named by file and line number
+            return datasets.Dataset.from_list([row for f in found for row in json_lines(f)])
         if suffixes <= {".json", ".jsonl"}:
             builder = "json"
         elif suffixes == {".parquet"}:
             builder = "parquet"
         else:
             raise ValueError(f"{path}: mixed or unknown file kinds {sorted(suffixes)} (json, jsonl or parquet)")
-    return datasets.load_dataset(builder, data_files=found, split="train")
+    try:
+        return datasets.load_dataset(builder, data_files=found, split="train")
+    except Exception as error:  # noqa: BLE001 - the reader's own errors name no file
+        raise ValueError(f"{path}: cannot be read as {builder} ({type(error).__name__}: {error})") from None
+
+
+def json_lines(path: str) -> list[dict]:
+    """The objects of a JSONL file (blank lines skipped); an empty file, a torn line or bad UTF-8 named by file and line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}:{number}: not a JSON line ({error.msg}; a torn or partial write?)") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{number}: a JSON line must be an object, got {type(row).__name__}")
+        rows.append(row)
+    if not rows:
+        raise ValueError(f"{path}: holds no rows (an empty file)")
+    return rows
 
 
 @dataclass
@@ -96,6 +123,20 @@ class TextFiles:
 
     def describe(self) -> dict:
         return {"kind": "text", "paths": list(self.paths)}
+
+
+def checked_conversation(messages: list) -> list:
+    """A conversation a template can render and a loss can read: the system prompt first if any, then a user turn
+    before any answer, and no empty answer (a null value would train as an empty turn)."""
+    talk = [m for m in messages if m.role != "system"]
+    if any(m.role == "system" for m in messages[1:]):
+        raise ValueError("a system message after the first turn")
+    if talk and talk[0].role != "user":
+        raise ValueError(f"the first turn is the {talk[0].role}'s: a conversation opens with a user turn")
+    empty = [i for i, m in enumerate(messages) if m.role == "assistant" and not m.content.strip()]
+    if empty:
+        raise ValueError(f"assistant turn {empty[0]} is empty (or null): nothing to learn, and it would train as one")
+    return messages
 
 
 @dataclass
@@ -122,7 +163,11 @@ class Conversations:
             if self.limit is not None and i >= self.limit:
                 return
             key = str(row.get("id") or f"{self.path}#{i}")
-            yield Document(key=key, messages=tuple(with_system(self.turns(row), self.system_prompt)))
+            try:
+                messages = checked_conversation(self.turns(row))
+            except ValueError as error:
+                raise ValueError(f"{self.path}, conversation {key}: {error}") from None
+            yield Document(key=key, messages=tuple(with_system(messages, self.system_prompt)))
 
     def describe(self) -> dict:
         return {"kind": self.schema, "path": self.path, "split": self.split, "limit": self.limit,

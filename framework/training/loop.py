@@ -144,6 +144,10 @@ def train(objective: nn.Module, data: TokenData, out_dir: str | Path, cfg: LoopC
     """Trains (or resumes) `objective` on `data`; True when every step is done, False when time_limit_s ran out.
     `evaluate(trained)` runs on the main process every eval_every steps; its dict lands in the log."""
     out_dir = Path(out_dir)
+    context = getattr(getattr(getattr(objective, "target", None), "config", None), "max_position_embeddings", None)
+    if isinstance(context, int) and cfg.block_size > context:
+        raise ValueError(f"train.block_size {cfg.block_size} is past the target's context of {context} positions: "
+                         "it would train on positions the target never saw")
     acc = accelerator_for(cfg.device)
     if cfg.batch_size % acc.num_processes:
         raise ValueError(f"batch_size {cfg.batch_size} does not split over {acc.num_processes} processes")

@@ -6,7 +6,6 @@ head serve them all. A relative folder missing here is looked up in the embedded
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -51,7 +50,7 @@ def read_head(path: str | Path, config_file: str, weights_file: str, what: str, 
     if not (folder / config_file).exists() or not (folder / weights_file).exists():
         raise FileNotFoundError(f"no {what} at {folder} (expected {config_file} and {weights_file}); "
                                 f"train it with `{command}`")
-    return folder, json.loads((folder / config_file).read_text()), load_file(folder / weights_file)
+    return folder, files.read_json(folder / config_file), load_file(folder / weights_file)
 
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -63,7 +62,7 @@ def weight_files(folder: Path, names: tuple[str, ...] = WEIGHT_FILES) -> list[Pa
         path = folder / name
         if path.is_file():
             if name.endswith(".index.json"):
-                shards = sorted(set(json.loads(path.read_text())["weight_map"].values()))
+                shards = sorted(set(files.read_json(path)["weight_map"].values()))
                 return [folder / shard for shard in shards]
             return [path]
     raise FileNotFoundError(f"no weights in {folder} (looked for {', '.join(names)})")

@@ -16,12 +16,12 @@ path above them (the position reads a mask there, not the drafted token). So:
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
+from framework.core import files
 from framework.core.constraint import Constraint
 from framework.core.drafting import draw_children, top_tokens
 from framework.core.randomness import RandomSource
@@ -94,4 +94,4 @@ def load_choices(path: str | Path, file: str = TREE_FILE, command: str = "the dr
     folder = find_folder(path, file) or Path(path).expanduser()
     if not (folder / file).is_file():
         raise FileNotFoundError(f"no searched tree at {folder / file}; train the drafter with `{command}`, or give choices")
-    return [tuple(c) for c in json.loads((folder / file).read_text())["choices"]]
+    return [tuple(c) for c in files.read_json(folder / file)["choices"]]

@@ -20,7 +20,6 @@ Parameter names are the published ones (`fc`, `layers.0`, `midlayer`, `norm`, `l
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -28,6 +27,7 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
 
+from framework.core import files
 from framework.lm.models import sizes_stated
 from proposers.common.head_files import read_head, save_head
 from proposers.eagle.layers import Eagle1Layer, Eagle3Layer
@@ -158,7 +158,7 @@ class EagleHead(nn.Module):
         if "architecture" not in stored:
             raise ValueError(f"{folder / CONFIG_FILE} names no architecture: a head from before the published "
                              "architectures; retrain it (python -m experiments.train experiment=zoo_eagle)")
-        searched = json.loads((folder / TREE_FILE).read_text()) if (folder / TREE_FILE).exists() else None
+        searched = files.read_json(folder / TREE_FILE) if (folder / TREE_FILE).exists() else None
         return build_head(config_from(stored), state, searched, folder / WEIGHTS_FILE).to(dtype).eval()
 
     @classmethod

@@ -11,7 +11,6 @@ published layouts are read and written by proposers/medusa/published.py.
 
 from __future__ import annotations
 
-import json
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from framework.core import files
 from framework.lm.models import sizes_stated
 from proposers.common import position_tree
 from proposers.common.head_files import head_folder, read_head, save_head
@@ -100,7 +100,7 @@ class MedusaHeads(nn.Module):
         _, fields, state = read_head(folder, CONFIG_FILE, WEIGHTS_FILE, "Medusa heads",
                                      "python -m experiments.train experiment=zoo_medusa")
         tree = heads_folder(folder) / TREE_FILE
-        searched = json.loads(tree.read_text()) if tree.is_file() else None
+        searched = files.read_json(tree) if tree.is_file() else None
         heads = cls(MedusaConfig(**{k: fields[k] for k in MedusaConfig.__dataclass_fields__ if k in fields}), searched)
         heads.load_state_dict(state)
         return heads.to(dtype).eval()

@@ -17,7 +17,6 @@ dflash_config {block_size, mask_token_id, target_layer_ids} and num_target_layer
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from torch.nn import functional as F
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
+from framework.core import files
 from framework.lm.models import sizes_stated
 from framework.zoo.checkpoints import torch_dtype
 from proposers.common.head_files import head_folder, save_head
@@ -184,7 +184,7 @@ class DFlashDrafter(nn.Module):
         if not (folder / "config.json").is_file() or not (folder / WEIGHTS_FILE).is_file():
             raise FileNotFoundError(f"no DFlash drafter at {folder} (expected config.json and {WEIGHTS_FILE}); train "
                                     "one with `python -m experiments.train experiment=zoo_dflash`")
-        return read(folder, json.loads((folder / "config.json").read_text())).to(dtype).eval()
+        return read(folder, files.read_json(folder / "config.json")).to(dtype).eval()
 
 
 def read(folder: Path, config: dict) -> DFlashDrafter:

@@ -222,7 +222,7 @@ def build_datastore(source: str, tokenizer, cache_dir: str | Path | None = None,
     fingerprint = tokenizer_fingerprint(tokenizer)
     meta_path = folder / "meta.json"
     if meta_path.is_file() and not rebuild:
-        meta = json.loads(meta_path.read_text())
+        meta = files.read_json(meta_path)
         if meta.get("format") == FORMAT and meta.get("stamp") == text.stamp:
             if meta["fingerprint"] != fingerprint:
                 raise ValueError(

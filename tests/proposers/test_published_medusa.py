@@ -174,7 +174,7 @@ def test_hydra_runs_published_heads_against_a_local_target(tmp_path):
     for method, overrides in runs.items():
         with initialize_config_dir(config_dir=conf, version_base="1.3"):
             cfg = compose("config", [f"target.path={tmp_path / 'target'}", f"proposer={method}", *overrides,
-                                     "prompt=[4,9,2]", "sampling=greedy", "max_new_tokens=12", f"output_dir={tmp_path}",
+                                     "prompt=[4,9,2]", "sampling=greedy", "max_new_tokens=12", f"output_dir={tmp_path / method}",
                                      "experiment.warmup=0", "experiment.repeats=1"])
         result = run(cfg)
         assert result["tokens"] == result["plain_tokens"], method
