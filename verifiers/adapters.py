@@ -194,6 +194,16 @@ def linked_trees(
     if validate:
         integers("candidates", candidates)
         check_device("candidates", candidates, target_probs.device)
+    for name, links in (("first_child", first_child), ("next_sibling", next_sibling)):  # sizes before any reshape
+        if tuple(links.shape) != (B, S):
+            raise ValueError(f"{name} must be [B, S] = [{B}, {S}] like candidates, got {tuple(links.shape)}")
+    for name, laws in (("target_probs", target_probs), ("draft_probs", draft_probs)):
+        if laws is not None and tuple(laws.shape[:-1]) not in ((B, S), (B * S,)):
+            raise ValueError(f"{name} must be [B, S, V] = [{B}, {S}, V] or [B*S, V] like candidates, got "
+                             f"{tuple(laws.shape)}")
+    if draft_probs is not None and draft_probs.shape[-1] != target_probs.shape[-1]:
+        raise ValueError(f"draft_probs' vocabulary ({draft_probs.shape[-1]}) is not target_probs' "
+                         f"({target_probs.shape[-1]})")
     order = order_links(first_child.to(candidates.device), next_sibling.to(candidates.device), max_accepted)
     V = target_probs.shape[-1]
     flat_p = target_probs.reshape(B * S, V) if target_probs.dim() == 3 else target_probs

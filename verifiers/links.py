@@ -39,6 +39,11 @@ def _check_links(first_child: torch.Tensor, next_sibling: torch.Tensor) -> None:
         if bad.numel():
             b, s = bad[0].tolist()
             raise ValueError(f"request {b}: {name}[{s}] = {int(links[b, s])} is not a draft slot in [1, {S}) or -1")
+    rooted = (next_sibling[:, 0] >= 0).nonzero()
+    if rooted.numel():
+        b = int(rooted[0])
+        raise ValueError(f"request {b}: slot 0 is the root, which has no siblings, but next_sibling[0] = "
+                         f"{int(next_sibling[b, 0])}")
     incoming = torch.zeros(B, S + 1, dtype=torch.long, device=first_child.device)  # column S counts the -1s
     for links in (first_child, next_sibling):
         incoming.scatter_add_(1, torch.where(links >= 0, links, S), torch.ones_like(links))

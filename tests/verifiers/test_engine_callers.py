@@ -130,6 +130,7 @@ def test_max_accepted_cuts_the_trees_before_any_coin():
     ([[1, -1, -1]], [[-1, 1, -1]], "slot 1 is linked from two places"),
     ([[1, -1, -1]], [[-1, 0, -1]], r"next_sibling\[1\] = 0 is not a draft slot"),
     ([[1, -1, 5]], [[-1, -1, -1]], r"first_child\[2\] = 5 is not a draft slot"),
+    ([[1, -1, -1]], [[2, -1, -1]], r"slot 0 is the root, which has no siblings, but next_sibling\[0\] = 2"),
 ])
 def test_links_that_are_no_tree_are_refused(first_child, next_sibling, message):
     with pytest.raises(ValueError, match=message):
@@ -140,3 +141,18 @@ def test_a_cycle_off_the_root_is_skipped_as_unused():
     # slots 2 and 3 link to each other, hanging under no node: left out, as unused slots are
     order = order_links(torch.tensor([[1, -1, 3, -1]]), torch.tensor([[-1, -1, -1, 2]]))
     assert order.counts.tolist() == [1] and order.slots.tolist() == [[1, -1, -1]]
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(first_child=torch.tensor([[1, 2, -1]])), r"first_child must be \[B, S\] = \[1, 4\]"),  # a slot narrower
+    (dict(next_sibling=torch.full((2, 4), -1)), r"next_sibling must be \[B, S\] = \[1, 4\]"),
+    (dict(target_probs=torch.full((1, 3, V), 1.0 / V)), r"target_probs must be \[B, S, V\] = \[1, 4, V\]"),
+    (dict(draft_probs=torch.full((1, 4, V + 1), 1.0 / (V + 1))), r"draft_probs' vocabulary"),
+])
+def test_linked_trees_compare_the_sizes_of_every_field_before_reading_them(change, message):
+    """Links one slot narrower than the candidates used to drop a used slot silently (issue 58, case 7)."""
+    fields = dict(candidates=torch.tensor([[0, 1, 2, 3]]), first_child=torch.tensor([[1, 2, 3, -1]]),
+                  next_sibling=torch.full((1, 4), -1), target_probs=torch.full((1, 4, V), 1.0 / V), draft_probs=None)
+    fields.update(change)
+    with pytest.raises(ValueError, match=message):
+        linked_trees(**fields)
