@@ -143,16 +143,19 @@ def test_a_cycle_off_the_root_is_skipped_as_unused():
     assert order.counts.tolist() == [1] and order.slots.tolist() == [[1, -1, -1]]
 
 
+VOCAB = 8
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(first_child=torch.tensor([[1, 2, -1]])), r"first_child must be \[B, S\] = \[1, 4\]"),  # a slot narrower
     (dict(next_sibling=torch.full((2, 4), -1)), r"next_sibling must be \[B, S\] = \[1, 4\]"),
-    (dict(target_probs=torch.full((1, 3, V), 1.0 / V)), r"target_probs must be \[B, S, V\] = \[1, 4, V\]"),
-    (dict(draft_probs=torch.full((1, 4, V + 1), 1.0 / (V + 1))), r"draft_probs' vocabulary"),
+    (dict(target_probs=torch.full((1, 3, VOCAB), 1.0 / VOCAB)), r"target_probs must be \[B, S, V\] = \[1, 4, V\]"),
+    (dict(draft_probs=torch.full((1, 4, VOCAB + 1), 1.0 / (VOCAB + 1))), r"draft_probs' vocabulary"),
 ])
 def test_linked_trees_compare_the_sizes_of_every_field_before_reading_them(change, message):
     """Links one slot narrower than the candidates used to drop a used slot silently (issue 58, case 7)."""
     fields = dict(candidates=torch.tensor([[0, 1, 2, 3]]), first_child=torch.tensor([[1, 2, 3, -1]]),
-                  next_sibling=torch.full((1, 4), -1), target_probs=torch.full((1, 4, V), 1.0 / V), draft_probs=None)
+                  next_sibling=torch.full((1, 4), -1), target_probs=torch.full((1, 4, VOCAB), 1.0 / VOCAB), draft_probs=None)
     fields.update(change)
     with pytest.raises(ValueError, match=message):
         linked_trees(**fields)
