@@ -128,7 +128,7 @@ class Decoder:
         self.constraint, self.top_logprobs = constraint, top_logprobs
         self.logprobs: TokenLogprobs | None = None  # of the tokens the last prefill or step emitted
         self.policy = policy or FixedPolicy()
-        self.speculate = None if speculate is None else torch.as_tensor(speculate).bool().cpu()
+        self.speculate = None if speculate is None else speculate_flags(speculate)
         self.stats = GenerationStats()
         self.state: DecodeState | None = None
         self.rows = torch.zeros(0, dtype=torch.long)  # the rows of the batch as it started, still in it
@@ -323,10 +323,26 @@ def committed_rows(per_row: torch.Tensor, path: torch.Tensor) -> torch.Tensor:
     return per_row.gather(1, index)
 
 
+def speculate_flags(speculate) -> torch.Tensor:
+    """One bool per row: True/False values (a tensor, list or tuple of them); "yes" or 0.5 are no flags."""
+    values = speculate.tolist() if isinstance(speculate, torch.Tensor) else speculate
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)) \
+            or not all(isinstance(v, bool) or v in (0, 1) for v in values):
+        raise ValueError(f"speculate must be one True/False flag per row, got {speculate!r}")
+    return torch.tensor([bool(v) for v in values], dtype=torch.bool)
+
+
 def check_prompt(target: Target, input_ids: torch.Tensor, max_new_tokens: int,
                  attention_mask: torch.Tensor | None = None) -> None:
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
-        raise ValueError("input_ids must be a LongTensor [B, L]")
+    if not isinstance(input_ids, torch.Tensor) or input_ids.is_nested or input_ids.dim() != 2 \
+            or input_ids.dtype != torch.long:
+        raise ValueError("input_ids must be a LongTensor [B, L] (not nested: rows of one length)")
+    if input_ids.is_meta:
+        raise ValueError("input_ids is on the meta device: it holds no token ids")
+    if attention_mask is not None and (not isinstance(attention_mask, torch.Tensor)
+                                       or tuple(attention_mask.shape) != tuple(input_ids.shape)):
+        raise ValueError(f"attention_mask must be [B, L] = {list(input_ids.shape)} like input_ids, got "
+                         f"{tuple(getattr(attention_mask, 'shape', ())) or type(attention_mask).__name__}")
     if input_ids.shape[0] == 0:
         raise ValueError("input_ids has no rows: give at least one prompt")
     if input_ids.shape[1] == 0:

@@ -136,7 +136,8 @@ class CrossVocabularyProposer(DraftModelProposer):
         single = vocabulary.single()  # one draft token per target token: spelled by a lookup, no ragged reads
         self.single = None if single is None else single.to(device)
 
-    def check_vocabulary(self, target_vocab: int) -> None:
+    def check_vocabulary(self, target_vocab: int, target=None) -> None:
+        """Another tokenizer by design: the map, not the ids, must fit the target."""
         if self.vocabulary.target_size != target_vocab:
             raise ValueError(f"the vocabulary map is for {self.vocabulary.target_size} target tokens, the target has {target_vocab}")
 

@@ -26,6 +26,8 @@ before: a function of the past only, so the same argument holds.
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 
 from framework.core.drafting import draw_children
@@ -35,8 +37,22 @@ from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
 from framework.lm import tree_attention
 from framework.lm.cached_lm import CachedLM, LMOutput
+from framework.data.token_data import tokenizer_hash
+from framework.lm.text import tokenizer_at
 from proposers.common.depth_schedule import DepthSchedule
 from verifiers.tree_verifier import Verification
+
+
+@cache
+def fingerprint_at(checkpoint: str) -> str | None:
+    tokenizer = tokenizer_at(checkpoint)
+    return None if tokenizer is None else tokenizer_hash(tokenizer)
+
+
+def tokenizer_fingerprint(model) -> str | None:
+    """The hash of the tokenizer saved beside a model's checkpoint (once per checkpoint), or None (none saved)."""
+    path = getattr(getattr(model, "config", None), "name_or_path", "") or ""
+    return fingerprint_at(str(path)) if path else None
 
 
 class DraftModelProposer:
@@ -87,16 +103,22 @@ class DraftModelProposer:
         self.copies = 0  # > 0: the batch is this many copies of the draft cache's one row, not copied yet
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
-        self.check_vocabulary(target.vocab_size)
+        self.check_vocabulary(target.vocab_size, target)
         self.lm.run_beside(target)
         self.lm.reset(input_ids.shape[0])
         self.skipped, self.exhausted, self.copies = None, False, 0
         self.deferred = input_ids.to(self.lm.device)  # read with the first root: never, if no step drafts
 
-    def check_vocabulary(self, target_vocab: int) -> None:
+    def check_vocabulary(self, target_vocab: int, target=None) -> None:
         if self.lm.vocab_size != target_vocab:
             raise ValueError(f"draft vocabulary ({self.lm.vocab_size}) differs from the target's ({target_vocab}): "
                              "a draft with another tokenizer drafts through proposer=cross_vocab")
+        model = getattr(getattr(target, "lm", None), "model", None)
+        mine, theirs = (tokenizer_fingerprint(m) for m in (self.lm.model, model))
+        if mine is not None and theirs is not None and mine != theirs:
+            raise ValueError(f"the draft's tokenizer ({self.lm.model.config.name_or_path}) is not the target's "
+                             f"({model.config.name_or_path}), though both have {target_vocab} ids: the same id would "
+                             "mean another token; a draft with another tokenizer drafts through proposer=cross_vocab")
 
     def propose(self, state: DecodeState) -> CandidateTree:
         if not state.plan.drafts:

@@ -60,9 +60,20 @@ def check_device(name: str, tensor: torch.Tensor | None, device: torch.device) -
                          "every tensor of one verification must be on the same device")
 
 
+def check_materialised(name: str, value) -> None:
+    """A tensor with values to read: not on the meta device (shapes only), not nested (ragged rows)."""
+    if isinstance(value, torch.Tensor) and value.is_nested:
+        raise ValueError(f"{name} is a nested tensor: give rows of one length (ragged requests: verifiers.adapters)")
+    if isinstance(value, torch.Tensor) and value.is_meta:
+        raise ValueError(f"{name} is on the meta device: it holds no values to verify")
+
+
 def check_verify_inputs(tree: CandidateTree | RaggedTrees, target_probs: torch.Tensor) -> None:
     if not isinstance(target_probs, torch.Tensor):
         raise ValueError(f"target_probs must be a tensor, got {type(target_probs).__name__}")
+    check_materialised("target_probs", target_probs)
+    for name in ("tokens", "draft_probs"):
+        check_materialised(f"the tree's {name}", getattr(tree, name, None))
     if isinstance(tree, RaggedTrees):
         check_ragged_inputs(tree, target_probs)
         return

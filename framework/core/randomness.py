@@ -51,6 +51,8 @@ class TorchSource:
         if generator is None:
             generator = torch.Generator()
             if seed is not None:
+                if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+                    raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
                 generator.manual_seed(seed)
         self.generator = generator
 
