@@ -10,6 +10,7 @@ committed state, then back.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -34,18 +35,62 @@ class Grammar:
         given = [name for name in ("json_schema", "regex", "ebnf") if getattr(self, name) is not None]
         if len(given) != 1:
             raise ValueError(f"a grammar needs exactly one of json_schema, regex, ebnf; got {given or 'none'}")
+        if self.json_schema is not None:  # read now, not after the decoding that needs it
+            schema = self.json_schema
+            if isinstance(schema, str):
+                try:
+                    schema = json.loads(schema)
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"json_schema is text but not JSON ({error.msg} at column {error.colno})") from None
+            if not isinstance(schema, Mapping):
+                raise ValueError(f"json_schema must be a JSON object, got {type(schema).__name__}")
+            schema = plain(schema)
+            check_schema(schema)
+            object.__setattr__(self, "json_schema", schema)
 
     def compile(self, info: xgrammar.TokenizerInfo) -> xgrammar.CompiledGrammar:
         compiler = xgrammar.GrammarCompiler(info)
         try:
             if self.json_schema is not None:
-                schema = self.json_schema if isinstance(self.json_schema, str) else json.dumps(dict(self.json_schema))
+                schema = json.dumps(self.json_schema)
                 return compiler.compile_json_schema(schema, any_whitespace=self.any_whitespace)
             if self.regex is not None:
                 return compiler.compile_regex(self.regex)
             return compiler.compile_grammar(self.ebnf)
         except RuntimeError as error:  # xgrammar's parse errors
             raise ValueError(f"the grammar does not compile: {error}") from error
+
+
+# The JSON-schema keywords both sides honour: the grammar engine enforces them and the validity check reads them
+# (experiments/structured.py); annotations change nothing. Anything else (not, uniqueItems, multipleOf, ...) would be
+# dropped by the engine and reported valid by the check, so it is refused by name.
+ENFORCED = {"type", "properties", "required", "additionalProperties", "items", "maxItems", "maxLength", "minimum",
+            "maximum"}
+ANNOTATIONS = {"title", "description", "$schema", "examples", "default", "$comment"}
+TYPES = {"object", "array", "string", "boolean", "integer"}
+
+
+def plain(value):
+    """A schema as plain dicts and lists (a Hydra config hands DictConfig / ListConfig)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
+        return [plain(v) for v in value]
+    return value
+
+
+def check_schema(schema: dict, where: str = "$") -> None:
+    unknown = sorted(set(schema) - ENFORCED - ANNOTATIONS)
+    if unknown:
+        raise ValueError(f"json_schema at {where}: {unknown} not enforced by the grammar engine (nor checked by the "
+                         f"validity report): use {sorted(ENFORCED)} only")
+    kind = schema.get("type")
+    if kind is not None and kind not in TYPES:
+        raise ValueError(f"json_schema at {where}: type {kind!r} is not one of {sorted(TYPES)}")
+    for key, sub in schema.get("properties", {}).items():
+        check_schema(sub, f"{where}.{key}")
+    if isinstance(schema.get("items"), Mapping):
+        check_schema(schema["items"], f"{where}[]")
 
 
 def tokenizer_info(tokenizer, vocab_size: int, stop_token_ids: Sequence[int]) -> xgrammar.TokenizerInfo:

@@ -133,3 +133,23 @@ def test_after_its_end_a_grammar_allows_its_stop_token_only():
     constraint.advance(torch.tensor([[eos]]))  # a run that does not stop there emits the stop token again
     with pytest.raises(ValueError, match="after its grammar finished"):
         constraint.advance(torch.tensor([[5]]))
+
+
+@pytest.mark.parametrize("schema, message", [
+    ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, r"at \$: \['uniqueItems'\] not enforced"),
+    ({"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}}, r"at \$\.n: \['multipleOf'\]"),
+    ({"not": {"type": "string"}}, r"\['not'\] not enforced"),
+    ({"type": "number"}, "type 'number' is not one of"),
+    ('{"type": "object", "properties": ', "json_schema is text but not JSON"),
+    ("[1, 2]", "json_schema must be a JSON object"),
+])
+def test_a_schema_the_engine_would_not_enforce_is_refused_before_decoding(schema, message):
+    """Keywords the grammar engine drops would have outputs that break them reported valid (issue 58, case 4)."""
+    with pytest.raises(ValueError, match=message):
+        Grammar(json_schema=schema)
+
+
+def test_a_schema_given_as_text_is_read_once_as_the_object():
+    text = '{"type": "object", "properties": {"n": {"type": "integer", "maximum": 9}}, "required": ["n"]}'
+    assert Grammar(json_schema=text).json_schema == {"type": "object", "properties": {"n": {"type": "integer",
+                                                                                             "maximum": 9}}, "required": ["n"]}
