@@ -29,6 +29,7 @@ from pathlib import Path
 import hydra
 import torch
 import transformers
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -36,6 +37,22 @@ from framework.zoo.calibrate import calibrate_checkpoint
 from framework.zoo.checkpoints import export_checkpoint
 from framework.zoo.streams import tokenizer_and_streams
 from framework.zoo.train import train
+
+
+def command_line_train() -> set[str]:
+    """The experiment.train keys this run's command line sets (they win over a model's own train settings)."""
+    if not HydraConfig.initialized():
+        return set()
+    prefix = "experiment.train."
+    return {o.split("=", 1)[0][len(prefix):] for o in HydraConfig.get().overrides.task if o.startswith(prefix)}
+
+
+def own_settings(name: str, spec, given: set[str]) -> dict:
+    """A model's own train settings, less those the command line gives for every model (said when it does)."""
+    own = dict(spec.get("train") or {})
+    for key in sorted(given & set(own)):
+        print(f"{name}: experiment.train.{key} from the command line replaces its own train.{key}={own.pop(key)}")
+    return own
 
 
 def run(cfg: DictConfig) -> dict[str, Path | None]:
@@ -58,7 +75,7 @@ def run(cfg: DictConfig) -> dict[str, Path | None]:
         spec = exp.models[name]
         own = spec.get("tokenizer_vocab_size"), spec.get("tokenizer_sample")
         tokenizer, streams = shared if own == (None, None) else tokenizer_and_streams(exp, root, *own)
-        settings = instantiate(OmegaConf.merge(cfg.experiment.train, spec.get("train") or {}))  # TrainConfig
+        settings = instantiate(OmegaConf.merge(cfg.experiment.train, own_settings(name, spec, command_line_train())))
         teacher = root / spec["teacher"] if spec.get("teacher") else None
         raw_teacher = None  # distillation reads the teacher's laws before its calibration
         if teacher is not None:

@@ -49,3 +49,15 @@ def test_a_root_another_training_holds_is_refused(tmp_path):
 def test_numbers_of_a_training_are_checked_before_anything_loads(config, setting, value):
     with pytest.raises(ValueError, match=f"train.{setting} must be"):
         config(**{setting: value})
+
+
+def test_the_command_lines_train_settings_win_over_a_models_own_and_say_so(capsys):
+    """`experiment.train.steps=20` reaches every model, the zoo's drafts with their own steps too (issue 58, case 5)."""
+    from omegaconf import OmegaConf
+
+    from experiments.train import own_settings
+
+    spec = OmegaConf.create({"train": {"steps": 2000, "batch_size": 16}})
+    assert own_settings("draft", spec, {"steps"}) == {"batch_size": 16}
+    assert "draft: experiment.train.steps from the command line replaces its own train.steps=2000" in capsys.readouterr().out
+    assert own_settings("draft", spec, set()) == {"steps": 2000, "batch_size": 16}
