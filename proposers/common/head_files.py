@@ -6,6 +6,7 @@ head serve them all. A relative folder missing here is looked up in the embedded
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import torch
@@ -27,8 +28,19 @@ def save_head(module: torch.nn.Module, folder: str | Path, fields: dict, config_
     folder = Path(folder)
     with files.replacing(folder / weights_file) as temporary:  # each file whole; the config, read first, last
         save_file(stored_tensors(module, dtype), temporary)
-    files.write_json(folder / config_file, fields)
+    files.write_json(folder / config_file, {**fields, WEIGHTS_SHA256: file_sha256(folder / weights_file)})
     return folder
+
+
+WEIGHTS_SHA256 = "weights_sha256"  # the weights file's checksum, in the config written after it
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def stored_tensors(module: torch.nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
@@ -50,7 +62,12 @@ def read_head(path: str | Path, config_file: str, weights_file: str, what: str, 
     if not (folder / config_file).exists() or not (folder / weights_file).exists():
         raise FileNotFoundError(f"no {what} at {folder} (expected {config_file} and {weights_file}); "
                                 f"train it with `{command}`")
-    return folder, files.read_json(folder / config_file), load_file(folder / weights_file)
+    fields = files.read_json(folder / config_file)
+    stated = fields.pop(WEIGHTS_SHA256, None)  # heads saved before checksums were recorded have none
+    if stated is not None and file_sha256(folder / weights_file) != stated:
+        raise ValueError(f"{folder / weights_file} is not the file its config was written with (checksum differs): "
+                         "a torn copy or altered weights; copy the head again, or retrain it")
+    return folder, fields, load_file(folder / weights_file)
 
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")

@@ -60,3 +60,20 @@ def test_a_draft_with_another_tokenizer_of_the_same_size_is_named(tmp_path):
 
     fingerprint_at.cache_clear()
     assert len(generate(HFTarget(target), DraftModelProposer(load_causal_lm(tmp_path / "draft")), PROMPT, 3).tokens[0]) == 3
+
+
+def test_a_saved_head_whose_weights_were_altered_is_named(tmp_path):
+    """Plausible values written over a saved head's weights load silently without a checksum (issue 58, case 10)."""
+    from safetensors.torch import load_file, save_file
+
+    from proposers.medusa.heads import MedusaHeads, random_heads
+
+    random_heads(32, 64, 2, seed=1).save(tmp_path)
+    assert MedusaHeads.load(tmp_path).config.num_heads == 2
+    weights = next(tmp_path.glob("*.safetensors"))
+    state = load_file(weights)
+    key = next(iter(state))
+    state[key] = state[key] * 1.01  # plausible, wrong
+    save_file(state, weights)
+    with pytest.raises(ValueError, match="checksum differs"):
+        MedusaHeads.load(tmp_path)
