@@ -1,7 +1,8 @@
 """The stacks users bring, tiny and random in their published shapes: Llama-3 (rope scaling), Qwen3 (q/k norms),
 Qwen3-MoE and Mixtral (routed experts), Mistral, Gemma-3 and GPT-OSS (sliding windows; Gemma-3 and GPT-OSS with
 global layers between, GPT-OSS with attention sinks). Every method's greedy decoding is transformers' greedy
-decoding, past the window (8 in the tiny configs), on the tree attention and on the dense masks."""
+decoding, past the window (8 in the tiny configs), on the tree attention (and a draft tree on each stack's own
+attention over our dense masks: the form and keys each forward takes)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,10 @@ def test_every_method_decodes_transformers_greedy(stack):
         got = generate(HFTarget(model), instantiate(parts_of(method))(), PROMPT, new_tokens, GREEDY).tokens[0].tolist()
         if got != want:
             differ[method] = got
+    own = instantiate(load(f"target=tiny_{stack}").target)  # the model's own attention over our dense masks
+    dense = generate(HFTarget(own, backend=None), instantiate(parts_of("draft_tree"))(), PROMPT, new_tokens, GREEDY)
+    if dense.tokens[0].tolist() != want:
+        differ["draft_tree, dense masks"] = dense.tokens[0].tolist()
     assert not differ, (want, differ)
 
 
