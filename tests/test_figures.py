@@ -69,3 +69,29 @@ def test_the_readmes_parallel_drafters_are_the_published_run():
     for method, quoted in re.findall(r"`?(\w+)`? (\d+\.\d+x)", line):
         assert cells[method] == quoted, (method, quoted, cells.get(method))
     assert {"dflash", "pard", "peagle"} <= {m for m, _ in re.findall(r"`?(\w+)`? (\d+\.\d+x)", line)}
+
+
+def published_rows(page: str) -> dict[tuple[str, str, str], dict[str, str]]:
+    """(method, sampling, batch) -> the cells of a published compare page's all-categories table, by column name."""
+    text = (ROOT / "docs" / page).read_text()
+    lines = text.split("all categories", 1)[1].splitlines()
+    header = next(line for line in lines if line.startswith("| method"))
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    rows = {}
+    for line in lines[lines.index(header) + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = dict(zip(columns, (c.strip() for c in line.strip("|").split("|"))))
+        rows[cells["method"], cells["sampling"], cells.get("batch", "1")] = cells
+    return rows
+
+
+def test_the_cross_vocabulary_table_is_the_published_run():
+    rows = published_rows("results_cross_vocab.md")
+    text = (ROOT / "docs" / "constraints.md").read_text().replace("**", "")
+    for method in ("draft", "cross_vocab", "string_match"):
+        greedy, sampled = rows[method, "greedy", "1"], rows[method, "t1", "1"]
+        wide = f"{rows[method, 'greedy', '4']['speedup']} / {rows[method, 't1', '4']['speedup']}"
+        line = (f"{greedy['tokens/forward']}, {greedy['speedup']} | {greedy['greedy identical']} | "
+                f"{sampled['tokens/forward']}, {sampled['speedup']} | {wide} |")
+        assert line in text, (method, line)
