@@ -14,7 +14,7 @@ from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
 from framework.engine import generate
 from framework.lm.target import HFTarget
-from tests.framework.test_architectures import load
+from tests.framework.test_architectures import load, parts_of
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 METHODS = sorted(p.stem for p in (CONF / "proposer").glob("*.yaml") if p.stem != "none")
@@ -42,7 +42,9 @@ def test_chains_decode_plain_greedy_row_by_row_and_trees_are_named(target):
     alone = [generate(HFTarget(target), None, PROMPTS[r:r + 1], 24, GREEDY).tokens[0].tolist() for r in range(3)]
     differ, named, accepted = {}, set(), {}
     for method in METHODS:
-        make = instantiate(load("target=tiny_qwen3_next", f"proposer={method}").proposer)  # self_draft's draft: this target
+        # every tiny stack has the same sizes, so parts composed once serve; self_draft's draft is the target itself
+        parts = load("target=tiny_qwen3_next", "proposer=self_draft").proposer if method == "self_draft" else parts_of(method)
+        make = instantiate(parts)
         try:
             out = generate(HFTarget(target), make(), PROMPTS, 24, GREEDY)
         except ValueError as error:

@@ -28,6 +28,7 @@ def sharded_check(tmp_path: Path, *overrides: str) -> dict[str, dict]:
     return {r["check"]: r for r in result["results"]}
 
 
+@pytest.mark.slow  # two torchrun ranks take both cores for ~17 s: the default tier keeps under 3 minutes
 def test_two_processes_decode_and_keep_the_law_as_one(tmp_path):
     """EAGLE-1 calls the sharded target's lm_head (a collective) from its head; the goodput policy plans from
     rank 0's clock."""
