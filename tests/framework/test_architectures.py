@@ -92,6 +92,7 @@ def test_sliding_window_targets_decode_far_past_their_window(stack):
         assert got == want, (method, backend, next(i for i, (a, b) in enumerate(zip(got, want)) if a != b))
 
 
+@pytest.mark.slow  # the interpreter's kernel through a whole model; windows and sinks on the kernel: test_tree_attention
 def test_sinks_and_windows_on_the_triton_kernel():
     """GPT-OSS (sinks, sliding and global layers) with EAGLE-3's trees on the kernel (its interpreter here)."""
     make = instantiate(load("target=tiny_gpt_oss", "proposer=eagle3").proposer)
