@@ -18,15 +18,17 @@ SAMPLED = SamplingConfig(temperature=0.9, repetition_penalty=1.2, logit_bias={1:
 GREEDY = SamplingConfig(temperature=0, logit_bias={1: 1.0})
 
 
-def reference_logprobs(model, prompt, tokens, sampling):
-    """[T, V] log-laws at each emitted position by plain forwards and transformers' processors (greedy: T = 1)."""
+def reference_logprobs(model, prompt, tokens, sampling, grammar=PAIRS):
+    """[T, V] log-laws at each emitted position by plain forwards and transformers' processors (greedy: T = 1), under
+    `grammar`'s hand-written automaton (None: no grammar)."""
     law_cfg = SamplingConfig(logit_bias=sampling.logit_bias, repetition_penalty=sampling.repetition_penalty) \
         if sampling.greedy else sampling
     rows = []
     for t in range(len(tokens)):
         sequence = torch.cat([prompt[0], torch.tensor(tokens[:t], dtype=torch.long)])[None]
         logits = model(sequence).logits[:, -1].double()
-        rule = lambda row, ids: PAIRS.allowed_next(tuple(ids[prompt.shape[1]:].tolist()))  # noqa: E731
+        rule = None if grammar is None else \
+            lambda row, ids: grammar.allowed_next(tuple(ids[prompt.shape[1]:].tolist()))  # noqa: E731
         rows.append(reference_law(logits, law_cfg, sequence, rule)[0].log())
     return torch.stack(rows)
 
@@ -84,27 +86,10 @@ def test_logprobs_of_a_batch_whose_rows_leave_follow_each_rows_own_path(sampling
     lengths = [int((row >= 0).sum()) for row in out.tokens]
     for b, length in enumerate(lengths):
         tokens = out.tokens[b, :length].tolist()
-        expected = reference_logprobs_free(target, prompts[b:b + 1], tokens, cfg)  # [T, V]
+        expected = reference_logprobs(target, prompts[b:b + 1], tokens, cfg, grammar=None)  # [T, V]
         chosen = expected.gather(1, torch.tensor(tokens)[:, None]).squeeze(1)
         torch.testing.assert_close(out.logprobs.chosen[b, :length], chosen, atol=1e-9, rtol=0)
         torch.testing.assert_close(out.logprobs.top[b, :length], expected.topk(2, dim=-1).values, atol=1e-9, rtol=0)
     if not cfg.greedy:  # the first row leaves first, then the others at different steps
         assert lengths[0] < min(lengths[1:]) and len(set(lengths)) == 3, lengths
     assert out.stats.summary()["tokens_per_forward"] > 1
-
-
-def reference_logprobs_free(model, prompt, tokens, sampling):
-    """reference_logprobs without a grammar."""
-    law_cfg = SamplingConfig(logit_bias=sampling.logit_bias, repetition_penalty=sampling.repetition_penalty) \
-        if sampling.greedy else sampling
-    rows = []
-    for t in range(len(tokens)):
-        sequence = torch.cat([prompt[0], torch.tensor(tokens[:t], dtype=torch.long)])[None]
-        rows.append(reference_law(model(sequence).logits[:, -1].double(), law_cfg, sequence)[0].log())
-    return torch.stack(rows)
-
-
-def test_more_alternatives_than_the_vocabulary_is_named_before_decoding():
-    target = tiny_random_model("llama", seed=0, vocab_size=5, **TOY)
-    with pytest.raises(ValueError, match="top_logprobs=6 asks for more alternatives than the vocabulary's 5 tokens"):
-        generate(HFTarget(target), None, torch.tensor([[1, 2]]), 3, logprobs=6)
