@@ -107,10 +107,12 @@ class CachedLM(SlotCache):
             raise ValueError(f"position {last} exceeds the model's context of {self.max_positions} tokens")
         tree_mask = self.tree_mask(pending_mask, positions if self.windows.windowed else None)
         if self.windows.recurrent:
-            chain = torch.ones(M, pending_mask.shape[-1], dtype=torch.bool, device=pending_mask.device).tril(pending_mask.shape[-1] - M)
-            if not bool((pending_mask == chain).all()):  # each input sees every pending slot and the inputs before it
-                raise ValueError("this target has recurrent layers (linear attention): their state follows one sequence, "
-                                 "so a forward verifies a chain; a tree (or side rows) needs per-node state, not built")
+            width = pending_mask.shape[-1]  # each input sees every pending slot and the inputs before it
+            chain = torch.ones(M, width, dtype=torch.bool, device=pending_mask.device).tril(width - M)
+            if not bool((pending_mask == chain).all()):
+                raise ValueError("this target has recurrent layers (linear attention): their state follows one "
+                                 "sequence, so a forward verifies a chain; a tree (or side rows) needs per-node state, "
+                                 "not built")
             recurrent.record(self.cache.recurrent_layers, 0 if keeps_all else M)
         if self.tree_backend is None:
             # [B, 1, M, S+M] (per layer type), in the form the model's attention reads (checked here: it may change)

@@ -11,6 +11,7 @@ import transformers
 
 from framework.lm.sharding import placed_copy
 
+
 def common(v, h, l, nh, kv, pos) -> dict:
     return dict(vocab_size=v, hidden_size=h, intermediate_size=2 * h, num_hidden_layers=l, num_attention_heads=nh,
                 num_key_value_heads=kv, max_position_embeddings=pos, head_dim=h // nh)
@@ -37,10 +38,11 @@ ARCHITECTURES = {
         decoder_sparse_step=1, norm_topk_prob=True),
     "mixtral": lambda v, h, l, nh, kv, pos, w: transformers.MixtralConfig(
         **common(v, h, l, nh, kv, pos), num_local_experts=4, num_experts_per_tok=2, sliding_window=w),
-    "mistral": lambda v, h, l, nh, kv, pos, w: transformers.MistralConfig(**common(v, h, l, nh, kv, pos), sliding_window=w),
+    "mistral": lambda v, h, l, nh, kv, pos, w: transformers.MistralConfig(
+        **common(v, h, l, nh, kv, pos), sliding_window=w),
     "gemma3": lambda v, h, l, nh, kv, pos, w: transformers.Gemma3TextConfig(
-        **common(v, h, l, nh, kv, pos), sliding_window=w or pos, layer_types=alternating(l), query_pre_attn_scalar=h // nh,
-        tie_word_embeddings=False),  # tied, a random scaled embedding makes the last token win every step
+        **common(v, h, l, nh, kv, pos), sliding_window=w or pos, layer_types=alternating(l),
+        query_pre_attn_scalar=h // nh, tie_word_embeddings=False),  # tied, a random scaled embedding makes the last token win every step
     "gpt_oss": lambda v, h, l, nh, kv, pos, w: transformers.GptOssConfig(
         **common(v, h, l, nh, kv, pos), num_local_experts=4, num_experts_per_tok=2, sliding_window=w or pos,
         layer_types=alternating(l), rope_parameters=dict(  # GPT-OSS's YaRN, its 32x stretch cut to the tiny context
@@ -87,7 +89,8 @@ def tiny_random_model(
     sizes_stated(vocab_size=vocab_size, max_positions=max_positions)
     if arch not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {arch!r} (have {sorted(ARCHITECTURES)})")
-    config = ARCHITECTURES[arch](vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, max_positions, sliding_window)
+    config = ARCHITECTURES[arch](vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, max_positions,
+                                 sliding_window)
     torch.manual_seed(seed)
     # Routed experts run as torch's grouped_mm by default, which has no float64 kernel: the loop over experts does.
     experts = {"experts_implementation": "eager"} if dtype == "float64" else {}

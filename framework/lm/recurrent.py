@@ -14,9 +14,6 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
-RECURRENT = "linear_attention"
-
-
 def is_recurrent(layer) -> bool:
     return isinstance(layer, LinearAttentionCacheLayerMixin)
 
@@ -39,11 +36,14 @@ def keep(layers, counts: torch.Tensor, pending: int) -> None:
         for i in range(layer.number_of_states):
             if layer.is_recurrent_states_initialized[i]:
                 history = [*layer.recurrent_states_history[i], layer.recurrent_states[i]]  # state after 0..P tokens
+                if len(history) < pending + 1:  # a model that does not hand back each token's state
+                    raise ValueError(f"a recurrent layer recorded {len(history) - 1} of the {pending} states a commit "
+                                     "needs: this model computes no per-token state, so it verifies no chain")
                 after = torch.stack(history[-(pending + 1):])  # [P+1, B, ...]: the recorded span ends at P
                 rows = torch.arange(counts.shape[0], device=after.device)
                 layer.recurrent_states[i] = after[counts.to(after.device), rows].contiguous()
             if layer.is_conv_states_initialized[i]:
-                full, size = layer.conv_states[i], layer.conv_kernel_size[i]  # [B, C, K + P]: the window, then the inputs
+                full, size = layer.conv_states[i], layer.conv_kernel_size[i]  # [B, C, K + P]: window, then inputs
                 end = full.shape[-1] - pending + counts.to(full.device)  # [B]
                 at = end[:, None] - size + torch.arange(size, device=full.device)  # [B, K] the window ending there
                 layer.conv_states[i] = full.gather(-1, at[:, None, :].expand(-1, full.shape[1], -1)).contiguous()

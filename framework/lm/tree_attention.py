@@ -62,8 +62,9 @@ def sdpa_backend(query, key, value, mask: TreeMask, scaling: float, window=None,
     sinks: a layer with them runs the reference."""
     if sinks is not None:
         return reference_backend(query, key, value, mask, scaling, window, sinks)
-    return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask.additive(query.dtype, window),
-                                                            scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+    return torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask.additive(query.dtype, window), scale=scaling,
+        enable_gqa=query.shape[1] != key.shape[1])
 
 
 def triton_backend(query, key, value, mask: TreeMask, scaling: float, window=None, sinks=None) -> torch.Tensor:

@@ -4,8 +4,8 @@ Grid: (query blocks, batch x query heads, key splits). Each program reads one bl
 queries and one split of the keys (past + tree), masks with the compact TreeMask (a validity
 byte per past slot, an ancestor bitmask per query row), and keeps an online softmax in fp32.
 Splits are merged with a log-sum-exp, where attention sinks (GPT-OSS: a logit per head with no value) join
-the denominator once. A sliding-window layer also compares the query's and key's positions. K/V heads are indexed as h // group (GQA), never
-repeated. Inputs may be fp32, fp16 or bf16. On a GPU, fp16/bf16 tiles feed the tensor cores with fp32
+the denominator once. A sliding-window layer also compares the query's and key's positions. K/V heads are
+indexed as h // group (GQA), never repeated. Inputs may be fp32, fp16 or bf16. On a GPU, fp16/bf16 tiles feed the tensor cores with fp32
 accumulation and an fp32 online softmax; under the interpreter everything is cast to fp32 after
 loading, because its bf16 arithmetic is wrong.
 Block sizes are >= 16 so the same kernel compiles for a GPU.

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from framework.core.tree_mask import TreeMask
+from framework.lm.tree_attention import ATTENTION_NAME
 
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
 RECURRENT_LAYER_TYPES = ("linear_attention",)  # a state, no mask (framework/lm/recurrent.py)
@@ -58,13 +59,16 @@ class AttentionWindows:
 
     def dense(self, mask: TreeMask, additive: torch.dtype | None = None) -> torch.Tensor | dict[str, torch.Tensor]:
         """The 4D mask(s) [B, 1, M, S] the model's forward takes for this TreeMask: boolean, or additive in that dtype."""
-        form = (lambda window: mask.dense(window)) if additive is None else (lambda window: mask.additive(additive, window))
+        def form(window):
+            return mask.dense(window) if additive is None else mask.additive(additive, window)
+
         if not self.keyed:
             return form(self.by_layer_type["all"])
-        return {kind: None if kind in RECURRENT_LAYER_TYPES else form(window) for kind, window in self.by_layer_type.items()}
+        return {kind: None if kind in RECURRENT_LAYER_TYPES else form(window)
+                for kind, window in self.by_layer_type.items()}
 
 
-BOOLEAN_MASKS = ("sdpa", "speculum_tree")  # attention implementations that read a boolean 4D mask
+BOOLEAN_MASKS = ("sdpa", ATTENTION_NAME)  # attention implementations that read a boolean 4D mask
 ADDITIVE_MASKS = ("eager",)  # ones that add the mask to their scores
 
 
