@@ -40,7 +40,8 @@ MEASUREMENTS = "search_measurements.json"
 
 
 def decode_rate(target, make, prompts: torch.Tensor, new_tokens: int) -> dict:
-    """Greedy decoding of each prompt [P, L] with a fresh proposer: tokens per forward, nodes and head time per step (ms)."""
+    """Greedy decoding of each prompt [P, L] with a fresh proposer: tokens per forward, nodes and head time per step
+    (ms)."""
     steps = accepted = nodes = 0
     draft_s = 0.0
     for prompt in prompts:
@@ -64,7 +65,8 @@ def score_settings(target, makers: dict, prompts, new_tokens: int, cost: dict[in
     return table
 
 
-def eagle_trees(target, head: EagleHead, accept: torch.Tensor, prompts: torch.Tensor, t, cost: dict) -> tuple[dict, dict]:
+def eagle_trees(target, head: EagleHead, accept: torch.Tensor, prompts: torch.Tensor, t,
+                cost: dict) -> tuple[dict, dict]:
     """The static tree grown from accept [depth, ranks] and the dynamic setting, each kept by decoding the prompts
     (t: max_nodes, budgets, top_ks, depths, budget_tokens) -> (eagle_tree.json, the measurements)."""
     searched = grow_tree(accept, t.max_nodes)
@@ -126,7 +128,8 @@ def search(cfg: DictConfig) -> Path:
     if isinstance(head, EagleHead):
         head.check_target(model)
         table = eagle_accuracy(head, model, windows, s.ranks, s.depth, start=length - 1)
-        tree, measured = eagle_trees(model, head, torch.tensor(table["accept"]), windows[: s.decode_prompts, :length], s, cost)
+        prompts = windows[: s.decode_prompts, :length]
+        tree, measured = eagle_trees(model, head, torch.tensor(table["accept"]), prompts, s, cost)
         name = EAGLE_TREE
     else:
         table = medusa_accuracy(head, model, windows, s.ranks, False, start=length - 1)

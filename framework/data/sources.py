@@ -84,7 +84,8 @@ def load_rows(path: str, split: str = "train", builder: str | None = None, name:
 
 
 def json_lines(path: str) -> list[dict]:
-    """The objects of a JSONL file (blank lines skipped); an empty file, a torn line or bad UTF-8 named by file and line."""
+    """The objects of a JSONL file (blank lines skipped); an empty file, a torn line or bad UTF-8 named by file and
+    line."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
