@@ -95,3 +95,91 @@ def test_the_cross_vocabulary_table_is_the_published_run():
         line = (f"{greedy['tokens/forward']}, {greedy['speedup']} | {greedy['greedy identical']} | "
                 f"{sampled['tokens/forward']}, {sampled['speedup']} | {wide} |")
         assert line in text, (method, line)
+
+
+# Every figure in the README and docs/: a ratio, a time, a rate, a percentage, or a decimal in a table cell.
+QUOTED = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:x\b| ?ms\b| s\b| tokens?/s| tok/s|%)")
+CELL = re.compile(r"(?<![\w.-])\d+\.\d+x?(?![\w.])")  # not a name's version (Llama-3.1)
+SOURCE = re.compile(r"\((?:docs/)?(results\w*\.md|figures/[\w./-]+\.json)[)#]")
+UNRECORDED = "_Unrecorded:"  # a section's visible label: measured by hand before runs left committed result files
+
+
+def figures(section: str) -> list[str]:
+    found = []
+    for line in section.splitlines():
+        found += CELL.findall(line) if line.startswith("|") else QUOTED.findall(line)
+    return found
+
+
+def number(figure: str) -> str:
+    return re.match(r"\d+(?:\.\d+)?", figure).group()
+
+
+def sections(page: Path) -> list[tuple[str, str]]:
+    """(section, the sources it and its parent section link) for the page's ## and ### sections; code blocks and
+    inline code (commands, settings) left out."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    found, parent = [], ""
+    for section in re.split(r"\n(?=#{2,3} )", text):
+        if not section.startswith("### "):
+            parent = section
+        found.append((section, SOURCE.findall(section) + SOURCE.findall(parent)))
+    return found
+
+
+def renderings(path: Path) -> set[str]:
+    """Every way a number in a result file may be quoted: as written, rounded to 0-4 decimals, and scaled from
+    seconds to ms or from a fraction to a percentage."""
+    held = set()
+    for written in re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e-?\d+)?", path.read_text()):
+        value = abs(float(written))
+        held.add(written.lstrip("-"))
+        for scaled in (value, value * 1e3, value * 100):
+            held |= {f"{scaled:.{decimals}f}" for decimals in range(5)}
+    return held
+
+
+def unsourced(page: Path) -> list[tuple[str, list[str]]]:
+    """(section, figures) for each section whose figures the result files it links do not hold."""
+    missing = []
+    for section, sources in sections(page):
+        quoted = figures(section)
+        if not quoted or UNRECORDED in section:
+            continue
+        held = set()
+        for source in sources:
+            path = ROOT / "docs" / source
+            assert path.is_file(), f"{page.name} links {source}, which is not committed"
+            held |= renderings(path)
+        absent = [f for f in quoted if number(f) not in held]
+        if absent:
+            missing.append((section.splitlines()[0], absent))
+    return missing
+
+
+DOC_PAGES = [ROOT / "README.md"] + sorted(p for p in (ROOT / "docs").glob("*.md") if not p.name.startswith("results"))
+
+
+@pytest.mark.parametrize("page", DOC_PAGES, ids=lambda p: p.name)
+def test_every_quoted_figure_is_in_a_linked_result_file_or_labelled_unrecorded(page):
+    missing = unsourced(page)
+    assert not missing, (f"{page.name}: figures not in the result files their section links (link the committed "
+                         f"result, or label the section '{UNRECORDED} ...'): {missing}")
+
+
+def test_the_figure_check_sees_a_figure_that_its_result_file_lacks(tmp_path):
+    results = (ROOT / "docs" / "results.md").read_text()
+    page = tmp_path / "page.md"
+    page.write_text(f"## Run\n\nThe draft gains 1.23x ([all cells](results.md)).\n")
+    assert "1.23x" in results and not unsourced(page)
+    page.write_text(f"## Run\n\nThe draft gains 9.87x ([all cells](results.md)).\n\n| a | 7.654 |\n")
+    assert unsourced(page) == [("## Run", ["9.87x", "7.654"])]
+    page.write_text(f"## Run\n\n{UNRECORDED} by hand, 2026-11-30._ The draft gains 9.87x.\n")
+    assert not unsourced(page)
+
+
+def test_the_readmes_results_block_is_the_published_page():
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- compare:begin -->", 1)[1].split("<!-- compare:end -->", 1)[0].strip()
+    assert block.count("\n|") > 3 and block in (ROOT / "docs" / "results.md").read_text()
