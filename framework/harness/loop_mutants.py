@@ -30,7 +30,10 @@ from framework.harness.toy_vocabularies import toy_vocabulary
 from framework.lm import tree_attention
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
-from proposers import CrossVocabularyProposer, DraftModelProposer, LookaheadProposer
+from proposers import CrossVocabularyProposer, DraftModelProposer, LookaheadProposer, MedusaProposer
+from proposers.common import position_tree
+from proposers.common.position_tree import position_law_tree as clean_position_law_tree
+from proposers.medusa.heads import random_heads
 from verifiers import LOSSLESS, TreeVerifier
 from verifiers.block import BlockVerifier
 from verifiers.traversal import TraversalVerifier
@@ -215,6 +218,17 @@ class ReportsUnmaskedQ(DraftModelProposer):
         return sampling.process_logits(logits, cfg, seen)
 
 
+def position_q_before_mask(logits, shape, kind, cfg, rng, constraint=None):
+    """The per-position tree builder (Medusa, DFlash, PARD, P-EAGLE) draws its children after the grammar's mask
+    along each path but hands the verifier each position's law before it."""
+    tree = clean_position_law_tree(logits, shape, kind, cfg, rng, constraint)
+    if tree.draft_probs is None:
+        return tree
+    rows = torch.cat([torch.zeros(1, dtype=torch.long), shape.depth]).clamp_max(logits.shape[1] - 1)
+    unmasked = sampling.process_logits(logits[:, rows], replace(cfg, repetition_penalty=1.0))  # [B, N+1, V]
+    return replace(tree, draft_probs=unmasked.to(tree.draft_probs.dtype))
+
+
 class DraftsOffTheIntersection(CrossVocabularyProposer):
     """Draws from the draft's whole vocabulary (the intersection mask left off the draws; a token the target does
     not spell snapped to target id 0) while the verifier gets the masked law, as it should."""
@@ -325,6 +339,9 @@ POLICY_CHAIN = LoopCase(dict(gamma=2, kind="iid"), depth=2, policy_factory=lambd
 GRAMMAR_CHAIN = LoopCase(dict(gamma=2, kind="iid"), depth=3, grammar=A_THEN_B)  # rows advanced by what they emit
 CROSS_VOCABULARY = LoopCase(dict(gamma=2, kind="iid"), depth=2, vocab=5, vocabulary=toy_vocabulary)  # a second tokenizer
 GRAMMAR_SAMPLED = LoopCase(dict(gamma=2, kind="iid"), depth=2, grammar=PAIRS, vocab=5)  # two tokens left after a mask
+PER_POSITION_GRAMMAR = LoopCase(proposer_factory=lambda: MedusaProposer(
+    random_heads(16, 5, 2, seed=0, scale=2.0, dtype="float64"), [[0], [1], [0, 0]], kind="iid"), depth=3, grammar=PAIRS,
+    vocab=5)  # Medusa's heads draw two children of the root and a grandchild, each after the pair grammar's mask
 GRAMMAR_POINT = LoopCase(dict(gamma=1, kind="point"), depth=3, grammar=PAIRS, vocab=5,
                          sampling=SamplingConfig(temperature=0.8))  # every node accepted: the bonus is drawn at the leaf
 
@@ -364,6 +381,9 @@ def loop_mutants() -> list[LoopMutant]:
           decoder=GrammarFollowsDrafts),
         m("grammar-q-before-mask", "the draft draws after the grammar's mask but reports its law before it",
           GRAMMAR_SAMPLED, proposer=ReportsUnmaskedQ),
+        m("per-position-q-before-mask", "the per-position tree builder (Medusa, DFlash, PARD, P-EAGLE) reports each "
+          "position's law before the grammar's mask it drew after", PER_POSITION_GRAMMAR,
+          plant=lambda: planted(position_tree, "position_law_tree", position_q_before_mask)),
         m("cross-vocabulary-mask-missing", "a draft of another vocabulary draws off the intersection (its law "
           "unmasked) but reports the masked law", CROSS_VOCABULARY, proposer=DraftsOffTheIntersection),
     ]
