@@ -13,7 +13,8 @@ target has run, and the head's own output at the node's parent inside a drafted 
   to g; logits = lm_head(norm(h)) over its own draft vocabulary, draft id d being target token
   d + d2t[d]. Tokens outside the draft vocabulary get -inf: never proposed.
 
-The target's embedding and lm_head are handed in at each call, never copied into the head.
+The target's embedding and lm_head are handed in at each call, never copied into the head. `step` (the tree level
+read, 0 for the committed positions) is for heads with a module per depth (MTP): EAGLE's one layer serves every depth.
 Parameter names are the published ones (`fc`, `layers.0`, `midlayer`, `norm`, `lm_head`, `d2t`,
 `t2d`), so our files and SafeAILab's differ only in their config (proposers/eagle/published.py).
 """
@@ -181,7 +182,7 @@ class Eagle1Head(EagleHead):
         """The target's hidden states [..., 1, H] -> g [..., H]."""
         return hidden[..., 0, :]
 
-    def forward(self, embedded: torch.Tensor, feature: torch.Tensor, positions: torch.Tensor, cache=None,
+    def forward(self, embedded: torch.Tensor, feature: torch.Tensor, positions: torch.Tensor, cache=None, step: int = 0,
                 **attention) -> torch.Tensor:
         """embedded, feature [B, M, H], positions [B, M] -> h [B, M, H] (the next feature).
         attention: speculum_mask/speculum_backend (drafting) or attention_mask [B, 1, M, S] (training)."""
@@ -191,7 +192,7 @@ class Eagle1Head(EagleHead):
     def draft_logits(self, h: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
         return lm_head(h)
 
-    def logits(self, h: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
+    def logits(self, h: torch.Tensor, lm_head: nn.Module, step: int = 0) -> torch.Tensor:
         """h [..., H] -> logits over the target's vocabulary [..., V]."""
         return lm_head(h)
 
@@ -233,7 +234,7 @@ class Eagle3Head(EagleHead):
         """The target's hidden states [..., L, H_t] at the head's layers -> g [..., H]."""
         return self.fc(hidden.flatten(-2))
 
-    def forward(self, embedded: torch.Tensor, feature: torch.Tensor, positions: torch.Tensor, cache=None,
+    def forward(self, embedded: torch.Tensor, feature: torch.Tensor, positions: torch.Tensor, cache=None, step: int = 0,
                 **attention) -> torch.Tensor:
         """embedded, feature [B, M, H], positions [B, M] -> h [B, M, H], pre-norm (the next feature)."""
         return self.midlayer(embedded, feature.to(embedded.dtype), self.rotary(embedded, positions), cache, **attention)
@@ -242,7 +243,7 @@ class Eagle3Head(EagleHead):
         """h [..., H] -> logits over the draft vocabulary [..., Vd]."""
         return self.lm_head(self.norm(h))
 
-    def logits(self, h: torch.Tensor, lm_head: nn.Module | None = None) -> torch.Tensor:
+    def logits(self, h: torch.Tensor, lm_head: nn.Module | None = None, step: int = 0) -> torch.Tensor:
         """h [..., H] -> logits over the target's vocabulary [..., V]: -inf outside the draft vocabulary."""
         draft = self.draft_logits(h)
         ids = self.draft_ids()

@@ -39,6 +39,8 @@ from verifiers.tree_verifier import Verification
 
 
 class EagleProposer:
+    HEAD: type = EagleHead  # the heads it drives (MtpProposer: an MtpHead)
+
     def __init__(
         self,
         head: EagleHead | str | Path,
@@ -54,8 +56,8 @@ class EagleProposer:
         SafeAILab's published default (proposers/eagle/defaults.py), with a warning that says so.
         head: a head, or a folder in any layout proposers.load_head reads (ours, SafeAILab's, SpecForge's, speculators)."""
         head = load_head(head) if isinstance(head, (str, Path)) else head
-        if not isinstance(head, EagleHead):
-            raise ValueError(f"EAGLE needs an EAGLE head, got {type(head).__name__} (a Medusa folder?)")
+        if not isinstance(head, self.HEAD):
+            raise ValueError(f"{type(self).__name__} needs an {self.HEAD.__name__}, got {type(head).__name__}")
         settings = {"choices": choices, "top_k": top_k, "depth": depth, "budget": budget}
         auto = [k for k, v in settings.items() if v == "auto"]
         settings.update({k: head.searched.get(k, PUBLISHED[k]) for k in auto})
@@ -165,8 +167,10 @@ class HeadReader:
             mask[m, P + m] = True
         feature = torch.stack([self.features[p] for p in parents], dim=1)  # [B, M, H]
         positions = self.p.cache.positions(torch.tensor(depth) - 1)  # the root sits at committed length - 1
-        out = self.p.head(self.p.embed(tokens), feature, positions, self.p.cache.cache, **self.p.attention(mask))
+        level = max(depth)  # one level per read
+        out = self.p.head(self.p.embed(tokens), feature, positions, self.p.cache.cache, step=level,
+                          **self.p.attention(mask))
         for m, node in enumerate(nodes):
             self.features[node], self.sees[node] = out[:, m], mask[m]
         self.slots += M
-        return self.p.head.logits(out, self.p.lm_head)  # [B, M, V]
+        return self.p.head.logits(out, self.p.lm_head, step=level)  # [B, M, V]

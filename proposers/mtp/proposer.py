@@ -1,0 +1,24 @@
+"""MtpProposer: a model's own MTP modules draft a chain (top_k 1) or a tree (top_k per depth, a budget of nodes),
+through the feature-level drafter EAGLE heads use (proposers/eagle/proposer.py): the modules keep their own KV,
+the committed positions are read with the target's last hidden state, each drafted level through the module for
+its depth. Children by the drafts' values: kind point, lossless through the shared verifier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from proposers.eagle.proposer import EagleProposer
+from proposers.mtp.head import MtpHead
+from proposers.mtp.layouts import read_mtp
+
+
+class MtpProposer(EagleProposer):
+    HEAD = MtpHead
+
+    def __init__(self, head: MtpHead | str | Path, depth: int = 3, top_k: int = 1, budget: int | None = None,
+                 choices=None, backend: str = "auto"):
+        """head: an MtpHead, or a folder: the target's own (its MTP tensors read, nothing else) or a speculators MTP
+        folder. depth: draft tokens per step (past the checkpoint's modules the last is reused); top_k 1 drafts a
+        chain, more a tree of at most `budget` nodes (default top_k x depth)."""
+        head = read_mtp(head) if isinstance(head, (str, Path)) else head
+        super().__init__(head, choices, top_k, depth, top_k * depth if budget is None else budget, backend)
