@@ -17,6 +17,11 @@ def common(v, h, l, nh, kv, pos) -> dict:
                 num_key_value_heads=kv, max_position_embeddings=pos, head_dim=h // nh)
 
 
+def without_head_dim(kwargs: dict) -> dict:
+    """MLA's config derives its head dims (head_dim: the rope part) from its own fields."""
+    return {k: value for k, value in kwargs.items() if k != "head_dim"}
+
+
 def alternating(layers: int) -> list[str]:
     """Sliding layers with a global one after each (GPT-OSS alternates; Gemma-3 puts one global after five)."""
     return ["full_attention" if i % 2 else "sliding_attention" for i in range(layers)]
@@ -53,6 +58,16 @@ ARCHITECTURES = {
         linear_value_head_dim=h // nh, linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
         moe_intermediate_size=h, shared_expert_intermediate_size=h, decoder_sparse_step=1,
         layer_types=["linear_attention" if i % 2 == 0 else "full_attention" for i in range(l)]),
+    "deepseek_v3": lambda v, h, l, nh, kv, pos, w: transformers.DeepseekV3Config(  # MLA (its query/key head 3/2 of
+        # its value head: the rope part rides on top) and routed experts with a shared one after a dense first layer
+        **without_head_dim(common(v, h, l, nh, nh, pos)), q_lora_rank=h, kv_lora_rank=h // 2,
+        qk_rope_head_dim=h // nh // 2, qk_nope_head_dim=h // nh, v_head_dim=h // nh, n_routed_experts=4,
+        num_experts_per_tok=2, n_shared_experts=1, moe_intermediate_size=h, first_k_dense_replace=1, n_group=1,
+        topk_group=1, num_nextn_predict_layers=0),  # the target alone: MTP modules are added apart
+    "glm4_moe": lambda v, h, l, nh, kv, pos, w: transformers.Glm4MoeConfig(  # GLM-4.5: half-rotary, q/k/v biases
+        **common(v, h, l, nh, kv, pos), attention_bias=True, n_routed_experts=4, num_experts_per_tok=2,
+        n_shared_experts=1, moe_intermediate_size=h, first_k_dense_replace=1, n_group=1, topk_group=1,
+        num_nextn_predict_layers=0),
     "gpt2": lambda v, h, l, nh, kv, pos, w: transformers.GPT2Config(
         vocab_size=v, n_embd=h, n_layer=l, n_head=nh, n_positions=pos, bos_token_id=0, eos_token_id=0),
 }

@@ -9,6 +9,7 @@ scaled_dot_product_attention over the dense boolean mask, or the plain PyTorch r
 out here (einsum, mask, softmax: the one the others are tested against); "auto" is Triton on
 CUDA, SDPA elsewhere (2-3x the einsum reference on CPU). Called without a TreeMask (a plain forward), the
 function is ordinary causal attention over the given 4D mask, or a causal one.
+The value head may be narrower than the query/key head (DeepSeek's MLA): every backend returns the value's width.
 A layer's own settings come as the model passes them: `sliding_window` (keys fewer than that many positions
 behind the query, from the positions the TreeMask carries) and `s_aux` (GPT-OSS's per-head attention sinks: one
 more logit in each softmax's denominator, with no value). Logit soft-capping (Gemma-2) is refused by name.
@@ -27,12 +28,12 @@ ATTENTION_NAME = "speculum_tree"
 def tree_attention_reference(
     query: torch.Tensor,  # [B, Hq, M, D]
     key: torch.Tensor,  # [B, Hkv, S, D]
-    value: torch.Tensor,  # [B, Hkv, S, D]
+    value: torch.Tensor,  # [B, Hkv, S, Dv] (MLA: Dv != D)
     mask: torch.Tensor,  # [B, 1, M, S] bool (True = may attend) or additive float
     scaling: float,
     sinks: torch.Tensor | None = None,  # [Hq] a sink logit per head (GPT-OSS), or None
 ) -> torch.Tensor:
-    """Masked attention with grouped KV heads, never repeating K/V.  -> [B, Hq, M, D]"""
+    """Masked attention with grouped KV heads, never repeating K/V.  -> [B, Hq, M, Dv]"""
     B, Hq, M, D = query.shape
     Hkv = key.shape[1]
     group = Hq // Hkv
@@ -50,7 +51,7 @@ def tree_attention_reference(
     else:
         weights = torch.softmax(scores, dim=-1)
     out = torch.einsum("bhgms,bhsd->bhgmd", weights, value.to(work))
-    return out.reshape(B, Hq, M, D).to(query.dtype)
+    return out.reshape(B, Hq, M, value.shape[-1]).to(query.dtype)
 
 
 def reference_backend(query, key, value, mask: TreeMask, scaling: float, window=None, sinks=None) -> torch.Tensor:

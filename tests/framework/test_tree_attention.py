@@ -63,6 +63,25 @@ def test_sdpa_backend_equals_reference(prefix, nodes, group, head_dim, dtype):
     assert (sdpa_backend(q, k, v, mask, scale) - ref).abs().max() <= (1e-12 if dtype == torch.float64 else 2e-5)
 
 
+@pytest.mark.parametrize("head_dim, value_dim", [(12, 8), (24, 16), (16, 40)])
+def test_a_value_head_of_another_width_on_every_backend(head_dim, value_dim):
+    """MLA (DeepSeek-V3): the query/key head (the rope part on top) is wider than the value head. The output is
+    linear in the value's columns, so it is the same-width reference's over values padded with zeros, cut back;
+    SDPA and the kernel (split across programs, non-power-of-two widths) give it too."""
+    from framework.lm.tree_attention import sdpa_backend
+
+    (q, k, _), mask, scale = case(40, 7, 2, head_dim, torch.float32)
+    v = torch.randn(*k.shape[:3], value_dim, generator=torch.Generator().manual_seed(7))
+    padded = torch.nn.functional.pad(v, (0, max(0, head_dim - value_dim)))
+    wide = (q, k) if value_dim <= head_dim else (torch.nn.functional.pad(q, (0, value_dim - head_dim)),
+                                                  torch.nn.functional.pad(k, (0, value_dim - head_dim)))
+    want = tree_attention_reference(*wide, padded, mask.dense(), scale)[..., :value_dim]
+    ref = tree_attention_reference(q, k, v, mask.dense(), scale)
+    assert ref.shape == (*q.shape[:3], value_dim) and (ref - want).abs().max() <= 1e-6
+    assert (sdpa_backend(q, k, v, mask, scale) - ref).abs().max() <= 2e-5
+    assert (tree_attention_triton(q, k, v, mask, scale, split_size=32) - ref).abs().max() <= 2e-5
+
+
 def test_prefix_split_across_programs():
     compare(300, 8, 2, 16, split=64)  # five key splits, merged by log-sum-exp
 
