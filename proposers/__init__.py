@@ -11,6 +11,7 @@ from proposers.heads import load_head
 from proposers.medusa.heads import MedusaHeads
 from proposers.medusa.proposer import MedusaProposer
 from proposers.mix import MixProposer
+from proposers.mtp.proposer import MtpProposer
 from proposers.ngram.lookahead import LookaheadProposer
 from proposers.ngram.prompt_lookup import PromptLookupProposer
 from proposers.parallel.dflash_proposer import DFlashProposer
@@ -22,5 +23,5 @@ __all__ = [
     "DraftModelProposer", "EagleProposer", "EagleHead", "MedusaProposer", "MedusaHeads", "LookaheadProposer",
     "PromptLookupProposer", "MixProposer", "RestProposer", "load_head", "DFlashProposer", "ParallelDraftProposer",
     "ParallelEagleProposer", "GrammarProposer", "CrossVocabularyProposer", "VocabularyMap",
-    "StringMatchProposer",
+    "StringMatchProposer", "MtpProposer",
 ]

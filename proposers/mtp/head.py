@@ -25,6 +25,7 @@ import torch
 import transformers
 from torch import nn
 
+from framework.lm.models import ARCHITECTURES, sizes_stated
 from framework.lm.tree_attention import ATTENTION_NAME
 
 
@@ -149,6 +150,15 @@ class MtpHead(nn.Module):
         """h [..., H] -> logits [..., V] through the module's own head, else the target's."""
         own = self.layers[self.module_for(step)].head
         return lm_head(h) if own is None else own(h)
+
+
+def tiny_mtp(arch: str = "llama", vocab_size: int | None = None, hidden_size: int | None = None,
+             num_layers: int | None = None, num_heads: int = 4, num_kv_heads: int = 2, max_positions: int = 256,
+             num_modules: int = 1, seed: int = 1, scale: float = 1.0, dtype: str = "float32") -> MtpHead:
+    """Random modules for a tiny_random_model target of these sizes (models=tiny, the exact check's toy target)."""
+    sizes_stated(vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers)
+    config = ARCHITECTURES[arch](vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, max_positions, None)
+    return random_mtp(config, num_modules, seed, scale, dtype=dtype)
 
 
 def random_mtp(target_config, num_modules: int = 1, seed: int = 0, scale: float = 1.0, own_head: bool = False,

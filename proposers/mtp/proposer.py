@@ -15,10 +15,10 @@ from proposers.mtp.layouts import read_mtp
 class MtpProposer(EagleProposer):
     HEAD = MtpHead
 
-    def __init__(self, head: MtpHead | str | Path, depth: int = 3, top_k: int = 1, budget: int | None = None,
+    def __init__(self, modules: MtpHead | str | Path, depth: int = 3, top_k: int = 1, budget: int | None = None,
                  choices=None, backend: str = "auto"):
-        """head: an MtpHead, or a folder: the target's own (its MTP tensors read, nothing else) or a speculators MTP
-        folder. depth: draft tokens per step (past the checkpoint's modules the last is reused); top_k 1 drafts a
+        """modules: an MtpHead, or a folder: the target's own (its MTP tensors read, nothing else) or a speculators
+        MTP folder. depth: draft tokens per step (past the checkpoint's modules the last is reused); top_k 1 drafts a
         chain, more a tree of at most `budget` nodes (default top_k x depth)."""
-        head = read_mtp(head) if isinstance(head, (str, Path)) else head
+        head = read_mtp(modules) if isinstance(modules, (str, Path)) else modules
         super().__init__(head, choices, top_k, depth, top_k * depth if budget is None else budget, backend)
