@@ -22,7 +22,7 @@ PROMPT = torch.tensor([[4, 9, 2]])
 def test_greedy_identity(arch, modules, top_k):
     target = tiny_random_model(arch, seed=3, vocab_size=8, dtype="float64", init_std=0.3)  # drafts often right
     head = random_mtp(target.config, modules, seed=1, dtype="float64")
-    report = greedy_identity(target, lambda: MtpProposer(head, depth=3, top_k=top_k), PROMPT, 20)
+    report = greedy_identity(target, lambda: MtpProposer(head, depth=3, top_k=top_k), torch.tensor([[4, 1, 2]]), 20)
     assert report.equal, report.first_difference
 
 
