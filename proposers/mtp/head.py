@@ -19,6 +19,7 @@ module on the same inputs so that their caches keep one slot layout; the publish
 from __future__ import annotations
 
 import copy
+from inspect import signature
 from dataclasses import dataclass
 
 import torch
@@ -112,6 +113,9 @@ class MtpHead(nn.Module):
         self.layers = nn.ModuleList(MtpModule(blocks, layers + k, k, layer_class, norm_class, config.own_head)
                                     for k in range(config.num_modules))
         self.rotary = rotary_class(config=blocks)
+        # stacks with per-type RoPE (Gemma-3) take the layer type: the MTP block is a full-attention layer
+        typed = "layer_type" in signature(self.rotary.forward).parameters
+        self.rope_type = {"layer_type": "full_attention"} if typed else {}
 
     def check_target(self, model) -> None:
         """Refuse a target this head was not made for, naming what differs."""
@@ -139,7 +143,7 @@ class MtpHead(nn.Module):
                 **attention) -> torch.Tensor:
         """embedded, feature [B, M, H], positions [B, M] -> h' [B, M, H] of the module for `step`. Every module runs
         (their caches keep one slot layout); at step 0, module k reads module k-1's output."""
-        position_embeddings = self.rotary(embedded, positions)
+        position_embeddings = self.rotary(embedded, positions, **self.rope_type)
         outs = []
         for k, module in enumerate(self.layers):
             given = outs[-1] if step == 0 and k else feature

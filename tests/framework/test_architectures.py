@@ -39,11 +39,14 @@ def load(*overrides: str):
         return compose(config_name="config", overrides=["models=tiny", "target.dtype=float64", *overrides])
 
 
+OWN_CLASS = {"mtp"}  # methods whose parts are layers of the target's own class: composed with the stack's target
+
+
 @cache
-def parts_of(method: str):
+def parts_of(method: str, stack: str = "llama"):
     """The method's parts, composed once: every tiny stack has the same sizes (vocabulary 64, width 32, 2 layers), so
-    one composition serves them all (composing is most of this file's time)."""
-    return load(f"proposer={method}").proposer
+    one composition serves them all (composing is most of this file's time), but for OWN_CLASS."""
+    return load(f"proposer={method}", *([f"target=tiny_{stack}"] if method in OWN_CLASS else [])).proposer
 
 
 @cache
@@ -69,7 +72,7 @@ def test_every_method_decodes_transformers_greedy(stack):
     want = transformers_greedy(stack, new_tokens)
     differ = {}
     for method in METHODS:
-        got = generate(HFTarget(model), instantiate(parts_of(method))(), PROMPT, new_tokens, GREEDY).tokens[0].tolist()
+        got = generate(HFTarget(model), instantiate(parts_of(method, stack))(), PROMPT, new_tokens, GREEDY).tokens[0].tolist()
         if got != want:
             differ[method] = got
     own = instantiate(load(f"target=tiny_{stack}").target)  # the model's own attention over our dense masks

@@ -44,7 +44,7 @@ def test_the_committed_positions_go_through_the_chain_of_modules():
     """Step 0: module 1 reads module 0's output (its KV then holds what a depth-2 draft would have read)."""
     head = random_mtp(tiny_random_model("llama").config, num_modules=2)
     embedded, feature, positions = torch.randn(1, 3, 32), torch.randn(1, 3, 32), torch.arange(3)[None]
-    rope = head.rotary(embedded, positions)
+    rope = head.rotary(embedded, positions, **head.rope_type)
     first = head.layers[0](embedded, feature, rope)
     assert torch.allclose(head(embedded, feature, positions, step=0), first)
     assert torch.allclose(head(embedded, first, positions, step=1), head.layers[1](embedded, first, rope))
