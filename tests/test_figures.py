@@ -100,7 +100,7 @@ def test_the_cross_vocabulary_table_is_the_published_run():
 # Every figure in the README and docs/: a ratio, a time, a rate, a percentage, or a decimal in a table cell.
 QUOTED = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:x\b| ?ms\b| s\b| tokens?/s| tok/s|%)")
 CELL = re.compile(r"(?<![\w.-])\d+\.\d+x?(?![\w.])")  # not a name's version (Llama-3.1)
-SOURCE = re.compile(r"\((?:docs/)?(results\w*\.md|figures/[\w./-]+\.json)[)#]")
+SOURCE = re.compile(r"\((?:docs/)?(results\w*\.md|(?:figures|results\w*)/[\w./-]+\.json)[)#]")
 UNRECORDED = "_Unrecorded:"  # a section's visible label: measured by hand before runs left committed result files
 
 

@@ -188,6 +188,7 @@ BAD_SETTINGS = {  # proposer -> (a bad setting, what its error says)
     "dflash": ("proposer.depth=9", r"depth must lie in 1..3"),
     "pard": ("proposer.depth=0", "depth must be >= 1"),
     "peagle": ("proposer.kind=typical", "kind must be"),
+    "mtp": ("proposer.depth=0", "depth and budget >= 1"),
     "grammar": ("proposer.depth=0", "depth must be >= 1"),
     "mix_grammar": ("proposer.budget=0", "budget must be >= 1"),
     "cross_vocab": ("proposer.gamma=0", "gamma >= 1"),
