@@ -7,7 +7,8 @@
 | MiMo | the target's folder, `num_nextn_predict_layers` | `model.mtp_layers.{k}.`: token_layernorm, hidden_layernorm, input_proj, final_layernorm, the block's keys |
 | speculators MTP (ours) | config.json with `speculators_model_type: mtp` and `transformer_layer_config` | `mtp_layers.{k}.` as MiMo's |
 
-Only the MTP tensors are read (a full model's other tensors never leave the disk). Routed experts stored one key
+Only the MTP tensors are read (a full model's other tensors never leave the disk; shards and torch pickles as
+the other published readers read them, proposers/common/head_files.py). Routed experts stored one key
 per expert are merged as transformers' own conversion for the model type merges them (stacked per expert,
 gate and up side by side), since the block is transformers' class.
 """
@@ -24,11 +25,10 @@ from transformers.core_model_loading import WeightConverter
 
 from framework.core import files
 from framework.zoo.checkpoints import find_folder
-from proposers.common.head_files import stored_tensors
+from proposers.common.head_files import read_weights, stored_tensors, weight_files
 from proposers.eagle.published import write_folder
 from proposers.mtp.head import MtpConfig, MtpHead
 
-WEIGHT_FILES = ("model.safetensors.index.json", "model.safetensors")
 SHORT = {"token_layernorm": "token_norm", "hidden_layernorm": "hidden_norm", "input_proj": "input_proj",
          "final_layernorm": "final_norm"}  # MiMo's and speculators' names of a module's own parts
 DEEPSEEK = {"enorm": "token_norm", "hnorm": "hidden_norm", "eh_proj": "input_proj", "shared_head.norm": "final_norm",
@@ -37,26 +37,15 @@ QWEN3_NEXT = {"pre_fc_norm_embedding": "token_norm", "pre_fc_norm_hidden": "hidd
               "norm": "final_norm", "layers.0": "block"}
 
 
-def tensor_names(folder: Path) -> dict[str, Path]:
-    """Every tensor name of the folder's safetensors weights -> the file that holds it (sharded or not)."""
-    from safetensors import safe_open
-
-    if (folder / WEIGHT_FILES[0]).is_file():
-        return {k: folder / f for k, f in files.read_json(folder / WEIGHT_FILES[0])["weight_map"].items()}
-    if (folder / WEIGHT_FILES[1]).is_file():
-        with safe_open(folder / WEIGHT_FILES[1], "pt") as f:
-            return {k: folder / WEIGHT_FILES[1] for k in f.keys()}
-    raise FileNotFoundError(f"no MTP weights at {folder}: looked for {' or '.join(WEIGHT_FILES)}")
-
-
-def read_tensors(names: dict[str, Path], wanted: list[str]) -> dict[str, torch.Tensor]:
-    from safetensors import safe_open
-
-    out = {}
-    for path in sorted({names[k] for k in wanted}):
-        with safe_open(path, "pt") as f:
-            out |= {k: f.get_tensor(k) for k in wanted if names[k] == path}
-    return out
+def is_mtp_key(key: str, num_layers: int | None) -> bool:
+    """A tensor of an MTP module in any layout: `mtp.*`, `(model.)mtp_layers.*`, or a decoder layer past the
+    target's `num_layers` (DeepSeek-V3's appended layers)."""
+    if key.startswith(("mtp.", "mtp_layers.", "model.mtp_layers.")):
+        return True
+    layer = re.match(r"model\.layers\.(\d+)\.", key)
+    if layer is None or num_layers is None or int(layer.group(1)) < num_layers:
+        return False
+    return module_key(key[layer.end():], DEEPSEEK) is not None  # the copies of the target's head and embedding: no
 
 
 def module_key(rest: str, parts: dict[str, str | None]) -> str | None:
@@ -88,7 +77,7 @@ def merged_experts(state: dict[str, torch.Tensor], model_type: str) -> dict[str,
     return state
 
 
-def target_layout(folder: Path, config: dict, names: dict[str, Path]) -> tuple[list[str], dict, int, dict[str, str]]:
+def target_layout(folder: Path, config: dict, names) -> tuple[list[str], dict, int, str]:
     """(the module prefixes in the weights, the parts' names, the module count, the layout's name) of a target
     folder that carries its MTP modules; a named error where it carries none."""
     N = config.get("num_hidden_layers")
@@ -114,24 +103,23 @@ def read_mtp(path: str | Path, dtype: torch.dtype = torch.float32) -> MtpHead:
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"no MTP head at {folder}: no config.json")
     config = files.read_json(folder / "config.json")
-    names = tensor_names(folder)
+    found = read_weights(weight_files(folder), lambda key: is_mtp_key(key, config.get("num_hidden_layers")))
     if config.get("speculators_model_type") == "mtp":
         target_config = transformers.AutoConfig.for_model(**config["transformer_layer_config"])
         count = int(config.get("num_nextn_predict_layers", 1))
         prefixes, parts, kind = [f"mtp_layers.{k}." for k in range(count)], SHORT, "speculators"
     else:
         target_config = transformers.AutoConfig.for_model(**config)
-        prefixes, parts, count, kind = target_layout(folder, config, names)
+        prefixes, parts, count, kind = target_layout(folder, config, found)
     state = {}
     for k, prefix in enumerate(prefixes):
-        keys = [name for name in names if name.startswith(prefix)]
-        for name, tensor in read_tensors(names, keys).items():
-            ours = module_key(name[len(prefix):], parts)
+        for name, tensor in found.items():
+            ours = module_key(name[len(prefix):], parts) if name.startswith(prefix) else None
             if ours is not None:
                 state[f"layers.{k}.{ours}"] = tensor
     mtp = MtpConfig(count, target_config.hidden_size, target_config.vocab_size, target_config.num_hidden_layers,
                     target_config.model_type, own_head=any(".head." in k for k in state))
-    head = MtpHead(mtp, target_config, searched=config.get("speculum_searched"))
+    head = MtpHead(mtp, target_config)
     state = merged_experts(state, target_config.model_type)
     missing = sorted(set(head.state_dict()) - set(state))
     unknown = sorted(set(state) - set(head.state_dict()))
