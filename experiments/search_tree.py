@@ -66,16 +66,17 @@ def score_settings(target, makers: dict, prompts, new_tokens: int, cost: dict[in
 
 
 def eagle_trees(target, head: EagleHead, accept: torch.Tensor, prompts: torch.Tensor, t,
-                cost: dict) -> tuple[dict, dict]:
+                cost: dict, proposer: type = EagleProposer) -> tuple[dict, dict]:
     """The static tree grown from accept [depth, ranks] and the dynamic setting, each kept by decoding the prompts
-    (t: max_nodes, budgets, top_ks, depths, budget_tokens) -> (eagle_tree.json, the measurements)."""
+    (t: max_nodes, budgets, top_ks, depths, budget_tokens) -> (eagle_tree.json, the measurements). proposer: the
+    feature-level drafter the head belongs to (EagleProposer, MtpProposer)."""
     searched = grow_tree(accept, t.max_nodes)
     print("static trees (EAGLE-1), by decoding:")
-    static = score_settings(target, {n: (lambda n=n: EagleProposer(head, searched.choices[:n]))
+    static = score_settings(target, {n: (lambda n=n: proposer(head, choices=searched.choices[:n]))
                                      for n in t.budgets if n <= len(searched.choices)}, prompts, t.budget_tokens, cost)
     print("dynamic trees (EAGLE-2/3: top_k, depth, budget), by decoding:")
     grid = [(k, d, n) for k in t.top_ks for d in t.depths for n in t.budgets]
-    dynamic = score_settings(target, {f"{k},{d},{n}": (lambda k=k, d=d, n=n: EagleProposer(head, None, k, d, n))
+    dynamic = score_settings(target, {f"{k},{d},{n}": (lambda k=k, d=d, n=n: proposer(head, top_k=k, depth=d, budget=n))
                                       for k, d, n in grid}, prompts, t.budget_tokens, cost)
     best_static = max(static, key=lambda n: static[n]["tokens_per_ms"])
     top_k, depth, budget = (int(x) for x in max(dynamic, key=lambda n: dynamic[n]["tokens_per_ms"]).split(","))

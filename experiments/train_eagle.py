@@ -50,7 +50,7 @@ def chain_length(table: dict) -> float:
     return 1 + total
 
 
-def paired_lengths(target, heads: dict, prompts: torch.Tensor, g) -> dict:
+def paired_lengths(target, heads: dict, prompts: torch.Tensor, g, proposer: type = EagleProposer) -> dict:
     """The losses' heads decoding the same held-out prompts with the same tree (g: top_k, depth, budget,
     new_tokens, samplings), each prompt and sampling one paired sample: per head the mean tokens per
     forward, and per head after the first the mean difference to the first with its standard error."""
@@ -62,7 +62,7 @@ def paired_lengths(target, heads: dict, prompts: torch.Tensor, g) -> dict:
         for name, head in heads.items():
             per_prompt = []
             for seed, prompt in enumerate(prompts):  # the same seed per prompt for every head
-                stats = generate(HFTarget(target), EagleProposer(head, None, g.top_k, g.depth, g.budget), prompt[None],
+                stats = generate(HFTarget(target), proposer(head, top_k=g.top_k, depth=g.depth, budget=g.budget), prompt[None],
                                  g.new_tokens, sampling, seed=seed).stats
                 per_prompt.append(stats.summary()["tokens_per_forward"])
             lengths[name] = torch.tensor(per_prompt, dtype=torch.float64)
@@ -94,6 +94,26 @@ def run(cfg: DictConfig) -> Path | None:
                                         num_kv_heads=h.num_kv_heads, intermediate_size=h.intermediate_size,
                                         **({"draft_vocab_size": h.draft_vocab_size} if h.get("draft_vocab_size") else {}))
             heads[name] = head if vocabulary is None else head.set_vocabulary(vocabulary)
+    done = train_and_search(exp, root, streams, settings, target, heads, EagleProposer)
+    if done is None:
+        return None
+    head, kept, tree, measurements = done
+    measurements.pop("prompts")
+    out = Path(exp.export)
+    head.save(out, extra={"target": str(resolve_checkpoint(exp.target).name), "loss": kept,
+                          "train": {k: v for k, v in asdict(settings).items() if k != "losses"}})
+    files.write_json(out / TREE_FILE, tree, indent=1)
+    files.write_json(out / "measurements.json", measurements, indent=1)
+    if exp.get("export_speculators"):  # the same head in vLLM's speculators layout, read back by a test
+        head.save(exp.export_speculators, format="speculators", embedding=target.get_input_embeddings().weight,
+                  verifier=str(exp.export_speculators_verifier), speculative_tokens=tree["depth"])
+    return out
+
+
+def train_and_search(exp, root: Path, streams: dict, settings, target, heads: dict, proposer: type):
+    """Steps 1-3 for feature-level heads (EAGLE's, MTP modules): train one head per loss, measure each, keep the
+    one with the longest expected chain, search its trees -> (head, the kept loss's name, the tree settings,
+    the measurements), or None where this process does not measure (time limit, another rank)."""
     for head in heads.values():
         head.check_target(target)
     heads = train_head(target, heads, streams, root / exp.run, settings)
@@ -121,21 +141,13 @@ def run(cfg: DictConfig) -> Path | None:
     paired = None
     if len(heads) > 1:  # the losses compared by decoding: accepted length, paired by prompt
         c = exp.loss_comparison
-        paired = paired_lengths(target, heads, continuations["heldout"][: c.prompts, : g.prompt_tokens], c)
+        paired = paired_lengths(target, heads, continuations["heldout"][: c.prompts, : g.prompt_tokens], c, proposer)
 
     t = exp.tree
     torch.set_num_threads(t.cost_threads)  # the thread count decoding runs at
     cost = forward_tree_cost(target, tuple(t.cost_sizes), repeats=t.cost_repeats)  # ms, this machine
     prompts = continuations["heldout"][: t.budget_prompts, : g.prompt_tokens]
-    tree, measured = eagle_trees(target, head, torch.tensor(tables["valid"]["continuations"]["accept"]), prompts, t, cost)
-
-    out = Path(exp.export)
-    head.save(out, extra={"target": str(resolve_checkpoint(exp.target).name), "loss": kept,
-                          "train": {k: v for k, v in asdict(settings).items() if k != "losses"}})
-    files.write_json(out / TREE_FILE, tree, indent=1)
-    files.write_json(out / "measurements.json", {"acceptance": tables, "by_loss": by_loss, "paired_lengths": paired,
-                                                 **measured}, indent=1)
-    if exp.get("export_speculators"):  # the same head in vLLM's speculators layout, read back by a test
-        head.save(exp.export_speculators, format="speculators", embedding=target.get_input_embeddings().weight,
-                  verifier=str(exp.export_speculators_verifier), speculative_tokens=tree["depth"])
-    return out
+    tree, measured = eagle_trees(target, head, torch.tensor(tables["valid"]["continuations"]["accept"]), prompts, t, cost,
+                                 proposer)
+    return head, kept, tree, {"acceptance": tables, "by_loss": by_loss, "paired_lengths": paired, **measured,
+                              "prompts": prompts}

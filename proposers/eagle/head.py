@@ -189,7 +189,7 @@ class Eagle1Head(EagleHead):
         x = self.fc(torch.cat([embedded, feature.to(embedded.dtype)], dim=-1))
         return self.layers[0](x, self.rotary(x, positions), cache, **attention)
 
-    def draft_logits(self, h: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
+    def draft_logits(self, h: torch.Tensor, lm_head: nn.Module, step: int = 0) -> torch.Tensor:
         return lm_head(h)
 
     def logits(self, h: torch.Tensor, lm_head: nn.Module, step: int = 0) -> torch.Tensor:
@@ -239,7 +239,7 @@ class Eagle3Head(EagleHead):
         """embedded, feature [B, M, H], positions [B, M] -> h [B, M, H], pre-norm (the next feature)."""
         return self.midlayer(embedded, feature.to(embedded.dtype), self.rotary(embedded, positions), cache, **attention)
 
-    def draft_logits(self, h: torch.Tensor, lm_head: nn.Module | None = None) -> torch.Tensor:
+    def draft_logits(self, h: torch.Tensor, lm_head: nn.Module | None = None, step: int = 0) -> torch.Tensor:
         """h [..., H] -> logits over the draft vocabulary [..., Vd]."""
         return self.lm_head(self.norm(h))
 

@@ -97,7 +97,7 @@ def unroll(head: EagleHead, embed, features: torch.Tensor, blocks: torch.Tensor,
     for j in range(steps):
         tokens = F.pad(blocks[:, 1 + j :], (0, j))  # [B, n]: x[t+1+j]
         mask = unroll_mask(n, j, blocks.device)[None, None]
-        g = head(embed(tokens), g, positions + j, cache, attention_mask=mask)
+        g = head(embed(tokens), g, positions + j, cache, step=j, attention_mask=mask)
         outs.append(g)
     return outs
 
@@ -135,7 +135,7 @@ class EagleObjective(nn.Module):
             n = ids.shape[1] - 1
             for j, out in enumerate(unroll(head, embed, features, ids, self.cfg.unroll, noise)):
                 kept = mask[:, 2 + j :].flatten()  # [b (n - 1 - j)]: positions t whose x[t+2+j] is a label
-                pred = head.draft_logits(out[:, : n - 1 - j], lm_head).float().log_softmax(-1)  # [b, n-1-j, Vd]
+                pred = head.draft_logits(out[:, : n - 1 - j], lm_head, step=j).float().log_softmax(-1)  # [b, n-1-j, Vd]
                 teacher = logits[:, 1 + j : n]  # z[t+1+j]: the target's law for x[t+2+j]
                 draft = head.draft_ids()
                 teacher = (teacher if draft is None else teacher[..., draft]).log_softmax(-1)
@@ -171,7 +171,7 @@ def accuracy(head: EagleHead, target, windows: torch.Tensor, ranks: int, depth: 
         for j, out in enumerate(unroll(head, embed, features, blocks, depth)):
             rows = slice(start, n - j - 1)  # t <= T-3-j: the text's token x[t+2+j] exists
             kept = mask[first : first + batch, start + 2 + j :].to(device)  # [b, P]
-            head_logits = head.logits(out[:, rows], lm_head).float()  # [b, P, V]
+            head_logits = head.logits(out[:, rows], lm_head, step=j).float()  # [b, P, V]
             ranked = head_logits.topk(ranks, dim=-1).indices  # [b, P, R]
             greedy = logits[:, start + 1 + j : n].argmax(-1)  # z[t+1+j]
             truth = blocks[:, start + 2 + j :]

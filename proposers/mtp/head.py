@@ -155,6 +155,12 @@ class MtpHead(nn.Module):
         own = self.layers[self.module_for(step)].head
         return lm_head(h) if own is None else own(h)
 
+    def draft_logits(self, h: torch.Tensor, lm_head: nn.Module, step: int = 0) -> torch.Tensor:
+        return self.logits(h, lm_head, step)  # the modules draft over the target's whole vocabulary
+
+    def draft_ids(self) -> None:
+        return None
+
 
 def tiny_mtp(arch: str = "llama", vocab_size: int | None = None, hidden_size: int | None = None,
              num_layers: int | None = None, num_heads: int = 4, num_kv_heads: int = 2, max_positions: int = 256,

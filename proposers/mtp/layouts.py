@@ -26,6 +26,7 @@ from transformers.core_model_loading import WeightConverter
 from framework.core import files
 from framework.zoo.checkpoints import find_folder
 from proposers.common.head_files import read_weights, stored_tensors, weight_files
+from proposers.eagle.head import TREE_FILE
 from proposers.eagle.published import write_folder
 from proposers.mtp.head import MtpConfig, MtpHead
 
@@ -119,7 +120,8 @@ def read_mtp(path: str | Path, dtype: torch.dtype = torch.float32) -> MtpHead:
                 state[f"layers.{k}.{ours}"] = tensor
     mtp = MtpConfig(count, target_config.hidden_size, target_config.vocab_size, target_config.num_hidden_layers,
                     target_config.model_type, own_head=any(".head." in k for k in state))
-    head = MtpHead(mtp, target_config)
+    searched = files.read_json(folder / TREE_FILE) if (folder / TREE_FILE).is_file() else None  # a zoo run's search
+    head = MtpHead(mtp, target_config, searched)
     state = merged_experts(state, target_config.model_type)
     missing = sorted(set(head.state_dict()) - set(state))
     unknown = sorted(set(state) - set(head.state_dict()))

@@ -15,10 +15,13 @@ from proposers.mtp.layouts import read_mtp
 class MtpProposer(EagleProposer):
     HEAD = MtpHead
 
-    def __init__(self, modules: MtpHead | str | Path, depth: int = 3, top_k: int = 1, budget: int | None = None,
-                 choices=None, backend: str = "auto"):
+    def __init__(self, modules: MtpHead | str | Path, depth: int | str = 3, top_k: int | str = 1,
+                 budget: int | str | None = None, choices=None, backend: str = "auto"):
         """modules: an MtpHead, or a folder: the target's own (its MTP tensors read, nothing else) or a speculators
         MTP folder. depth: draft tokens per step (past the checkpoint's modules the last is reused); top_k 1 drafts a
-        chain, more a tree of at most `budget` nodes (default top_k x depth)."""
+        chain, more a tree of at most `budget` nodes (default top_k x depth). Any of them "auto": the setting its
+        training run measured best (eagle_tree.json beside the modules, as for an EAGLE head)."""
         head = read_mtp(modules) if isinstance(modules, (str, Path)) else modules
-        super().__init__(head, choices, top_k, depth, top_k * depth if budget is None else budget, backend)
+        if budget is None:
+            budget = "auto" if "auto" in (depth, top_k) else top_k * depth
+        super().__init__(head, choices, top_k, depth, budget, backend)

@@ -14,10 +14,11 @@ from framework.engine import Decoder, generate
 from framework.harness.real import greedy_identity
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
-from proposers import EagleProposer
+from proposers import EagleProposer, MtpProposer
 from proposers.eagle.head import EagleHead, random_head
 from proposers.eagle.proposer import HeadReader
 from proposers.eagle.training import unroll
+from proposers.mtp.head import random_mtp
 from proposers.eagle.tree import dynamic_tree
 
 ARCHS = ["llama", "qwen2", "mistral", "gpt2"]
@@ -94,19 +95,24 @@ def test_head_reads_the_targets_features_of_every_committed_position(layers):
                 seq += [int(roots[b])] + r.tokens[b, : int(r.num_accepted[b])].tolist()
 
 
-def test_training_unrolls_what_drafting_computes():
-    """unroll step j at position t == the head drafting a chain from t fed the text's tokens."""
+@pytest.mark.parametrize("kind", ["eagle3", "mtp"])
+def test_training_unrolls_what_drafting_computes(kind):
+    """unroll step j at position t == the head drafting a chain from t fed the text's tokens (an EAGLE-3 head; an
+    MTP module, trained by the same unroll, reading the target's last hidden state)."""
     target = tiny_random_model("llama", seed=3, dtype="float64", init_std=0.3)
-    head = head_for(target, (0, 2))
+    if kind == "mtp":
+        head, layers, make = random_mtp(target.config, dtype="float64"), (-1,), MtpProposer
+    else:
+        head, layers, make = head_for(target, (0, 2)), (0, 2), lambda head: EagleProposer(head, None)
     blocks = torch.tensor([[5, 9, 1, 33, 7, 2, 40, 8, 8, 3]])
     with torch.no_grad():
         states = target(blocks, output_hidden_states=True).hidden_states
-        outs = unroll(head, target.get_input_embeddings(), torch.stack([states[0], states[2]], 2), blocks, 3)
+        outs = unroll(head, target.get_input_embeddings(), torch.stack([states[i] for i in layers], 2), blocks, 3)
     for t in (2, 5):
         hf = HFTarget(target)
         hf.provide_hidden(head.config.target_layers)
         prefill = hf.prefill(blocks[:, : t + 1])
-        proposer = EagleProposer(head, None)
+        proposer = make(head)
         proposer.prefill(blocks[:, : t + 1], hf)
         state = DecodeState(blocks[:, t + 1], torch.zeros(1, 64, dtype=torch.bool), SamplingConfig(), TorchSource(0),
                             None, prefill.hidden, torch.tensor([t + 1]))

@@ -5,7 +5,7 @@ import json
 import torch
 from hydra import compose, initialize_config_dir
 
-from experiments import train_draft, train_eagle, train_medusa
+from experiments import train_draft, train_eagle, train_medusa, train_mtp
 from tests.test_configs import CONF
 
 SMALL = ["experiment.train.steps=4", "experiment.train.batch_size=2", "experiment.train.block_size=48",
@@ -38,6 +38,29 @@ def test_eagle3_heads_for_a_chat_target(chat_target, chat_files, tmp_path):
     assert set(record) == {"kl", "lk"} and len(record["kl"]["text"]["accept_sampled"]) == 6  # per depth, held out
     paired = json.loads((out / "measurements.json").read_text())["paired_lengths"]
     assert set(paired["T=0.0"]["lk-kl"]) == {"mean", "se", "relative"}
+
+
+def test_mtp_module_for_a_chat_target(chat_target, chat_files, tmp_path):
+    """Trained through the EAGLE pipeline, written in the speculators MTP layout with its searched settings beside
+    it, read back as `auto` and decoding exactly what plain greedy does."""
+    from framework.harness.real import greedy_identity
+    from framework.zoo.checkpoints import load_causal_lm
+    from proposers import MtpProposer
+    from proposers.mtp.layouts import read_mtp
+
+    cfg = configured("zoo_mtp", chat_target, chat_files, tmp_path, "loss=lk", *CONTINUATIONS, *TREE,
+                     "experiment.tree.chain_depths=[1,2]", f"experiment.export={tmp_path / 'mtp'}")
+    out = train_mtp.run(cfg)
+    measured = json.loads((out / "measurements.json").read_text())
+    assert set(measured["chains"]) == {"1", "2"} and measured["loss"] == "lk"
+    assert len(measured["acceptance"]["heldout"]["text"]["accept_sampled"]) == 6  # per depth, held out
+    head, target = read_mtp(out), load_causal_lm(chat_target)
+    assert head.searched["chain_depth"] in (1, 2) and head.searched["top_k"] == 2
+    assert measured["parameters"] == sum(p.numel() for p in head.parameters())
+    tree = MtpProposer(out, depth="auto", top_k="auto", budget="auto")
+    assert (tree.top_k, tree.depth, tree.budget) == (2, 2, 4)
+    assert greedy_identity(target, lambda: MtpProposer(head, depth="auto", top_k="auto"), torch.tensor([[1, 2, 3, 4]]),
+                           12).equal
 
 
 def test_medusa_heads_for_a_chat_target(chat_target, chat_files, tmp_path):
