@@ -14,7 +14,9 @@ Methods: the proposer configs of conf/proposer (all of them that run on the targ
 experiment.methods is null: the others are listed as skipped, with why), plus transformers' own
 `hf_assisted` (assistant_model = the draft of proposer config experiment.assistant; a draft with another
 tokenizer, e.g. experiment.assistant=cross_vocab, gets transformers' universal assisted generation) and
-`hf_prompt_lookup` (its prompt lookup at its defaults), and `proposer`: the run's own proposer
+`hf_prompt_lookup` (its prompt lookup at its defaults), `hf_mtp` (its generate(use_mtp=True) on a target whose
+folder carries MTP modules where transformers' class looks for them: DeepSeek-V3, GLM-4.5; skipped with why
+elsewhere), and `proposer`: the run's own proposer
 group with its command-line overrides (what a sweep over tree settings varies; a merged sweep names
 each job's overrides); also `plain`, `hf_plain` and `hf_pld_matched` when listed. Cells: method x policy x
 sampling x category x batch size; the categories and prompts are the workload's (conf/workload, rendered for the
@@ -85,7 +87,7 @@ from experiments.compare_report import (
 from experiments.first_tokens import first_tokens, plot, summarise
 from experiments.peers.rows import ROWS as PEER_ROWS
 from experiments.peers.rows import missing_rows
-from experiments.methods import HF_METHODS, HF_PLD_DEFAULTS, build_methods, full_length_only
+from experiments.methods import HF_METHODS, HF_PLD_DEFAULTS, build_methods, full_length_only, transformers_mtp_refusal
 from experiments.workload import Workload, answer_text, build_workload
 from framework.core import files
 from framework.core.sampling import SamplingConfig, hf_sampling
@@ -95,11 +97,12 @@ from framework.lm.text import encode_prompt, tokenizer_of
 from framework.metrics.trace import RequestTrace, request_traces
 
 # Rows that are not a conf/proposer config -> their runner (experiments.methods): plain decoding of ours and
-# of transformers, transformers' assisted generation and its prompt lookup (at its defaults; matched: at our
-# prompt lookup's settings). By default a run takes the two speculative ones.
+# of transformers, transformers' assisted generation, its prompt lookup (at its defaults; matched: at our
+# prompt lookup's settings) and its MTP decoding. By default a run takes the speculative ones (hf_mtp where the
+# target carries modules transformers reads).
 RUNNERS = {"plain": "ours_plain", "hf_plain": "hf_plain", "hf_assisted": "hf_assisted", "hf_prompt_lookup": "hf_pld",
-           "hf_pld_matched": "hf_pld_matched", **{row: row for row in PEER_ROWS}}  # vLLM's: experiments.peers.rows
-DISCOVERED = ("hf_assisted", "hf_prompt_lookup")
+           "hf_pld_matched": "hf_pld_matched", "hf_mtp": "hf_mtp", **{row: row for row in PEER_ROWS}}  # vLLM's: experiments.peers.rows
+DISCOVERED = ("hf_assisted", "hf_prompt_lookup", "hf_mtp")  # hf_mtp: where transformers reads the target's MTP
 BASELINES = ("plain", "hf_plain")  # experiment.baseline: the per-prompt reference of every speedup
 ZOO_SUITE = "framework.workloads.zoo.ZooPrompts"
 UNDER_A_GRAMMAR = ("grammar", "mix_grammar")  # draft what a grammar forces: experiments.structured times them
@@ -214,7 +217,14 @@ def plan(cfg: DictConfig) -> Plan:
 
 def probe(plan: Plan, model, prompt: torch.Tensor, listed: bool) -> None:
     """Drops (discovered) or refuses (listed) proposer configs that cannot be built for this target
-    or cannot decode on it: two tokens each, before any timing."""
+    or cannot decode on it (two tokens each), and transformers' MTP row where it would not read the target's own
+    modules, before any timing."""
+    refusal = transformers_mtp_refusal(model) if "hf_mtp" in plan.methods else None
+    if refusal is not None:
+        if listed:
+            raise ValueError(f"experiment.methods: hf_mtp does not run on this target: {refusal}")
+        plan.skipped["hf_mtp"] = refusal
+        plan.methods.remove("hf_mtp")
     target = HFTarget(model)
     for name, node in list(plan.proposers.items()):
         try:

@@ -1,5 +1,5 @@
 """The decoding methods a measurement times side by side: ours (plain or with a proposer) and transformers'
-own generate (plain, assisted, prompt lookup), each a runner (prompts [B, L], sampling, policy) -> (new tokens
+own generate (plain, assisted, prompt lookup, the checkpoint's MTP modules), each a runner (prompts [B, L], sampling, policy) -> (new tokens
 per row, seconds, forwards, stats). transformers' runners decode one prompt (B = 1) under their own schedule.
 
 A library of experiments.compare (and its presets experiment=bench_hf, categories); not an entry point.
@@ -13,6 +13,7 @@ import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import transformers
@@ -29,7 +30,7 @@ from framework.lm.target import HFTarget
 from framework.metrics.engine_counters import EngineCounters
 from framework.lm.text import tokenizer_of
 
-HF_METHODS = ("hf_plain", "hf_assisted", "hf_pld", "hf_pld_matched")  # one prompt at a time, no policy
+HF_METHODS = ("hf_plain", "hf_assisted", "hf_pld", "hf_pld_matched", "hf_mtp")  # one prompt at a time, no policy
 
 
 HF_ATTENTION = ("sdpa", "eager")
@@ -174,6 +175,7 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
 
     runners = {"hf_plain": lambda: hf({}), "hf_assisted": lambda: hf(assisted),
                "hf_pld": lambda: hf(lookup("hf_pld")), "hf_pld_matched": lambda: hf(lookup("hf_pld_matched")),
+               "hf_mtp": lambda: hf({"use_mtp": True}),  # the checkpoint's own modules (compare's probe checked them)
                "ours_plain": lambda: ours(None)}
     peers, settings["peers"] = peer_runners(cfg, methods, Timed)  # vLLM's rows: workers in its own environment
     runners.update({name: (lambda run=run: run) for name, run in peers.items()})
@@ -182,6 +184,31 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
     settings["target_vocabulary"] = ours_model.config.vocab_size
     built = {m: runners[m]() if m in runners else ours(factories[m]) for m in methods}
     return built, settings, ours_model
+
+
+def transformers_mtp_refusal(model) -> str | None:
+    """Why transformers' generate(use_mtp=True) cannot draft with this checkpoint's own MTP modules, or None. Its
+    MtpModel re-reads the checkpoint folder for the keys its class names as MTP (`_keys_to_ignore_on_load_unexpected`:
+    its published checkpoints' layer numbers), so a folder whose modules sit elsewhere would draft with modules
+    never loaded: refused here rather than timed."""
+    from safetensors import safe_open
+    from transformers.modeling_layers import MtpModel
+
+    name = type(model).__name__
+    count = getattr(model.config.get_text_config(), "num_mtp_layers", None)
+    if not count:
+        return f"transformers' use_mtp needs MTP modules: {name}'s config states none (num_mtp_layers)"
+    try:
+        wanted = MtpModel.get_mtp_weights_regex(model)
+    except ValueError as error:
+        return f"transformers' use_mtp: {error}"
+    folder = Path(model.config.name_or_path)
+    stored = [key for path in sorted(folder.glob("*.safetensors")) for key in safe_open(str(path), "pt").keys()]
+    if not any(wanted.search(key) for key in stored):
+        return (f"transformers' {name} reads its MTP modules from keys matching {wanted.pattern} (its published "
+                f"checkpoints' layers); the safetensors of {folder} hold none, so use_mtp would draft with modules it "
+                "never loaded")
+    return None
 
 
 def other_tokenizer(model, assistant) -> dict:

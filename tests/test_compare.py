@@ -114,10 +114,11 @@ def test_discovery_skips_the_configs_that_do_not_fit_the_target(tmp_path):
     """A draft of another vocabulary (models.draft.vocab_size=32 beside a 64-token target) is listed as
     skipped when discovered, and is an error when asked for by name."""
     wrong_draft = "models.draft.vocab_size=32"
-    plan = compare.plan(load(tmp_path, "experiment.methods=[draft,prompt_lookup,hf_assisted]", wrong_draft))
+    plan = compare.plan(load(tmp_path, "experiment.methods=[draft,prompt_lookup,hf_assisted,hf_mtp]", wrong_draft))
     plan.skipped, model = {}, instantiate(load(tmp_path).target)
     compare.probe(plan, model, torch.tensor([[1, 2, 3]]), listed=False)  # as for discovered configs
     assert plan.methods == ["prompt_lookup", "hf_assisted"] and "vocabulary" in plan.skipped["draft"]
+    assert "LlamaForCausalLM's config states none (num_mtp_layers)" in plan.skipped["hf_mtp"]  # no MTP in a Llama
     with pytest.raises(ValueError, match="draft does not run on this target"):
         compare.probe(compare.plan(load(tmp_path, "experiment.methods=[draft]", wrong_draft)), model,
                       torch.tensor([[1, 2, 3]]), listed=True)

@@ -87,3 +87,37 @@ def test_only_the_mtp_tensors_are_read(tmp_path, monkeypatch):
     copies = ("shared_head.head.", "embed_tokens.")  # the target's head and embedding, copied into DeepSeek's layers
     assert sorted(kept) == [k for k in written["keys"] if not any(c in k for c in copies)]
     assert len(kept) < len(written["keys"])
+
+
+@pytest.mark.slow  # a 61-layer target, so that transformers' own class finds its module where it looks (~30 s)
+def test_transformers_use_mtp_is_a_compare_row(tmp_path):
+    """`hf_mtp` beside `mtp` in experiments.compare on a DeepSeek-V3 folder whose module sits where transformers'
+    DeepseekV3ForCausalLM reads it (layer 61): both greedy-identical to plain decoding; the same folder with 2 layers
+    is refused by name (transformers would not load its module)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from experiments import compare
+    from tests.test_compare import CONF
+
+    def load(folder, methods):
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            return compose(config_name="compare", overrides=[
+                "models=tiny", "target=zoo_target", f"target.path={folder}", "~models.mtp.modules",
+                f"+models.mtp.modules={folder}", "models.mtp.depth=1", "experiment.prompts=[[4,9,2,7],[1,5,5,3,8]]",
+                "experiment.max_new_tokens=8", "experiment.samplings=[greedy]", f"experiment.methods={methods}",
+                f"output_dir={tmp_path / 'run'}"])
+
+    folder, _ = deepseek_folder(tmp_path / "ds", "deepseek_v3", num_modules=1, seed=0, num_layers=61)
+    result = compare.run(load(folder, "[mtp,hf_mtp]"))
+    rows = {r["method"]: r for r in result["rows"]}
+    assert set(rows) == {"mtp", "hf_mtp"}
+    for row in rows.values():
+        assert row["greedy_identical"] == "2/2" and row["errors"] is None
+    # the same module drafting one token from the same state: the same tokens per forward (a random module is
+    # rarely right, so this pins agreement, not speed)
+    assert rows["hf_mtp"]["tokens_per_forward"] == pytest.approx(rows["mtp"]["tokens_per_forward"])
+    short, _ = deepseek_folder(tmp_path / "short", "deepseek_v3", num_modules=1, seed=0)
+    plan = compare.plan(load(short, "[hf_mtp]"))
+    with pytest.raises(ValueError, match=r"reads its MTP modules from keys matching \(model\\\.layers\\\.61"):
+        compare.probe(plan, instantiate(load(short, "[hf_mtp]").target), torch.tensor([[1, 2]]), listed=True)
