@@ -19,7 +19,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -97,23 +97,32 @@ def run(cfg: DictConfig) -> Path | None:
     done = train_and_search(exp, root, streams, settings, target, heads, EagleProposer)
     if done is None:
         return None
-    head, kept, tree, measurements = done
-    measurements.pop("prompts")
     out = Path(exp.export)
-    head.save(out, extra={"target": str(resolve_checkpoint(exp.target).name), "loss": kept,
-                          "train": {k: v for k, v in asdict(settings).items() if k != "losses"}})
-    files.write_json(out / TREE_FILE, tree, indent=1)
-    files.write_json(out / "measurements.json", measurements, indent=1)
+    done.head.save(out, extra={"target": str(resolve_checkpoint(exp.target).name), "loss": done.loss,
+                               "train": {k: v for k, v in asdict(settings).items() if k != "losses"}})
+    files.write_json(out / TREE_FILE, done.tree, indent=1)
+    files.write_json(out / "measurements.json", done.measurements, indent=1)
     if exp.get("export_speculators"):  # the same head in vLLM's speculators layout, read back by a test
-        head.save(exp.export_speculators, format="speculators", embedding=target.get_input_embeddings().weight,
-                  verifier=str(exp.export_speculators_verifier), speculative_tokens=tree["depth"])
+        done.head.save(exp.export_speculators, format="speculators", embedding=target.get_input_embeddings().weight,
+                       verifier=str(exp.export_speculators_verifier), speculative_tokens=done.tree["depth"])
     return out
 
 
-def train_and_search(exp, root: Path, streams: dict, settings, target, heads: dict, proposer: type):
+@dataclass
+class Searched:
+    """A trained feature-level head, measured, with its trees searched (train_and_search)."""
+
+    head: torch.nn.Module
+    loss: str  # the kept loss's name
+    tree: dict  # eagle_tree.json: the static choices and the dynamic setting kept, the forward costs
+    measurements: dict  # measurements.json
+    prompts: torch.Tensor  # [P, L] the held-out prompts the settings were decoded on
+
+
+def train_and_search(exp, root: Path, streams: dict, settings, target, heads: dict, proposer: type) -> Searched | None:
     """Steps 1-3 for feature-level heads (EAGLE's, MTP modules): train one head per loss, measure each, keep the
-    one with the longest expected chain, search its trees -> (head, the kept loss's name, the tree settings,
-    the measurements), or None where this process does not measure (time limit, another rank)."""
+    one with the longest expected chain, search its trees; None where this process does not measure (time limit,
+    another rank)."""
     for head in heads.values():
         head.check_target(target)
     heads = train_head(target, heads, streams, root / exp.run, settings)
@@ -149,5 +158,5 @@ def train_and_search(exp, root: Path, streams: dict, settings, target, heads: di
     prompts = continuations["heldout"][: t.budget_prompts, : g.prompt_tokens]
     tree, measured = eagle_trees(target, head, torch.tensor(tables["valid"]["continuations"]["accept"]), prompts, t, cost,
                                  proposer)
-    return head, kept, tree, {"acceptance": tables, "by_loss": by_loss, "paired_lengths": paired, **measured,
-                              "prompts": prompts}
+    return Searched(head, kept, tree, {"acceptance": tables, "by_loss": by_loss, "paired_lengths": paired, **measured},
+                    prompts)

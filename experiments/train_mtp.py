@@ -40,12 +40,10 @@ def run(cfg: DictConfig) -> Path | None:
     done = train_and_search(exp, root, streams, settings, target, heads, MtpProposer)
     if done is None:
         return None
-    head, kept, tree, measurements = done
-    t, g = exp.tree, exp.continuations
+    head, tree, t, g = done.head, done.tree, exp.tree, exp.continuations
     target = target.cpu()
-    prompts = measurements.pop("prompts")
     print("chains (top_k 1, as engines deploy MTP), by decoding:")
-    chains = score_settings(target, {d: (lambda d=d: MtpProposer(head, depth=d)) for d in t.chain_depths}, prompts,
+    chains = score_settings(target, {d: (lambda d=d: MtpProposer(head, depth=d)) for d in t.chain_depths}, done.prompts,
                             t.budget_tokens, tree["cost_ms"])
     tree["chain_depth"] = max(chains, key=lambda d: chains[d]["tokens_per_ms"])
     out = Path(exp.export)
@@ -53,7 +51,7 @@ def run(cfg: DictConfig) -> Path | None:
     files.write_json(out / TREE_FILE, tree, indent=1)
     size = sum(p.numel() for p in head.parameters())
     files.write_json(out / "measurements.json", {
-        **measurements, "chains": chains, "parameters": size, "loss": kept,
+        **done.measurements, "chains": chains, "parameters": size, "loss": done.loss,
         "train": {k: v for k, v in asdict(settings).items() if k != "losses"}, "prompt_tokens": g.prompt_tokens}, indent=1)
     print(f"{size} parameters written to {out}")
     return out
