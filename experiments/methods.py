@@ -28,6 +28,7 @@ from framework.core.sampling import SamplingConfig, hf_sampling
 from framework.engine import GenerationStats
 from framework.lm.target import HFTarget
 from framework.metrics.engine_counters import EngineCounters
+from proposers.common.head_files import safetensors_keys
 from framework.lm.text import tokenizer_of
 
 HF_METHODS = ("hf_plain", "hf_assisted", "hf_pld", "hf_pld_matched", "hf_mtp")  # one prompt at a time, no policy
@@ -191,7 +192,6 @@ def transformers_mtp_refusal(model) -> str | None:
     MtpModel re-reads the checkpoint folder for the keys its class names as MTP (`_keys_to_ignore_on_load_unexpected`:
     its published checkpoints' layer numbers), so a folder whose modules sit elsewhere would draft with modules
     never loaded: refused here rather than timed."""
-    from safetensors import safe_open
     from transformers.modeling_layers import MtpModel
 
     name = type(model).__name__
@@ -203,8 +203,7 @@ def transformers_mtp_refusal(model) -> str | None:
     except ValueError as error:
         return f"transformers' use_mtp: {error}"
     folder = Path(model.config.name_or_path)
-    stored = [key for path in sorted(folder.glob("*.safetensors")) for key in safe_open(str(path), "pt").keys()]
-    if not any(wanted.search(key) for key in stored):
+    if not any(wanted.search(key) for key in safetensors_keys(sorted(folder.glob("*.safetensors")))):
         return (f"transformers' {name} reads its MTP modules from keys matching {wanted.pattern} (its published "
                 f"checkpoints' layers); the safetensors of {folder} hold none, so use_mtp would draft with modules it "
                 "never loaded")

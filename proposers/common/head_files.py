@@ -85,6 +85,18 @@ def weight_files(folder: Path, names: tuple[str, ...] = WEIGHT_FILES) -> list[Pa
     raise FileNotFoundError(f"no weights in {folder} (looked for {', '.join(names)})")
 
 
+def safetensors_keys(files: list[Path]) -> list[str]:
+    """The tensor names the safetensors files among `files` hold, read from their headers (no tensor is read)."""
+    from safetensors import safe_open
+
+    keys = []
+    for path in files:
+        if path.suffix == ".safetensors":
+            with safe_open(str(path), framework="pt") as f:
+                keys += list(f.keys())
+    return keys
+
+
 def read_weights(files: list[Path], keep=lambda key: True) -> dict[str, torch.Tensor]:
     """The tensors whose key `keep` accepts, from safetensors or torch pickles (weights only, never code);
     a full model's other tensors are not read."""
