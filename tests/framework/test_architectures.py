@@ -39,7 +39,7 @@ def load(*overrides: str):
         return compose(config_name="config", overrides=["models=tiny", "target.dtype=float64", *overrides])
 
 
-OWN_CLASS = {"mtp"}  # methods whose parts are layers of the target's own class: composed with the stack's target
+OWN_CLASS = {"mtp", "mtp_chain"}  # methods whose parts are layers of the target's own class: composed with the stack's target
 
 
 @cache

@@ -14,7 +14,7 @@ from framework.zoo.checkpoints import (
 def test_checkpoint_paths_resolve_and_name_what_is_missing(tmp_path):
     assert resolve_checkpoint("target") == (EMBEDDED / "target").resolve()
     assert resolve_checkpoint(EMBEDDED / "draft") == (EMBEDDED / "draft").resolve()
-    zoo = r"\['dflash', 'draft', 'draft_bpe', 'pard', 'target'\]"
+    zoo = r"\['dflash', 'draft', 'draft_bpe', 'mtp', 'pard', 'target'\]"
     with pytest.raises(ValueError, match=r"missing.*embedded zoo models: " + zoo):
         resolve_checkpoint(tmp_path / "missing")
     with pytest.raises(ValueError, match="not a torch dtype"):
