@@ -91,3 +91,22 @@ def test_bad_settings_are_named():
         MtpProposer(head, depth=0)
     with pytest.raises(ValueError, match="at least one module"):
         random_mtp(tiny_random_model("llama").config, num_modules=0)
+
+
+def test_the_zoo_module_decodes_the_zoo_target_as_plain_greedy_does():
+    """The committed module (experiments/zoo/mtp, speculators MTP layout) on the zoo target: its searched tree
+    (`auto`) and a chain, greedy-identical to plain decoding, and drafting tokens the target accepts."""
+    from framework.engine import generate
+    from framework.core.sampling import SamplingConfig
+    from framework.zoo.checkpoints import load_causal_lm
+
+    target = load_causal_lm("target", dtype="float32")
+    head = read_mtp("mtp")
+    assert head.searched["top_k"] >= 1 and head.searched["chain_depth"] >= 1
+    head.check_target(target)
+    prompt = torch.tensor([[4, 1023, 308, 11, 220, 220, 220, 1320, 7, 44]])  # any ids of its 6144-token vocabulary
+    for make in (lambda: MtpProposer(head, depth="auto", top_k="auto", budget="auto"), lambda: MtpProposer(head, depth=2)):
+        report = greedy_identity(target, make, prompt, 24)
+        assert report.equal, report.first_difference
+    stats = generate(HFTarget(target), MtpProposer(head, depth=2), prompt, 24, SamplingConfig(temperature=0.0)).stats
+    assert stats.accepted_total > 0
