@@ -1,4 +1,4 @@
-"""Proposers: a package per family (medusa, eagle, ngram, rest, parallel; search and common beside them), the
+"""Proposers: a package per family (medusa, eagle, mtp, ngram, rest, suffix, parallel; search and common beside them), the
 draft model, the grammar's forced tokens and the mix as modules; each returns a CandidateTree whose kind tells how it chose."""
 
 from proposers.cross_vocab import CrossVocabularyProposer, VocabularyMap
@@ -18,10 +18,11 @@ from proposers.parallel.dflash_proposer import DFlashProposer
 from proposers.parallel.pard import ParallelDraftProposer
 from proposers.rest.proposer import RestProposer
 from proposers.string_match import StringMatchProposer
+from proposers.suffix import SuffixCache, SuffixProposer
 
 __all__ = [
     "DraftModelProposer", "EagleProposer", "EagleHead", "MedusaProposer", "MedusaHeads", "LookaheadProposer",
     "PromptLookupProposer", "MixProposer", "RestProposer", "load_head", "DFlashProposer", "ParallelDraftProposer",
     "ParallelEagleProposer", "GrammarProposer", "CrossVocabularyProposer", "VocabularyMap",
-    "StringMatchProposer", "MtpProposer",
+    "StringMatchProposer", "MtpProposer", "SuffixProposer", "SuffixCache",
 ]

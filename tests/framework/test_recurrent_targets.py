@@ -21,7 +21,8 @@ METHODS = sorted(p.stem for p in (CONF / "proposer").glob("*.yaml") if p.stem !=
 # Methods that draft a chain as configured: they must decode; every other one drafts trees (or, self_draft, drafts
 # with the hybrid target itself, whose state cannot step back a draft's rejected tail) and must be named.
 CHAINS = {"draft", "draft_chain", "prompt_lookup", "prompt_lookup_chain", "eagle3_chain", "string_match", "cross_vocab",
-          "grammar", "mix_grammar", "mtp", "mtp_chain"}  # mtp: its models=tiny default drafts a chain (top_k 1)
+          "grammar", "mix_grammar", "mtp", "mtp_chain",  # mtp: its models=tiny default drafts a chain (top_k 1)
+          "suffix"}  # suffix: each row's text continues one way here, so its trees are chains (a branching one is named)
 PROMPTS = torch.tensor([[40, 3, 9, 1, 0, 22, 5, 5, 40, 3, 9, 1], [7, 7, 1, 3, 7, 7, 1, 3, 7, 7, 1, 3],
                         [30, 2, 11, 5, 6, 30, 2, 11, 5, 6, 30, 2]])
 GREEDY = SamplingConfig(temperature=0)

@@ -197,6 +197,7 @@ BAD_SETTINGS = {  # proposer -> (a bad setting, what its error says)
     "prompt_lookup_chain": ("proposer.max_matches=0", "max_matches must be >= 1"),
     "eagle3_chain": ("proposer.depth=0", "top_k, depth and budget >= 1"),
     "mtp_chain": ("models.mtp.chain_depth=0", "depth and budget >= 1"),
+    "suffix": ("proposer.max_budget=0", "max_budget >= 1"),
 }
 
 

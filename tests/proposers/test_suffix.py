@@ -1,0 +1,115 @@
+"""SuffixDecoding: the trie's counts are substring counts, eviction keeps the cache bounded and exact, the tree is
+the best paths by probability, greedy identity through the shared verifier, later requests drafting from earlier
+ones, bad settings named."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+import torch
+
+from framework.core.sampling import SamplingConfig
+from framework.engine import generate
+from framework.harness.real import greedy_identity
+from framework.lm.models import tiny_random_model
+from framework.lm.target import HFTarget
+from proposers import SuffixCache, SuffixProposer
+from proposers.suffix.trie import SuffixTrie
+
+
+def counts_of(trie: SuffixTrie) -> Counter:
+    """Every path of the trie with its count."""
+    found, stack = Counter(), [((), trie.root)]
+    while stack:
+        path, node = stack.pop()
+        for token, child in node.children.items():
+            found[path + (token,)] = child.count
+            stack.append((path + (token,), child))
+    return found
+
+
+def substrings(sequences, max_depth: int) -> Counter:
+    """The brute-force count of every substring of at most max_depth tokens."""
+    return Counter(tuple(s[i:j]) for s in sequences for i in range(len(s))
+                   for j in range(i + 1, min(i + max_depth, len(s)) + 1))
+
+
+def test_the_trie_counts_every_substring_up_to_its_depth_and_removal_undoes_it():
+    rng = random.Random(0)
+    sequences = [[rng.randrange(4) for _ in range(rng.randrange(1, 30))] for _ in range(5)]
+    trie = SuffixTrie(max_depth=5)
+    for seq in sequences:
+        open_nodes = trie.open()
+        for at in range(0, len(seq), 7):  # added in chunks, as tokens commit
+            open_nodes = trie.extend(open_nodes, seq[at:at + 7])
+    assert counts_of(trie) == substrings(sequences, 5)
+    trie.extend(trie.open(), sequences[0], sign=-1)
+    assert counts_of(trie) == substrings(sequences[1:], 5)
+
+
+def test_the_cache_stays_within_its_bound_evicting_the_oldest():
+    cache = SuffixCache(max_tokens=25, max_depth=4)
+    kept = []
+    for i in range(6):
+        key, seq = cache.open(), [i % 3, 1, 2, 3, i] * 2  # 10 tokens each
+        cache.extend(key, seq[:4])
+        cache.extend(key, seq[4:])
+        kept = (kept + [seq])[-2:]
+        assert cache.tokens <= 25
+    assert cache.evicted == 4 and counts_of(cache.trie) == substrings(kept, 4)
+    alone = SuffixCache(max_tokens=5, max_depth=4)
+    key = alone.open()
+    alone.extend(key, list(range(9)))  # one sequence past the bound stops growing there
+    assert alone.tokens == 5 and counts_of(alone.trie) == substrings([list(range(5))], 4)
+
+
+def test_the_tree_is_the_most_probable_paths_and_respects_budget_and_floor():
+    trie = SuffixTrie(max_depth=4)
+    trie.extend(trie.open(), [9, 1, 2, 9, 1, 2, 9, 1, 3, 9, 5])  # after 9: 1 (3 of 4), 5 (1 of 4); after 9 1: 2 (2/3), 3 (1/3)
+    node, length = trie.match([7, 9], max_match=3)
+    assert length == 1
+    leaves, expected = trie.speculate(node, budget=3, min_prob=0.0)
+    assert leaves == [([1, 2, 9], 0.5)]  # best first: [1] 0.75, [1, 2] 0.5, [1, 2, 9] 0.5 (9 always follows 9 1 2)
+    assert expected == pytest.approx(0.75 + 0.5 + 0.5)
+    leaves, expected = trie.speculate(node, budget=5, min_prob=0.0)  # then [5] and [1, 3], 0.25 each
+    assert sorted(leaves) == [([1, 2, 9], 0.5), ([1, 3], 0.25), ([5], 0.25)] and expected == pytest.approx(2.25)
+    leaves, _ = trie.speculate(node, budget=8, min_prob=0.4)  # the floor: 0.75 and 0.5 pass, then 0.5 * 1 ([1, 2, 9])
+    assert leaves == [([1, 2, 9], 0.5)]
+    node, length = trie.match([7, 9, 1], max_match=3)  # the longest suffix held: 9 1
+    assert length == 2 and set(node.children) == {2, 3}
+    assert trie.match([3, 9, 5], max_match=3) == (None, 0)  # held, but only at the end: nothing follows it
+
+
+@pytest.mark.parametrize("with_cache", [False, True])
+def test_greedy_identity(with_cache):
+    target = tiny_random_model("llama", seed=3, vocab_size=8, dtype="float64", init_std=0.3)
+    cache = SuffixCache(max_tokens=500) if with_cache else None
+    for prompt in ([4, 1, 2, 4, 1, 2, 4, 1], [7, 7, 3, 1]):
+        report = greedy_identity(target, lambda: SuffixProposer(cache), torch.tensor([prompt]), 30)
+        assert report.equal, report.first_difference
+
+
+def test_a_later_request_drafts_from_an_earlier_ones_output():
+    """The same prompt twice: the second request's first steps find the first's output in the global cache."""
+    target = tiny_random_model("llama", seed=5, vocab_size=64, init_std=0.3)
+    prompt, greedy = torch.tensor([[11, 40, 3, 27]]), SamplingConfig(temperature=0.0)
+    alone = generate(HFTarget(target), SuffixProposer(None), prompt, 24, greedy).stats.summary()["tokens_per_forward"]
+    cache = SuffixCache()
+    generate(HFTarget(target), SuffixProposer(cache), prompt, 24, greedy)
+    again = generate(HFTarget(target), SuffixProposer(cache), prompt, 24, greedy).stats.summary()["tokens_per_forward"]
+    assert cache.tokens > 0 and again > alone + 1
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(max_match=32, max_depth=32), r"max_match must lie in 1..max_depth-1 \(31\), got 32"),
+    (dict(max_spec_factor=0), "max_spec_factor must be > 0"),
+    (dict(min_prob=1.0), r"min_prob must lie in \[0, 1\), got 1.0"),
+    (dict(cache="big"), "cache must be a SuffixCache or None, got str"),
+])
+def test_bad_settings_are_named(settings, message):
+    with pytest.raises(ValueError, match=message):
+        SuffixProposer(**settings)
+    with pytest.raises(ValueError, match="max_tokens must be >= 1, got 0"):
+        SuffixCache(max_tokens=0)
