@@ -113,3 +113,14 @@ def test_bad_settings_are_named(settings, message):
         SuffixProposer(**settings)
     with pytest.raises(ValueError, match="max_tokens must be >= 1, got 0"):
         SuffixCache(max_tokens=0)
+
+
+def test_inside_a_mix_beside_prompt_lookup():
+    from proposers import MixProposer, PromptLookupProposer
+
+    target = tiny_random_model("llama", seed=3, vocab_size=8, dtype="float64", init_std=0.3)
+    cache = SuffixCache()
+    make = lambda: MixProposer([SuffixProposer(cache), PromptLookupProposer(max_ngram=2, min_ngram=1)], budget=16)  # noqa: E731
+    for prompt in ([4, 1, 2, 4, 1, 2, 4, 1], [4, 1, 2, 4, 1, 2, 4, 1]):  # the second also drafts from the cache
+        report = greedy_identity(target, make, torch.tensor([prompt]), 30)
+        assert report.equal, report.first_difference

@@ -198,3 +198,21 @@ def test_config_instantiates_and_yields_prompts(option):
     assert suite.name == option and suite.describe()["source"] == fixture(name)
     assert instantiate(cfg.render).template == ("raw" if option == "humaneval" else "auto")
     assert cfg.max_prompt_tokens is None
+
+
+def test_the_edit_series_renames_one_identifier_per_request_base_by_base():
+    """workload=edits: variants of one window in a row, each the window with one identifier renamed (so the rest
+    of it, and the target's continuation, repeats across the series)."""
+    import difflib
+
+    from framework.workloads.edits import EditSeries
+
+    prompts = EditSeries(bases=2, variants=3).prompts()
+    assert len(prompts) == 6 and {p.category for p in prompts} == {"edit_series"}
+    bases = [p.id.rsplit("/", 1)[0] for p in prompts]
+    assert bases[:3] == [bases[0]] * 3 and bases[3:] == [bases[3]] * 3 and bases[0] != bases[3]
+    first, second = prompts[0].turns[0], prompts[1].turns[0]
+    assert first != second and difflib.SequenceMatcher(None, first, second).ratio() > 0.9
+    assert EditSeries(bases=2, variants=3).prompts() == prompts  # deterministic
+    with pytest.raises(ValueError, match="variants >= 2"):
+        EditSeries(variants=1)
