@@ -41,6 +41,8 @@ class SuffixProposer(TextProposer):
         self.max_spec_factor, self.max_budget, self.min_prob = max_spec_factor, max_budget, min_prob
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
+        if self.cache is not None:
+            self.cache.bind(target.lm.model)  # its ids must be this tokenizer's
         super().prefill(input_ids, target)
         self._restart(input_ids.shape[1])
 

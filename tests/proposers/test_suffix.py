@@ -124,3 +124,23 @@ def test_inside_a_mix_beside_prompt_lookup():
     for prompt in ([4, 1, 2, 4, 1, 2, 4, 1], [4, 1, 2, 4, 1, 2, 4, 1]):  # the second also drafts from the cache
         report = greedy_identity(target, make, torch.tensor([prompt]), 30)
         assert report.equal, report.first_difference
+
+
+def test_a_cache_file_is_kept_read_back_and_refused_for_another_tokenizer(tmp_path):
+    path = tmp_path / "suffix_cache.pt"
+    target = tiny_random_model("llama", seed=5, vocab_size=64, init_std=0.3)
+    cache = SuffixCache(max_depth=8, path=path)
+    greedy = SamplingConfig(temperature=0.0)
+    for prompt in ([11, 40, 3, 27], [9, 9, 2]):
+        generate(HFTarget(target), SuffixProposer(cache), torch.tensor([prompt]), 12, greedy)
+    cache.save()
+    back = SuffixCache(max_depth=8, path=path)
+    assert list(back.sequences.values()) == list(cache.sequences.values()) and back.tokens == cache.tokens > 0
+    assert counts_of(back.trie) == counts_of(cache.trie)
+    other = tiny_random_model("llama", seed=5, vocab_size=32, init_std=0.3)
+    with pytest.raises(ValueError, match=r"suffix cache in .*suffix_cache.pt holds token ids of another tokenizer "
+                                         r"\(vocabulary:64\) than this target's \(vocabulary:32\)"):
+        generate(HFTarget(other), SuffixProposer(back), torch.tensor([[1, 2]]), 4, greedy)
+    path.write_bytes(b"not a cache")
+    with pytest.raises(ValueError, match="suffix_cache.pt is not a suffix cache"):
+        SuffixCache(path=path)
