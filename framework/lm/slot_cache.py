@@ -79,6 +79,8 @@ class SlotCache:
                                  "(a chain's accepted prefix): these slots are not one")
             recurrent.keep(recurrent_layers, counts, pending)
         for layer in self.cache.attention_layers:
+            if not layer.is_initialized:  # an index no layer of this model writes (a view that skips layers)
+                continue
             if not in_place:  # gathered first, so writing over the pending slots cannot clobber a source
                 at = index.to(layer.keys.device)[:, None, :, None]  # layers may sit on several devices (device_map)
                 keys, values = (t.gather(2, at.expand(-1, t.shape[1], -1, t.shape[3]))
@@ -106,8 +108,8 @@ class SlotCache:
         self.pending_positions = self.pending_positions[:, count:]
 
     def pending_slots(self) -> int:
-        layers = self.cache.attention_layers if self.cache is not None else []
-        return layers[0].used - self.committed_slots if layers and layers[0].is_initialized else 0
+        layers = [layer for layer in self.cache.attention_layers if layer.is_initialized] if self.cache is not None else []
+        return layers[0].used - self.committed_slots if layers else 0
 
     def drop_pending(self) -> None:
         """Forget every slot written since the last keep."""
