@@ -1,4 +1,4 @@
-"""Proposers: a package per family (medusa, eagle, mtp, ngram, rest, suffix, parallel; search and common beside them), the
+"""Proposers: a package per family (medusa, eagle, mtp, ngram, rest, suffix, self_spec, parallel; search and common beside them), the
 draft model, the grammar's forced tokens and the mix as modules; each returns a CandidateTree whose kind tells how it chose."""
 
 from proposers.cross_vocab import CrossVocabularyProposer, VocabularyMap
@@ -17,6 +17,7 @@ from proposers.ngram.prompt_lookup import PromptLookupProposer
 from proposers.parallel.dflash_proposer import DFlashProposer
 from proposers.parallel.pard import ParallelDraftProposer
 from proposers.rest.proposer import RestProposer
+from proposers.self_spec import EarlyExitProposer, LayerSkipProposer
 from proposers.string_match import StringMatchProposer
 from proposers.suffix import SuffixCache, SuffixProposer
 
@@ -24,5 +25,5 @@ __all__ = [
     "DraftModelProposer", "EagleProposer", "EagleHead", "MedusaProposer", "MedusaHeads", "LookaheadProposer",
     "PromptLookupProposer", "MixProposer", "RestProposer", "load_head", "DFlashProposer", "ParallelDraftProposer",
     "ParallelEagleProposer", "GrammarProposer", "CrossVocabularyProposer", "VocabularyMap",
-    "StringMatchProposer", "MtpProposer", "SuffixProposer", "SuffixCache",
+    "StringMatchProposer", "MtpProposer", "SuffixProposer", "SuffixCache", "EarlyExitProposer", "LayerSkipProposer",
 ]

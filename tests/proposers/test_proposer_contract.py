@@ -63,6 +63,8 @@ DEFAULT = {("medusa", "t1", ("proposer.kind=iid",)), ("medusa", "t1", ("proposer
            ("medusa", "penalty15", ("proposer.kind=iid",)), ("eagle", "t07_topk2", ()), ("eagle2", "penalty15", ())}
 REPEATS = {"self_draft", "mix", "grammar", "mix_grammar", "draft_chain", "prompt_lookup_chain", "eagle3_chain"}
 VARIANTS = {"medusa": [(), ("proposer.kind=iid",), ("proposer.kind=wor",)]}
+# Self-speculation drafts with part of the target: its toy target gets a second layer (a 1-layer one has no part).
+OWN_TARGET = {p: ("experiment.exact.target.num_layers=2",) for p in ("early_exit", "layer_skip")}
 SETTINGS = [Setting(p, s, o, "default" if (s == "t1" and not o and p not in REPEATS) or (p, s, o) in DEFAULT else "slow")
             for p in PROPOSERS for o in VARIANTS.get(p, [()]) for s in SAMPLINGS]
 
@@ -95,7 +97,8 @@ def test_the_loop_law_is_the_targets(setting, tmp_path):
     others = [f"~experiment.exact.samplings.{s}" for s in SAMPLINGS if s != setting.sampling]
     small = shrunk(setting.proposer, exact_depth()) if setting.tier == "default" else \
         (["proposer.depth=1"] if setting.proposer.endswith("_tree") else [])  # a wider tree's enumeration is hours
-    rows = check_exact(load(f"proposer={setting.proposer}", *setting.overrides, *others, *small, f"output_dir={tmp_path}"))
+    rows = check_exact(load(f"proposer={setting.proposer}", *setting.overrides, *OWN_TARGET.get(setting.proposer, ()),
+                            *others, *small, f"output_dir={tmp_path}"))
     assert [r["setting"] for r in rows] == [setting.sampling] and rows[0]["passed"], rows
 
 
@@ -108,6 +111,7 @@ def test_the_loop_law_is_the_targets_under_the_goodput_policy(proposer, tmp_path
     shorter one)."""
     others = [f"~experiment.exact.samplings.{s}" for s in SAMPLINGS if s != "t1"]
     rows = check_exact(load(f"proposer={proposer}", "policy=goodput", *others, *shrunk(proposer, exact_depth()),
+                            *OWN_TARGET.get(proposer, ()),
                             f"output_dir={tmp_path}"))
     assert [r["setting"] for r in rows] == ["t1"] and rows[0]["passed"], rows
 
@@ -198,6 +202,8 @@ BAD_SETTINGS = {  # proposer -> (a bad setting, what its error says)
     "eagle3_chain": ("proposer.depth=0", "top_k, depth and budget >= 1"),
     "mtp_chain": ("models.mtp.chain_depth=0", "depth and budget >= 1"),
     "suffix": ("proposer.max_budget=0", "max_budget >= 1"),
+    "early_exit": ("proposer.exit_layer=2", r"exit_layer 2 is outside 1\.\.1"),
+    "layer_skip": ("proposer.skip=[0,5]", r"skip names layers \[5\] that this 2-layer target lacks"),
 }
 
 

@@ -1,0 +1,100 @@
+"""Self-speculation: the target drafts with a view of its own layers (framework/lm/layer_view.py).
+
+`early_exit` (LayerSkip, transformers' `assistant_early_exit`) drafts with layers 0..E-1, then the final norm and
+head; `layer_skip` (SWIFT, KnapSpec) with every layer but a skip set. The view is built from the target at the
+first prefill, so the config names no second model and no weight is copied; it then drafts as a draft model does
+(proposers/draft_model.py: levels, laws, its own KV cache of the view's layers). `auto` chooses E or the skip set
+from measurements on the first prompt (proposers/self_spec/choose.py), once per target: the choice is a function
+of the prompt, not of any coin, so every law stays exact.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Sequence
+
+import torch
+
+from framework.lm.layer_view import decoder_stack, layer_subset
+from proposers.draft_model import DraftModelProposer
+from proposers.self_spec.choose import Calibration, best_exit, best_skip_set
+
+_chosen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target model -> {setting: layers}
+
+
+class SelfSpeculationProposer(DraftModelProposer):
+    """A draft model that is a view of the target. Subclasses say which layers the view runs."""
+
+    def __init__(self, gamma: int = 4, **draft_settings):
+        if gamma < 1:
+            raise ValueError(f"need gamma >= 1, got {gamma}")
+        self.gamma, self.settings = gamma, draft_settings
+        self.view_of = None  # the target model the current view was built from
+        self.layers: tuple[int, ...] = ()
+        self.couples_rows = draft_settings.get("stop_below", 0.0) > 0 or draft_settings.get("adaptive_depth", 0) > 0
+
+    def view_layers(self, model, prompt: torch.Tensor) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def prefill(self, input_ids: torch.Tensor, target) -> None:
+        model = target.lm.model
+        if self.view_of is not model:
+            if any(t not in ("full_attention", "sliding_attention")
+                   for t in getattr(getattr(model, "config", None), "layer_types", None) or ()):
+                raise ValueError("this target has recurrent layers: a view of part of it would draft with its own "
+                                 "recurrent state, which no draft rolls back yet (self-speculation is not built for "
+                                 "hybrid targets)")
+            self.layers = self.view_layers(model, input_ids)
+            backend = target.lm.tree_backend
+            super().__init__(layer_subset(model, self.layers), self.gamma, sampling=None, backend=backend,
+                             **self.settings)
+            self.view_of = model
+        super().prefill(input_ids, target)
+
+    def chosen(self, model, key: str, choose) -> tuple[int, ...]:
+        """A measured choice, made once per target model and setting."""
+        remembered = _chosen.setdefault(model, {})
+        if key not in remembered:
+            remembered[key] = choose().layers
+        return remembered[key]
+
+
+class EarlyExitProposer(SelfSpeculationProposer):
+    def __init__(self, exit_layer: int | str = "auto", gamma: int = 4, **draft_settings):
+        """exit_layer: E, the view runs the target's layers 0..E-1 (1..L-1), or "auto" (measured)."""
+        if exit_layer != "auto" and (isinstance(exit_layer, bool) or not isinstance(exit_layer, int)):
+            raise ValueError(f"exit_layer must be a layer count or 'auto', got {exit_layer!r}")
+        super().__init__(gamma, **draft_settings)
+        self.exit_layer = exit_layer
+
+    def view_layers(self, model, prompt: torch.Tensor) -> tuple[int, ...]:
+        total = len(decoder_stack(model).layers)
+        if self.exit_layer == "auto":
+            return self.chosen(model, f"exit/{self.gamma}", lambda: best_exit(Calibration(model, prompt, self.gamma)))
+        if not 1 <= self.exit_layer <= total - 1:
+            raise ValueError(f"exit_layer {self.exit_layer} is outside 1..{total - 1} for this {total}-layer target "
+                             "(E layers draft; E = L would be the target itself)")
+        return tuple(range(self.exit_layer))
+
+
+class LayerSkipProposer(SelfSpeculationProposer):
+    def __init__(self, skip: Sequence[int] | str = "auto", gamma: int = 4, **draft_settings):
+        """skip: the target's layers the view leaves out (a list of indices), or "auto" (measured)."""
+        if skip != "auto" and (isinstance(skip, str) or not all(isinstance(i, int) for i in skip)):
+            raise ValueError(f"skip must be a list of layer indices or 'auto', got {skip!r}")
+        super().__init__(gamma, **draft_settings)
+        self.skip = skip if skip == "auto" else tuple(skip)
+
+    def view_layers(self, model, prompt: torch.Tensor) -> tuple[int, ...]:
+        total = len(decoder_stack(model).layers)
+        if self.skip == "auto":
+            return self.chosen(model, f"skip/{self.gamma}", lambda: best_skip_set(Calibration(model, prompt, self.gamma)))
+        unknown = sorted(i for i in self.skip if not 0 <= i < total)
+        if unknown:
+            raise ValueError(f"skip names layers {unknown} that this {total}-layer target lacks (it has 0..{total - 1})")
+        kept = tuple(i for i in range(total) if i not in set(self.skip))
+        if not kept:
+            raise ValueError(f"skip names every one of the target's {total} layers: nothing would be left to draft with")
+        if len(kept) == total:
+            raise ValueError("skip names no layer: the view would be the target itself (proposer=self_draft)")
+        return kept
