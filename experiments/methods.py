@@ -31,7 +31,7 @@ from framework.metrics.engine_counters import EngineCounters
 from proposers.common.head_files import safetensors_keys
 from framework.lm.text import tokenizer_of
 
-HF_METHODS = ("hf_plain", "hf_assisted", "hf_pld", "hf_pld_matched", "hf_mtp")  # one prompt at a time, no policy
+HF_METHODS = ("hf_plain", "hf_assisted", "hf_pld", "hf_pld_matched", "hf_mtp", "hf_early_exit")  # one prompt at a time, no policy
 
 
 HF_ATTENTION = ("sdpa", "eager")
@@ -171,12 +171,29 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
             return Timed([new], time.perf_counter() - start, hf_calls.calls - before, None, clock.ttft_s)
         return run
 
+    def early_exit() -> Callable:
+        """transformers' assistant_early_exit at the exit our early_exit row drafts from (or experiment.hf_exit_layer):
+        an exit `auto` chooses is measured on the first prompt this row decodes, as ours measures it."""
+        chosen: dict = {}
+
+        def run(prompt: torch.Tensor, sampling: SamplingConfig, policy=None):
+            if not chosen:
+                exit_layer = cfg.experiment.hf_exit_layer
+                if exit_layer is None:
+                    ours_exit = instantiate(option("proposer", "early_exit", cfg, "experiment.methods"))()
+                    exit_layer = ours_exit.exit_layer_for(hf_model, prompt)
+                chosen["run"] = hf({"assistant_early_exit": int(exit_layer)})
+                settings["hf_early_exit"] = {"exit_layer": int(exit_layer)}
+            return chosen["run"](prompt, sampling, policy)
+        return run
+
     def lookup(name: str) -> dict:
         return {"prompt_lookup_num_tokens": variants[name]["num_tokens"], "max_matching_ngram_size": variants[name]["max_ngram"]}
 
     runners = {"hf_plain": lambda: hf({}), "hf_assisted": lambda: hf(assisted),
                "hf_pld": lambda: hf(lookup("hf_pld")), "hf_pld_matched": lambda: hf(lookup("hf_pld_matched")),
                "hf_mtp": lambda: hf({"use_mtp": True}),  # the checkpoint's own modules (compare's probe checked them)
+               "hf_early_exit": early_exit,
                "ours_plain": lambda: ours(None)}
     peers, settings["peers"] = peer_runners(cfg, methods, Timed)  # vLLM's rows: workers in its own environment
     runners.update({name: (lambda run=run: run) for name, run in peers.items()})

@@ -15,7 +15,7 @@ from framework.zoo.checkpoints import find_folder
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 PROPOSERS = ["draft", "draft_tree", "eagle3", "medusa", "mix_draft", "rest", "prompt_lookup", "lookahead"]
-HF = ["hf_plain", "hf_assisted", "hf_prompt_lookup", "hf_pld_matched"]
+HF = ["hf_plain", "hf_assisted", "hf_prompt_lookup", "hf_pld_matched", "hf_early_exit"]
 TINY = ["models=tiny", "experiment.prompts=[[1,2,3,4,5],[7,7,7,8,9,1,7,7]]", "experiment.max_new_tokens=10",
         "experiment.warmup=0", "experiment.assistant=draft"]  # timing is not checked here
 
@@ -80,3 +80,18 @@ def test_an_assistant_with_another_tokenizer_gets_transformers_universal_assiste
     given = other_tokenizer(target, other)
     assert given["tokenizer"].get_vocab() == tokenizer_of(target).get_vocab()
     assert given["assistant_tokenizer"].get_vocab() == tokenizer_of(other).get_vocab() != given["tokenizer"].get_vocab()
+
+
+def test_transformers_early_exit_drafts_from_the_exit_ours_chose(tmp_path):
+    """hf_early_exit: transformers' assistant_early_exit at the exit layer our early_exit measured (auto) on the same
+    target, greedy identical to plain; a fixed experiment.hf_exit_layer is taken as given."""
+    methods = ["plain", "early_exit", "hf_early_exit"]
+    run = load(*TINY, f"experiment.methods=[{','.join(methods)}]", "experiment.samplings=[greedy]", f"output_dir={tmp_path}")
+    result = compare.run(run)
+    rows = {r["method"]: r for r in result["rows"]}
+    assert rows["hf_early_exit"]["greedy_identical"] == "2/2" and rows["early_exit"]["greedy_identical"] == "2/2"
+    assert run.target.num_layers == 2 and result["settings"]["hf_early_exit"] == {"exit_layer": 1}  # the only exit
+    fixed = compare.run(load(*TINY, "experiment.methods=[plain,hf_early_exit]", "experiment.samplings=[greedy]",
+                             "target.num_layers=4", "experiment.hf_exit_layer=3", f"output_dir={tmp_path / 'fixed'}"))
+    assert fixed["settings"]["hf_early_exit"] == {"exit_layer": 3}
+    assert {r["method"]: r for r in fixed["rows"]}["hf_early_exit"]["greedy_identical"] == "2/2"

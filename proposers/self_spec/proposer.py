@@ -76,6 +76,10 @@ class EarlyExitProposer(SelfSpeculationProposer):
                              "(E layers draft; E = L would be the target itself)")
         return tuple(range(self.exit_layer))
 
+    def exit_layer_for(self, model, prompt: torch.Tensor) -> int:
+        """E for this target: the configured one, or the one `auto` measures on this prompt (remembered)."""
+        return len(self.view_layers(model, prompt))
+
 
 class LayerSkipProposer(SelfSpeculationProposer):
     def __init__(self, skip: Sequence[int] | str = "auto", gamma: int = 4, **draft_settings):
