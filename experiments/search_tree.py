@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from itertools import zip_longest
 from pathlib import Path
 
 import hydra
@@ -94,13 +95,20 @@ def medusa_tree(accept: torch.Tensor, max_nodes: int, cost: dict) -> tuple[dict,
             {"table": tree.table(cost)})
 
 
-def prompt_ids(cfg: DictConfig, model) -> list[list[int]]:
-    """The workload's prompts rendered for the target (text needs its tokenizer), else the run's token-id prompt."""
+def prompt_ids(cfg: DictConfig, model, from_end: bool = False) -> list[list[int]]:
+    """The workload's first (from_end: last, taken from each category's end in turn, away from the first ones a
+    comparison times) prompts rendered for the target (text needs its tokenizer), else the run's token-id prompt."""
     tokenizer = tokenizer_of(model)
     if tokenizer is None:
         return [encode_prompt(cfg.prompt, None)[0].tolist()]
     rendering = instantiate(cfg.workload.render)
-    prompts = instantiate(cfg.workload.suite).prompts()[: cfg.search.prompts]
+    prompts = instantiate(cfg.workload.suite).prompts()
+    if from_end:
+        by_category: dict[str, list] = {}
+        for prompt in reversed(prompts):
+            by_category.setdefault(prompt.category, []).append(prompt)
+        prompts = [p for rank in zip_longest(*by_category.values()) for p in rank if p is not None]
+    prompts = prompts[: cfg.search.prompts]
     return [rendering.render(tokenizer, prompt).ids for prompt in prompts]
 
 

@@ -29,8 +29,9 @@ class ViewScore:
     speed: float  # expected tokens per target-forward time for a chain of gamma
 
     def describe(self) -> str:
+        below = " (below 1: slower than plain decoding by this proxy)" if self.speed < 1.0 else ""
         return (f"{len(self.layers)} layers: agreement {self.agreement:.3f}, cost {self.cost:.2f} of the target's, "
-                f"score {self.speed:.3f}")
+                f"score {self.speed:.3f}{below}")
 
 
 def expected_tokens(agreement: float, gamma: int) -> float:
@@ -59,13 +60,13 @@ class Calibration:
         self.total = len(decoder_stack(model).layers)
         with torch.no_grad():
             self.top1 = model(input_ids=tokens, use_cache=False).logits.argmax(-1)  # [B, T]
-            self.full_cost = forward_seconds(model, tokens[:, -4:])
+            self.full_cost = forward_seconds(model, tokens[:1, -4:])  # one row, as a request decodes
 
     @torch.no_grad()
     def score(self, layers: tuple[int, ...]) -> ViewScore:
         view = layer_subset(self.model, layers)
         agreement = float((view(input_ids=self.tokens, use_cache=False).logits.argmax(-1) == self.top1).float().mean())
-        cost = forward_seconds(view, self.tokens[:, -4:]) / self.full_cost
+        cost = forward_seconds(view, self.tokens[:1, -4:]) / self.full_cost
         speed = expected_tokens(agreement, self.gamma) / (1.0 + self.gamma * cost)
         return ViewScore(layers, agreement, cost, speed)
 

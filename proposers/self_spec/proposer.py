@@ -4,12 +4,13 @@
 head; `layer_skip` (SWIFT, KnapSpec) with every layer but a skip set. The view is built from the target at the
 first prefill, so the config names no second model and no weight is copied; it then drafts as a draft model does
 (proposers/draft_model.py: levels, laws, its own KV cache of the view's layers). `auto` chooses E or the skip set
-from measurements on the first prompt (proposers/self_spec/choose.py), once per target: the choice is a function
-of the prompt, not of any coin, so every law stays exact.
+from the file `python -m experiments.search_layers` saved beside the target, or else from measurements on the first
+prompt (proposers/self_spec/choose.py), once per target: the choice never reads a coin, so every law stays exact.
 """
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from typing import Sequence
 
@@ -18,6 +19,7 @@ import torch
 from framework.lm.layer_view import decoder_stack, layer_subset
 from proposers.draft_model import DraftModelProposer
 from proposers.self_spec.choose import Calibration, best_exit, best_skip_set
+from proposers.self_spec.saved import saved_layers
 
 _chosen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target model -> {setting: layers}
 
@@ -52,10 +54,18 @@ class SelfSpeculationProposer(DraftModelProposer):
         super().prefill(input_ids, target)
 
     def chosen(self, model, key: str, choose) -> tuple[int, ...]:
-        """A measured choice, made once per target model and setting."""
+        """The choice saved beside the target (proposers/self_spec/saved.py), else one measured on the first prompt;
+        made once per target model and setting."""
         remembered = _chosen.setdefault(model, {})
         if key not in remembered:
-            remembered[key] = choose().layers
+            layers = saved_layers(model, key)
+            if layers is None:
+                measured = choose()
+                if measured.speed < 1.0:
+                    warnings.warn(f"self-speculation ({key}): the best view measured on this target, "
+                                  f"{measured.describe()}: expect plain decoding to be faster")
+                layers = measured.layers
+            remembered[key] = layers
         return remembered[key]
 
 

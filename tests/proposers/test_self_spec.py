@@ -119,3 +119,62 @@ def test_a_model_without_a_decoder_stack_is_named():
                              max_positions=64, seed=0)
     with pytest.raises(ValueError, match="keeps no decoder stack at `model.layers`"):
         EarlyExitProposer(exit_layer=1).prefill(PROMPT, HFTarget(gpt2))
+
+
+def saved_target(tmp_path, model):
+    model.save_pretrained(tmp_path / "target")
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(tmp_path / "target").eval()
+
+
+def test_search_layers_writes_the_choice_beside_the_target_and_auto_reads_it(model, tmp_path, monkeypatch):
+    """python -m experiments.search_layers measures on the target's continuations of the workload's prompts and saves
+    the choice beside it; `auto` then drafts with the saved layers without measuring anything."""
+    import json
+
+    from experiments.search_layers import search
+    from tests.test_configs import load
+
+    model.save_pretrained(tmp_path / "target")
+    cfg = load(f"target.path={tmp_path / 'target'}", "prompt=[5,9,2,31,7,7,12,40,3,9]", "search.prompts=1",
+               "search.new_tokens=8", "search.gammas=[3]", config_name="search_layers")
+    written = search(cfg)
+    saved = json.loads(written.read_text())
+    assert written == tmp_path / "target" / "self_speculation.json" and saved["num_layers"] == 4
+    assert set(saved["choices"]) == {"exit/3", "skip/3"} and len(saved["choices"]["exit/3"]["layers"]) in (1, 2, 3)
+    # hand-written choices, and measuring made to fail: only the file can give the layers
+    saved["choices"] = {"exit/3": {"layers": [0, 1]}, "skip/3": {"layers": [0, 3]}}
+    written.write_text(json.dumps(saved))
+    monkeypatch.setattr(self_spec, "best_exit", lambda calibration: pytest.fail("measured despite the saved file"))
+    monkeypatch.setattr(self_spec, "best_skip_set", lambda calibration: pytest.fail("measured despite the saved file"))
+    loaded = saved_target(tmp_path, model)
+    for proposer, layers in ((EarlyExitProposer(exit_layer="auto", gamma=3), (0, 1)),
+                             (LayerSkipProposer(skip="auto", gamma=3), (0, 3))):
+        proposer.prefill(PROMPT, HFTarget(loaded))
+        assert proposer.layers == layers
+    out = generate(HFTarget(loaded), LayerSkipProposer(skip="auto", gamma=3), PROMPT, 8, SamplingConfig(temperature=0.0))
+    plain = generate(HFTarget(loaded), None, PROMPT, 8, SamplingConfig(temperature=0.0))
+    assert torch.equal(out.tokens, plain.tokens)
+
+
+@pytest.mark.parametrize("choices, num_layers, message", [
+    ({"exit/4": {"layers": [0, 1]}}, 6, r"measured on a 6-layer target, this one has 4 layers"),
+    ({"exit/4": {"layers": [0, 1, 2, 3]}}, 4, r"exit/4 keeps layers \[0, 1, 2, 3\], not a proper subset"),
+    ({"exit/4": {"layers": [0, 7]}}, 4, r"exit/4 keeps layers \[0, 7\], not a proper subset"),
+])
+def test_a_saved_choice_that_does_not_fit_the_target_is_named(model, tmp_path, choices, num_layers, message):
+    import json
+
+    loaded = saved_target(tmp_path, model)
+    (tmp_path / "target" / "self_speculation.json").write_text(json.dumps({"num_layers": num_layers, "choices": choices}))
+    with pytest.raises(ValueError, match="self_speculation.json.*" + message):
+        EarlyExitProposer(exit_layer="auto", gamma=4).prefill(PROMPT, HFTarget(loaded))
+
+
+def test_a_measured_choice_that_loses_to_plain_decoding_is_said(model, monkeypatch):
+    from proposers.self_spec.choose import ViewScore
+
+    monkeypatch.setattr(self_spec, "_chosen", __import__("weakref").WeakKeyDictionary())
+    monkeypatch.setattr(self_spec, "best_exit", lambda calibration: ViewScore((0,), 0.1, 0.2, 0.62))
+    with pytest.warns(UserWarning, match=r"exit/3.*score 0\.620 \(below 1.*expect plain decoding to be faster"):
+        EarlyExitProposer(exit_layer="auto", gamma=3).prefill(PROMPT, HFTarget(model))
