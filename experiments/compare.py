@@ -18,8 +18,10 @@ tokenizer, e.g. experiment.assistant=cross_vocab, gets transformers' universal a
 folder carries MTP modules where transformers' class looks for them: DeepSeek-V3, GLM-4.5; skipped with why
 elsewhere), and `proposer`: the run's own proposer
 group with its command-line overrides (what a sweep over tree settings varies; a merged sweep names
-each job's overrides); also `plain`, `hf_plain`, `hf_pld_matched` and `hf_early_exit` (its
-assistant_early_exit at the exit our early_exit drafts from, or experiment.hf_exit_layer) when listed. Cells: method x policy x
+each job's overrides); also `plain`, `hf_plain`, `hf_pld_matched`, `hf_early_exit` (its
+assistant_early_exit at the exit our early_exit drafts from, or experiment.hf_exit_layer) and `arctic_suffix`
+(arctic-inference's suffix cache drafting in our loop at our suffix config's settings; its environment:
+python -m experiments.peers.setup arctic) when listed. Cells: method x policy x
 sampling x category x batch size; the categories and prompts are the workload's (conf/workload, rendered for the
 target: experiments.workload), a multi-turn prompt's later turns timed after the target's own answer. Every run
 keeps per-row traces, from which each cell's metrics are computed by their definitions (framework.metrics:
@@ -87,7 +89,7 @@ from experiments.compare_report import (
 )
 from experiments.first_tokens import first_tokens, plot, summarise
 from experiments.peers.rows import ROWS as PEER_ROWS
-from experiments.peers.rows import missing_rows
+from experiments.peers.rows import ARCTIC_ROW, missing_rows
 from experiments.methods import HF_METHODS, HF_PLD_DEFAULTS, build_methods, full_length_only, transformers_mtp_refusal
 from experiments.workload import Workload, answer_text, build_workload
 from framework.core import files
@@ -103,7 +105,8 @@ from framework.metrics.trace import RequestTrace, request_traces
 # the speculative ones (hf_mtp where the target carries modules transformers reads).
 RUNNERS = {"plain": "ours_plain", "hf_plain": "hf_plain", "hf_assisted": "hf_assisted", "hf_prompt_lookup": "hf_pld",
            "hf_pld_matched": "hf_pld_matched", "hf_mtp": "hf_mtp",
-           "hf_early_exit": "hf_early_exit", **{row: row for row in PEER_ROWS}}  # vLLM's: experiments.peers.rows
+           "hf_early_exit": "hf_early_exit", ARCTIC_ROW: ARCTIC_ROW,
+           **{row: row for row in PEER_ROWS}}  # vLLM's and arctic's: experiments.peers.rows
 DISCOVERED = ("hf_assisted", "hf_prompt_lookup", "hf_mtp")  # hf_mtp: where transformers reads the target's MTP
 BASELINES = ("plain", "hf_plain")  # experiment.baseline: the per-prompt reference of every speedup
 ZOO_SUITE = "framework.workloads.zoo.ZooPrompts"

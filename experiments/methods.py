@@ -7,6 +7,7 @@ A library of experiments.compare (and its presets experiment=bench_hf, categorie
 
 from __future__ import annotations
 
+import atexit
 import copy
 import importlib.util
 import inspect
@@ -23,7 +24,9 @@ from transformers.generation.candidate_generator import PromptLookupCandidateGen
 from transformers.generation.streamers import BaseStreamer
 
 from experiments.common import option, timed_generate
-from experiments.peers.rows import peer_runners
+from experiments.peers.arctic_suffix import ArcticSuffixProposer
+from experiments.peers.engine import PeerWorker
+from experiments.peers.rows import ARCTIC_ROW, peer_runners
 from framework.core.sampling import SamplingConfig, hf_sampling
 from framework.engine import GenerationStats
 from framework.lm.target import HFTarget
@@ -187,13 +190,24 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
             return chosen["run"](prompt, sampling, policy)
         return run
 
+    def arctic() -> Callable:
+        """arctic-inference's suffix cache (its own environment) drafting for our loop, at our suffix config's
+        settings; one worker for the run, so its global cache of responses grows as ours does."""
+        suffix = option("proposer", "suffix", cfg, "experiment.methods")
+        worker = PeerWorker("arctic")
+        atexit.register(worker.close)
+        opened = worker.ask({"op": "open", "max_tree_depth": int(suffix.cache.max_depth), "max_cached_requests": -1})
+        matched = {k: suffix[k] for k in ("max_budget", "max_spec_factor", "min_prob", "max_match")}
+        settings[ARCTIC_ROW] = {**opened, "settings": dict(matched), "max_tree_depth": int(suffix.cache.max_depth)}
+        return ours(lambda: ArcticSuffixProposer(worker, **matched))
+
     def lookup(name: str) -> dict:
         return {"prompt_lookup_num_tokens": variants[name]["num_tokens"], "max_matching_ngram_size": variants[name]["max_ngram"]}
 
     runners = {"hf_plain": lambda: hf({}), "hf_assisted": lambda: hf(assisted),
                "hf_pld": lambda: hf(lookup("hf_pld")), "hf_pld_matched": lambda: hf(lookup("hf_pld_matched")),
                "hf_mtp": lambda: hf({"use_mtp": True}),  # the checkpoint's own modules (compare's probe checked them)
-               "hf_early_exit": early_exit,
+               "hf_early_exit": early_exit, ARCTIC_ROW: arctic,
                "ours_plain": lambda: ours(None)}
     peers, settings["peers"] = peer_runners(cfg, methods, Timed)  # vLLM's rows: workers in its own environment
     runners.update({name: (lambda run=run: run) for name, run in peers.items()})

@@ -19,7 +19,7 @@ from framework.metrics.engine_counters import EngineCounters
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVIRONMENTS = ROOT / ".peers"  # one virtual environment per peer, built by experiments.peers.setup
-WORKERS = {"vllm": Path(__file__).with_name("vllm_worker.py")}
+WORKERS = {"vllm": Path(__file__).with_name("vllm_worker.py"), "arctic": Path(__file__).with_name("arctic_worker.py")}
 
 
 class PeerMissing(RuntimeError):
@@ -43,6 +43,39 @@ class PeerOutput:
     counters: EngineCounters  # its speculative-decoding counters over the call
 
 
+class PeerWorker:
+    """A worker script under a peer environment's Python, asked one JSON line at a time (answer_of reads each)."""
+
+    def __init__(self, peer: str, python: str | None = None, worker: Path | None = None, env: dict | None = None):
+        interpreter = peer_python(peer, python)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+        env.pop("PYTHONPATH", None)  # our environment's packages must not shadow the peer's
+        self.peer = peer
+        self.process = subprocess.Popen([str(interpreter), str(worker or WORKERS[peer])], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=sys.stderr, text=True, env=env, cwd=ROOT)
+
+    def ask(self, request: dict) -> dict:
+        if self.process.poll() is not None:
+            raise RuntimeError(f"the {self.peer} worker has exited (code {self.process.returncode}); its log is above")
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            self.process.wait()
+            raise RuntimeError(f"the {self.peer} worker ended without answering {request['op']!r} "
+                               f"(code {self.process.returncode}); its log is above")
+        return answer_of(line, self.peer)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.write(json.dumps({"op": "close"}) + "\n")
+                self.process.stdin.close()
+                self.process.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+
+
 @dataclass
 class PeerEngine:
     """One worker process holding one model under one speculative setting (None: plain decoding)."""
@@ -61,27 +94,14 @@ class PeerEngine:
     versions: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        python = peer_python(self.peer, self.python)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", **self.worker_env}
-        env.pop("PYTHONPATH", None)  # our environment's packages must not shadow the peer's
-        self.process = subprocess.Popen([str(python), str(self.worker or WORKERS[self.peer])], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=sys.stderr, text=True, env=env, cwd=ROOT)
+        self.process = PeerWorker(self.peer, self.python, self.worker, self.worker_env)
         loaded = self.ask({"op": "load", "model": str(self.model), "dtype": self.dtype, "seed": self.seed,
                            "max_model_len": self.max_model_len, "speculative_config": self.speculative_config,
                            "threads": self.threads, "kv_cache_gib": self.kv_cache_gib})
         self.versions = loaded["versions"]
 
     def ask(self, request: dict) -> dict:
-        if self.process.poll() is not None:
-            raise RuntimeError(f"the {self.peer} worker has exited (code {self.process.returncode}); its log is above")
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        if not line:
-            self.process.wait()
-            raise RuntimeError(f"the {self.peer} worker ended without answering {request['op']!r} "
-                               f"(code {self.process.returncode}); its log is above")
-        return answer_of(line, self.peer)
+        return self.process.ask(request)
 
     def generate(self, prompts: list[list[int]], max_tokens: int, sampling: dict, seed: int | None = None) -> PeerOutput:
         out = self.ask({"op": "generate", "prompts": prompts, "max_tokens": max_tokens, "sampling": sampling,
@@ -89,13 +109,7 @@ class PeerEngine:
         return PeerOutput(out["tokens"], out["seconds"], EngineCounters.of(out["counters"]))
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            try:
-                self.process.stdin.write(json.dumps({"op": "close"}) + "\n")
-                self.process.stdin.close()
-                self.process.wait(timeout=60)
-            except (OSError, subprocess.TimeoutExpired):
-                self.process.kill()
+        self.process.close()
 
     def __enter__(self) -> PeerEngine:
         return self

@@ -21,6 +21,7 @@ from framework.zoo.checkpoints import resolve_checkpoint
 PEER = "vllm"
 ROWS = ("vllm_plain", "vllm_draft", "vllm_ngram", "vllm_eagle3", "vllm_speculum_pld")  # experiment.vllm.rows' keys
 OWN_PLAIN = "vllm_plain"  # the row every vLLM speedup is also taken against (each engine against its own plain)
+ARCTIC_ROW = "arctic_suffix"  # arctic-inference's suffix cache drafting in our loop (experiments/peers/arctic_suffix.py)
 
 
 def peer_sampling(sampling: SamplingConfig) -> dict:
@@ -51,15 +52,16 @@ def target_folder(cfg: DictConfig) -> Path:
 
 
 def missing_rows(cfg: DictConfig, methods: list[str]) -> dict[str, str]:
-    """The vLLM rows listed whose environment is absent -> the line that says how to build it."""
-    rows = [m for m in methods if m in ROWS]
-    if not rows:
-        return {}
-    try:
-        peer_python(PEER, cfg.experiment.vllm.python)
-    except PeerMissing as missing:
-        return {m: str(missing) for m in rows}
-    return {}
+    """The peer rows listed (vLLM's, arctic's) whose environment is absent -> the line that says how to build it."""
+    missing = {}
+    for peer, python, rows in ((PEER, cfg.experiment.vllm.python, [m for m in methods if m in ROWS]),
+                               ("arctic", None, [m for m in methods if m == ARCTIC_ROW])):
+        try:
+            if rows:
+                peer_python(peer, python)
+        except PeerMissing as why:
+            missing.update({m: str(why) for m in rows})
+    return missing
 
 
 def peer_runners(cfg: DictConfig, methods: list[str], timed: Callable) -> tuple[dict, dict]:

