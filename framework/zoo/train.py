@@ -60,6 +60,8 @@ class TrainConfig:
     time_limit_s: float | None = None  # stop (with a checkpoint) after this long; call again to resume
     max_skipped: int = 50  # steps with a non-finite loss or gradient that are skipped before giving up
     seed: int = 0
+    select_best: bool = True  # keep the model with the best valid loss; False: the last one (a fine-tune whose
+                              # objective is not the valid loss, e.g. LayerSkip's, would otherwise keep its start)
 
     def window(self, step: int) -> tuple[int, int]:
         """(batch size, block size) at `step`: the long phase keeps the tokens per step."""
@@ -146,19 +148,23 @@ def save_checkpoint(path: Path, model, tokenizer, optimizer, state: dict) -> Non
 
 
 def train(model_config: Callable[[int], transformers.PretrainedConfig], tokenizer, streams: dict[str, TokenData],
-          out_dir: str | Path, cfg: TrainConfig = TrainConfig(), teacher=None) -> Path | None:
+          out_dir: str | Path, cfg: TrainConfig = TrainConfig(), teacher=None, init=None,
+          objective: Callable | None = None) -> Path | None:
     """Trains (or resumes) a causal LM on streams["train"]; returns the folder of the final model.
 
     `model_config(vocab_size)` builds the architecture; `streams` come from framework/data (made by `tokenizer`);
-    `teacher` (a causal LM on the same tokenizer) switches the loss to distillation.
+    `teacher` (a causal LM on the same tokenizer) switches the loss to distillation; `init` (a causal LM) is
+    the start instead of random weights (a fine-tune); `objective(model, batch, step, bf16) -> loss` replaces the
+    training loss (evaluation stays next-token cross-entropy).
     Returns <out_dir>/final, or None when `time_limit_s` ran out first (call again to resume).
     """
     out_dir = Path(out_dir)
     with files.exclusive(out_dir, "zoo training"):
-        return _train(model_config, tokenizer, streams, out_dir, cfg, teacher)
+        return _train(model_config, tokenizer, streams, out_dir, cfg, teacher, init, objective)
 
 
-def _train(model_config, tokenizer, streams, out_dir: Path, cfg: TrainConfig, teacher) -> Path | None:
+def _train(model_config, tokenizer, streams, out_dir: Path, cfg: TrainConfig, teacher, init=None,
+           objective=None) -> Path | None:
     device, started = resolve_device(cfg.device), time.monotonic()
     for folder in ("best", "final"):
         files.recover_folder(out_dir / folder)  # a kill between a swap's two renames
@@ -166,6 +172,8 @@ def _train(model_config, tokenizer, streams, out_dir: Path, cfg: TrainConfig, te
     torch.manual_seed(cfg.seed)
     if resume is not None:
         model, saved = resume
+    elif init is not None:
+        model = init.float()
     else:
         model = transformers.AutoModelForCausalLM.from_config(model_config(len(tokenizer)), dtype=torch.float32)
     model.to(device).train()
@@ -191,7 +199,7 @@ def _train(model_config, tokenizer, streams, out_dir: Path, cfg: TrainConfig, te
         batch = streams["train"].batch(batch_size, block_size, batch_generator(cfg, step))[0].to(device)  # [B, T]
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg)
-        loss = loss_on(model, batch, cfg.bf16, teacher)
+        loss = objective(model, batch, step, cfg.bf16) if objective else loss_on(model, batch, cfg.bf16, teacher)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).item()
         step_if_finite(optimizer, math.isfinite(grad_norm) and math.isfinite(loss.item()), state, cfg.max_skipped, step)
@@ -201,7 +209,7 @@ def _train(model_config, tokenizer, streams, out_dir: Path, cfg: TrainConfig, te
             for split in ("valid", "heldout"):
                 blocks = streams[split].fixed(block_size, cfg.eval_tokens)[0]
                 record[f"{split}_loss"] = eval_loss(model, blocks, batch_size, cfg.bf16)
-            if cfg.selects(step) and record["valid_loss"] < state["best_valid"]:
+            if cfg.select_best and cfg.selects(step) and record["valid_loss"] < state["best_valid"]:
                 state["best_valid"], state["best_step"] = record["valid_loss"], step
                 save_model(out_dir / "best", model, tokenizer)
         state["history"].append(record)

@@ -10,6 +10,7 @@ prompt (proposers/self_spec/choose.py), once per target: the choice never reads 
 
 from __future__ import annotations
 
+import logging
 import warnings
 import weakref
 from typing import Sequence
@@ -21,6 +22,7 @@ from proposers.draft_model import DraftModelProposer
 from proposers.self_spec.choose import Calibration, best_exit, best_skip_set
 from proposers.self_spec.saved import saved_layers
 
+log = logging.getLogger(__name__)
 _chosen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target model -> {setting: layers}
 
 
@@ -58,13 +60,15 @@ class SelfSpeculationProposer(DraftModelProposer):
         made once per target model and setting."""
         remembered = _chosen.setdefault(model, {})
         if key not in remembered:
-            layers = saved_layers(model, key)
+            layers = saved = saved_layers(model, key)
             if layers is None:
                 measured = choose()
                 if measured.speed < 1.0:
                     warnings.warn(f"self-speculation ({key}): the best view measured on this target, "
                                   f"{measured.describe()}: expect plain decoding to be faster")
                 layers = measured.layers
+            log.info("self-speculation %s drafts with layers %s of %d (%s)", key, list(layers),
+                     len(decoder_stack(model).layers), "saved beside the target" if saved else "measured")
             remembered[key] = layers
         return remembered[key]
 

@@ -178,3 +178,30 @@ def test_a_measured_choice_that_loses_to_plain_decoding_is_said(model, monkeypat
     monkeypatch.setattr(self_spec, "best_exit", lambda calibration: ViewScore((0,), 0.1, 0.2, 0.62))
     with pytest.warns(UserWarning, match=r"exit/3.*score 0\.620 \(below 1.*expect plain decoding to be faster"):
         EarlyExitProposer(exit_layer="auto", gamma=3).prefill(PROMPT, HFTarget(model))
+
+
+def test_the_layerskip_objective_scores_each_exit_with_the_law_early_exit_drafts_from(model):
+    """Its exit at E is the next-token cross-entropy of the view of the first E layers (what early_exit drafts with);
+    layer dropout rises with depth and never leaves the first layer out; the draws repeat for a step."""
+    import torch.nn.functional as F
+
+    from proposers.self_spec.training import EarlyExitObjective
+
+    blocks = PROMPT[:, :10]
+    objective = EarlyExitObjective(exits=(1, 3), exits_per_step=3, exit_weight=0.5, layer_dropout=0.0)
+    kept, exits = objective.draw(4, step=0)
+    assert kept == (0, 1, 2, 3) and exits == [1, 2, 3]
+    with torch.no_grad():
+        final = F.cross_entropy(model(input_ids=blocks).logits[0, :-1], blocks[0, 1:])
+        early = [F.cross_entropy(layer_subset(model, tuple(range(E)))(input_ids=blocks, use_cache=False).logits[0, :-1],
+                                 blocks[0, 1:]) for E in exits]
+        loss = objective(model, blocks, step=0, bf16=False)
+    torch.testing.assert_close(loss, final + 0.5 * torch.stack(early).mean())
+    dropping = EarlyExitObjective(exits=(1, 3), layer_dropout=0.9)
+    draws = [dropping.draw(4, step) for step in range(200)]
+    assert all(kept[0] == 0 for kept, _ in draws) and draws[7] == dropping.draw(4, 7)
+    left_out = [sum(layer not in kept for kept, _ in draws) for layer in range(4)]
+    assert left_out[0] == 0 < left_out[1] < left_out[3]  # rates 0, 0.3, 0.6, 0.9
+    assert all(E - 1 in kept and E - 1 != kept[-1] for kept, exits in draws for E in exits)
+    with pytest.raises(ValueError, match=r"exits \(1, 4\) must lie in 1\.\.3"):
+        EarlyExitObjective(exits=(1, 4)).draw(4, 0)

@@ -118,3 +118,25 @@ def test_a_mask_token_without_an_embedding_is_refused(chat_target):
         target.get_input_embeddings().weight[7] = 0
     with pytest.raises(ValueError, match="mask token 7 has a zero embedding"):
         fresh_dflash(target, depth=3, mask_token_id=7)
+
+
+def test_a_layerskip_fine_tune_of_a_chat_target(chat_target, chat_files, tmp_path):
+    """experiment=zoo_layerskip: the target fine-tuned from its own weights, exported with its tokenizer, the cost
+    (next-token loss) and the exits' agreement measured before and after; early_exit decodes plain greedy on it."""
+    from experiments import train_layerskip
+    from framework.harness.real import greedy_identity
+    from framework.zoo.checkpoints import load_causal_lm
+    from proposers import EarlyExitProposer
+
+    cfg = configured("zoo_layerskip", chat_target, chat_files, tmp_path, "experiment.objective.exits=[1,2]",
+                     "experiment.objective.layer_dropout=0.5", f"experiment.export={tmp_path / 'tuned'}")
+    out = train_layerskip.run(cfg)
+    measured = json.loads((out / "measurements.json").read_text())
+    assert out == tmp_path / "tuned" and measured["steps"] == 4
+    for when in ("before", "after"):
+        assert set(measured[when]["exit_agreement"]) == {"1", "2", "3"}
+        assert all(0.0 <= a <= 1.0 for a in measured[when]["exit_agreement"].values())
+    assert measured["after"]["valid_loss"] != measured["before"]["valid_loss"]  # it was trained
+    tuned = load_causal_lm(out)
+    assert (out / "tokenizer.json").is_file()
+    greedy_identity(tuned, lambda: EarlyExitProposer(exit_layer=2, gamma=3), torch.tensor([[5, 9, 2, 31, 7]]), 8)
