@@ -50,14 +50,17 @@ HF_PLD_DEFAULTS = {"num_tokens": _PLD["num_output_tokens"].default, "max_ngram":
 
 
 class ForwardCounter:
-    """Counts a module's forward calls (a pre-hook: every call of model(...), whatever calls it)."""
+    """Counts a module's full forward calls (a pre-hook: every call of model(...), whatever calls it), less those
+    made while transformers' early exit has cut its stack (assistant_early_exit drafts with the model itself,
+    lowering config.num_hidden_layers for the draft's calls): those are draft calls, not target forwards."""
 
     def __init__(self, model: torch.nn.Module):
         self.calls = 0
+        self.layers = getattr(model.config, "num_hidden_layers", None)
         model.register_forward_pre_hook(self._hook)
 
     def _hook(self, module, args) -> None:
-        self.calls += 1
+        self.calls += getattr(module.config, "num_hidden_layers", None) == self.layers
 
 
 def _sync(model: torch.nn.Module) -> None:

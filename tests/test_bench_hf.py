@@ -90,6 +90,7 @@ def test_transformers_early_exit_drafts_from_the_exit_ours_chose(tmp_path):
     result = compare.run(run)
     rows = {r["method"]: r for r in result["rows"]}
     assert rows["hf_early_exit"]["greedy_identical"] == "2/2" and rows["early_exit"]["greedy_identical"] == "2/2"
+    assert rows["hf_early_exit"]["tokens_per_forward"] >= 1.0  # the target's forwards only: its drafts cut the stack
     assert run.target.num_layers == 2 and result["settings"]["hf_early_exit"] == {"exit_layer": 1}  # the only exit
     fixed = compare.run(load(*TINY, "experiment.methods=[plain,hf_early_exit]", "experiment.samplings=[greedy]",
                              "target.num_layers=4", "experiment.hf_exit_layer=3", f"output_dir={tmp_path / 'fixed'}"))
