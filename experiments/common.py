@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from functools import lru_cache
+from itertools import zip_longest
 from pathlib import Path
 
 import torch
@@ -27,12 +28,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.constraints.grammar import GrammarConstraint
 from framework.core import files
+from framework.core.sampling import SamplingConfig
 from framework.data.regenerate import RegenerateConfig, regenerate
 from framework.data.sources import Messages, cached_splits
 from framework.engine import GenerationOutput, generate
 from framework.lm.sharding import launched_processes, shared_clock, writes_results
 from framework.lm.target import HFTarget
-from framework.lm.text import tokenizer_at, tokenizer_of
+from framework.lm.text import encode_prompt, tokenizer_at, tokenizer_of
 from framework.training.loop import is_main_process, main_process_first
 from framework.zoo.checkpoints import load_causal_lm
 from framework.zoo.continuations import cached_continuations
@@ -285,3 +287,32 @@ def evaluation_sets(target, data: dict, root: Path, g, block_size: int, eval_tok
         sets[split] = {"text": (*data[split].fixed(block_size, eval_tokens), 0),
                        "continuations": (continuations.ids.long(), continuations.loss_mask, g.prompt_tokens - 1)}
     return sets
+
+
+def prompt_ids(cfg: DictConfig, model, from_end: bool = False) -> list[list[int]]:
+    """The workload's first (from_end: last, taken from each category's end in turn, away from the first ones a
+    comparison times) prompts rendered for the target (text needs its tokenizer), else the run's token-id prompt."""
+    tokenizer = tokenizer_of(model)
+    if tokenizer is None:
+        return [encode_prompt(cfg.prompt, None)[0].tolist()]
+    rendering = instantiate(cfg.workload.render)
+    prompts = instantiate(cfg.workload.suite).prompts()
+    if from_end:
+        by_category: dict[str, list] = {}
+        for prompt in reversed(prompts):
+            by_category.setdefault(prompt.category, []).append(prompt)
+        prompts = [p for rank in zip_longest(*by_category.values()) for p in rank if p is not None]
+    prompts = prompts[: cfg.search.prompts]
+    return [rendering.render(tokenizer, prompt).ids for prompt in prompts]
+
+
+def continuations(model, prompts: list[list[int]], prompt_tokens: int, new_tokens: int) -> tuple[torch.Tensor, int]:
+    """Each prompt's last `prompt_tokens` tokens (fewer if a prompt is shorter) and the target's greedy continuation:
+    windows [P, L + new_tokens] and L."""
+    length = min(prompt_tokens, *(len(p) for p in prompts))
+    windows = []
+    for ids in prompts:
+        prompt = torch.tensor([ids[-length:]])
+        emitted = generate(HFTarget(model), None, prompt, new_tokens, SamplingConfig(temperature=0.0)).tokens
+        windows.append(torch.cat([prompt[0], emitted[0, :new_tokens]]))
+    return torch.stack(windows), length

@@ -21,7 +21,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from experiments.search_tree import continuations, prompt_ids
+from experiments.common import continuations, prompt_ids
 from framework.lm.layer_view import decoder_stack
 from proposers.self_spec.choose import Calibration, best_exit, best_skip_set
 from proposers.self_spec.saved import save_choices

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-from itertools import zip_longest
 from pathlib import Path
 
 import hydra
@@ -21,11 +20,11 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from experiments.common import continuations, prompt_ids
 from framework.core import files
 from framework.core.sampling import SamplingConfig
 from framework.engine import generate
 from framework.lm.target import HFTarget
-from framework.lm.text import encode_prompt, tokenizer_of
 from proposers.eagle.head import TREE_FILE as EAGLE_TREE
 from proposers.eagle.head import EagleHead
 from proposers.eagle.proposer import EagleProposer
@@ -93,35 +92,6 @@ def medusa_tree(accept: torch.Tensor, max_nodes: int, cost: dict) -> tuple[dict,
     print(f"searched tree {budget} nodes, expected {tree.expected_tokens[budget]:.3f} tokens/step")
     return ({"choices": tree.choices[:budget], "cost_ms": cost, "expected_tokens": tree.expected_tokens[budget]},
             {"table": tree.table(cost)})
-
-
-def prompt_ids(cfg: DictConfig, model, from_end: bool = False) -> list[list[int]]:
-    """The workload's first (from_end: last, taken from each category's end in turn, away from the first ones a
-    comparison times) prompts rendered for the target (text needs its tokenizer), else the run's token-id prompt."""
-    tokenizer = tokenizer_of(model)
-    if tokenizer is None:
-        return [encode_prompt(cfg.prompt, None)[0].tolist()]
-    rendering = instantiate(cfg.workload.render)
-    prompts = instantiate(cfg.workload.suite).prompts()
-    if from_end:
-        by_category: dict[str, list] = {}
-        for prompt in reversed(prompts):
-            by_category.setdefault(prompt.category, []).append(prompt)
-        prompts = [p for rank in zip_longest(*by_category.values()) for p in rank if p is not None]
-    prompts = prompts[: cfg.search.prompts]
-    return [rendering.render(tokenizer, prompt).ids for prompt in prompts]
-
-
-def continuations(model, prompts: list[list[int]], prompt_tokens: int, new_tokens: int) -> tuple[torch.Tensor, int]:
-    """Each prompt's last `prompt_tokens` tokens (fewer if a prompt is shorter) and the target's greedy continuation:
-    windows [P, L + new_tokens] and L."""
-    length = min(prompt_tokens, *(len(p) for p in prompts))
-    windows = []
-    for ids in prompts:
-        prompt = torch.tensor([ids[-length:]])
-        emitted = generate(HFTarget(model), None, prompt, new_tokens, SamplingConfig(temperature=0.0)).tokens
-        windows.append(torch.cat([prompt[0], emitted[0, :new_tokens]]))
-    return torch.stack(windows), length
 
 
 def search(cfg: DictConfig) -> Path:
