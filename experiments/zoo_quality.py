@@ -1,8 +1,8 @@
 """How good are the zoo models, and how well does the draft predict the target?
 
     python -m experiments.zoo_quality                       # the embedded zoo, every held-out file
-    python -m experiments.zoo_quality target=zoo_runs/target/final draft=zoo_runs/draft/final
-    python -m experiments.zoo_quality target=T draft=D max_files=5 json=quality.json
+    python -m experiments.zoo_quality target_path=zoo_runs/target/final draft_path=zoo_runs/draft/final
+    python -m experiments.zoo_quality target_path=T draft_path=D max_files=5 json=quality.json
 
 On the held-out stdlib files: bits per character of each model, top-1 agreement of draft and
 target (teacher-forced), and greedy chain tokens per target forward for several gammas on
@@ -142,7 +142,7 @@ class Report:
 def main(args: DictConfig) -> None:
 
     torch.set_num_threads(args.threads)
-    target, draft = load_causal_lm(args.target), load_causal_lm(args.draft)
+    target, draft = load_causal_lm(args.target_path), load_causal_lm(args.draft_path)
     tokenizer = load_tokenizer(args.tokenizer or target.config.name_or_path)
     heldout = build_corpus(stdlib_files(), heldout_fraction=args.heldout_fraction)["heldout"]  # sorted by path
     texts = heldout["text"][: args.max_files]
