@@ -205,3 +205,27 @@ def test_the_layerskip_objective_scores_each_exit_with_the_law_early_exit_drafts
     assert all(E - 1 in kept and E - 1 != kept[-1] for kept, exits in draws for E in exits)
     with pytest.raises(ValueError, match=r"exits \(1, 4\) must lie in 1\.\.3"):
         EarlyExitObjective(exits=(1, 4)).draw(4, 0)
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3_moe", "mixtral", "gemma3", "gpt_oss"])
+def test_greedy_is_plain_greedy_on_other_architectures(arch):
+    """MoE blocks, sliding-window layers (Gemma-3, GPT-OSS) and attention sinks: a view keeps each layer's own kind."""
+    target = tiny_random_model(arch, vocab_size=64, hidden_size=32, num_layers=4, num_heads=4, num_kv_heads=2,
+                               max_positions=128, seed=3)
+    for make in (lambda: EarlyExitProposer(exit_layer=1, gamma=2, branching=2, depth=2, kind="wor"),
+                 lambda: LayerSkipProposer(skip=[1], gamma=3)):
+        report = greedy_identity(target, make, PROMPT, 12)
+        assert report.equal, (arch, report.first_difference)
+
+
+def test_the_fine_tunes_exit_agreement_is_each_views_top1_against_the_targets(model):
+    from experiments.train_layerskip import exit_agreement
+
+    blocks = torch.cat([PROMPT, PROMPT.flip(1)])[:, :12]  # [2, 12]
+    measured = exit_agreement(model, blocks, batch_size=1)
+    with torch.no_grad():
+        final = model(input_ids=blocks).logits.argmax(-1)
+        for E in (1, 2, 3):
+            view = layer_subset(model, tuple(range(E)))(input_ids=blocks, use_cache=False).logits.argmax(-1)
+            assert measured[E] == pytest.approx(float((view == final).float().mean()))
+    assert set(measured) == {1, 2, 3}
