@@ -187,7 +187,7 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
                 exit_layer = cfg.experiment.hf_exit_layer
                 if exit_layer is None:
                     ours_exit = instantiate(option("proposer", "early_exit", cfg, "experiment.methods"))()
-                    exit_layer = ours_exit.exit_layer_for(hf_model, prompt)
+                    exit_layer = ours_exit.exit_layer_for(ours_model, prompt)  # the choice our row remembers
                 chosen["run"] = hf({"assistant_early_exit": int(exit_layer)})
                 settings["hf_early_exit"] = {"exit_layer": int(exit_layer)}
             return chosen["run"](prompt, sampling, policy)
@@ -202,7 +202,14 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
         opened = worker.ask({"op": "open", "max_tree_depth": int(suffix.cache.max_depth), "max_cached_requests": -1})
         matched = {k: suffix[k] for k in ("max_budget", "max_spec_factor", "min_prob", "max_match")}
         settings[ARCTIC_ROW] = {**opened, "settings": dict(matched), "max_tree_depth": int(suffix.cache.max_depth)}
-        return ours(lambda: ArcticSuffixProposer(worker, **matched))
+        last: list = []
+
+        def fresh() -> ArcticSuffixProposer:  # the previous generation's requests end (their outputs stay cached)
+            if last:
+                last.pop().close()
+            last.append(ArcticSuffixProposer(worker, **matched))
+            return last[-1]
+        return ours(fresh)
 
     def lookup(name: str) -> dict:
         return {"prompt_lookup_num_tokens": variants[name]["num_tokens"], "max_matching_ngram_size": variants[name]["max_ngram"]}
