@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections import Counter
 
 import hydra
-import torch
 from omegaconf import DictConfig
 
 from experiments.common import write_json
