@@ -24,8 +24,8 @@ def counts_of(trie: SuffixTrie) -> Counter:
     found, stack = Counter(), [((), trie.root)]
     while stack:
         path, node = stack.pop()
-        for token, child in node.children.items():
-            found[path + (token,)] = child.count
+        for token, child in trie.children(node).items():
+            found[path + (token,)] = trie.count(child)
             stack.append((path + (token,), child))
     return found
 
@@ -47,6 +47,13 @@ def test_the_trie_counts_every_substring_up_to_its_depth_and_removal_undoes_it()
     assert counts_of(trie) == substrings(sequences, 5)
     trie.extend(trie.open(), sequences[0], sign=-1)
     assert counts_of(trie) == substrings(sequences[1:], 5)
+    held = trie.nodes
+    for seq in sequences[1:]:
+        trie.extend(trie.open(), seq, sign=-1)
+    assert counts_of(trie) == Counter() and trie.nodes == 1  # every node freed, the root left
+    for seq in sequences[1:]:
+        trie.extend(trie.open(), seq)
+    assert counts_of(trie) == substrings(sequences[1:], 5) and trie.nodes == held
 
 
 def test_the_cache_stays_within_its_bound_evicting_the_oldest():
@@ -78,7 +85,7 @@ def test_the_tree_is_the_most_probable_paths_and_respects_budget_and_floor():
     leaves, _ = trie.speculate(node, budget=8, min_prob=0.4)  # the floor: 0.75 and 0.5 pass, then 0.5 * 1 ([1, 2, 9])
     assert leaves == [([1, 2, 9], 0.5)]
     node, length = trie.match([7, 9, 1], max_match=3)  # the longest suffix held: 9 1
-    assert length == 2 and set(node.children) == {2, 3}
+    assert length == 2 and set(trie.children(node)) == {2, 3}
     assert trie.match([3, 9, 5], max_match=3) == (None, 0)  # held, but only at the end: nothing follows it
 
 
