@@ -1,7 +1,7 @@
 """A LayerSkip-style fine-tune of a target (proposers/self_spec/training.py): an optional zoo model whose early
 layers draft for early_exit, with what it costs in plain quality.
 
-    python -m experiments.train experiment=zoo_layerskip                  # the zoo target, ~15 min on 2 cores
+    python -m experiments.train experiment=zoo_layerskip                  # the zoo target, ~25 min on 2 cores
     python -m experiments.train experiment=zoo_layerskip experiment.target=/models/my-target
 
 Starts from the target's weights (float32), trains on the target's own data (data=, its tokenizer) with the zoo
@@ -29,12 +29,11 @@ from framework.zoo.train import eval_loss, train
 @torch.no_grad()
 def exit_agreement(model, blocks: torch.Tensor, batch_size: int) -> dict[int, float]:
     """Per exit E in 1..L-1: how often the first E layers' top-1 next token is the whole model's."""
-    total = len(decoder_stack(model).layers)
-    hits = {E: 0 for E in range(1, total)}
+    stack = decoder_stack(model)
+    hits = {E: 0 for E in range(1, len(stack.layers))}
     for chunk in blocks.split(batch_size):
         out = model(input_ids=chunk, output_hidden_states=True, use_cache=False)
         final = out.logits.argmax(-1)  # [B, T]
-        stack = decoder_stack(model)
         for E in hits:
             hits[E] += int((model.lm_head(stack.norm(out.hidden_states[E])).argmax(-1) == final).sum())
     return {E: h / blocks.numel() for E, h in hits.items()}
