@@ -14,6 +14,7 @@ import torch
 from framework.core.constraint import Constraint, prune_forbidden, root_mask
 from framework.core.logprobs import TokenLogprobs, reported_sampling, token_logprobs
 from framework.core.policy import FixedPolicy, Plan, Policy
+from framework.core.prompts import last_of_each, prompt_lengths, ragged_batch
 from framework.core.proposer import DecodeState, Proposer, SideRowProposer
 from framework.core.ragged_tree import RaggedTrees
 from framework.core.randomness import RandomSource, TorchSource
@@ -141,7 +142,8 @@ class Decoder:
         return self._plain
 
     def prefill(self, input_ids: torch.Tensor, copies: int = 1, root: torch.Tensor | None = None) -> torch.Tensor:
-        """Run the prompt [B, L]; returns the first new token [B], sampled from the target.
+        """Run the prompts [B, L] (-1 after a shorter one: framework/core/prompts.py); returns the first new
+        token [B], sampled from the target.
 
         copies > 1 (with B = 1) shares this one prefill among `copies` independent rows.
         root [B] (or [1] with copies): take this token as the first one instead of sampling it, so
@@ -182,10 +184,10 @@ class Decoder:
         if self.speculate is not None and self.speculate.shape != root.shape:
             raise ValueError(f"speculate must hold one flag per row ({root.shape[0]}), got shape {tuple(self.speculate.shape)}")
         self.policy.start(self.target, root.shape[0])
-        count = torch.full((root.shape[0],), input_ids.shape[1], device=root.device)
+        count = prompt_lengths(input_ids).to(root.device).expand(root.shape[0])  # [B] each row's prompt
         self.state = DecodeState(root, mark_seen(seen, root[:, None]), self.sampling, self.rng,
-                                 None if hidden is None else hidden[:, -1], hidden, None if hidden is None else count,
-                                 constraint=self.constraint)
+                                 None if hidden is None else last_of_each(hidden, count), hidden,
+                                 None if hidden is None else count, constraint=self.constraint)
         self.stats.prefill_s += _clock(self.target.device) - start
         return root
 
@@ -332,41 +334,29 @@ def speculate_flags(speculate) -> torch.Tensor:
     return torch.tensor([bool(v) for v in values], dtype=torch.bool)
 
 
-def check_prompt(target: Target, input_ids: torch.Tensor, max_new_tokens: int,
-                 attention_mask: torch.Tensor | None = None) -> None:
-    if not isinstance(input_ids, torch.Tensor) or input_ids.is_nested or input_ids.dim() != 2 \
-            or input_ids.dtype != torch.long:
-        raise ValueError("input_ids must be a LongTensor [B, L] (not nested: rows of one length)")
-    if input_ids.is_meta:
-        raise ValueError("input_ids is on the meta device: it holds no token ids")
-    if attention_mask is not None and (not isinstance(attention_mask, torch.Tensor)
-                                       or tuple(attention_mask.shape) != tuple(input_ids.shape)):
-        raise ValueError(f"attention_mask must be [B, L] = {list(input_ids.shape)} like input_ids, got "
-                         f"{tuple(getattr(attention_mask, 'shape', ())) or type(attention_mask).__name__}")
-    if input_ids.shape[0] == 0:
-        raise ValueError("input_ids has no rows: give at least one prompt")
-    if input_ids.shape[1] == 0:
-        raise ValueError("the prompt is empty: give at least one token")
-    if attention_mask is not None and not bool(attention_mask.bool().all()):
-        raise ValueError("prompts of different lengths (padding in attention_mask) are not supported: every row "
-                         "decodes from its whole prompt, so pad tokens would change its law; group prompts of "
-                         "one length, or decode them one at a time")
+def check_prompt(target: Target, input_ids, max_new_tokens: int,
+                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The prompts as a batch in framework/core/prompts.py's form (-1 after a shorter prompt), or a ValueError
+    naming what is wrong: a list of prompts, or [B, L] ids with an attention_mask padded on either side."""
+    input_ids = ragged_batch(input_ids, attention_mask)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
-    if int(input_ids.min()) < 0 or int(input_ids.max()) >= target.vocab_size:
+    if int(input_ids.max()) >= target.vocab_size:
         raise ValueError(f"prompt token ids must lie in [0, {target.vocab_size})")
     limit = target.max_positions
     if limit is not None and input_ids.shape[1] + max_new_tokens > limit:
+        row = int(prompt_lengths(input_ids).argmax())
         raise ValueError(
-            f"the prompt ({input_ids.shape[1]} tokens) plus max_new_tokens ({max_new_tokens}) "
+            f"the prompt of row {row} ({input_ids.shape[1]} tokens) plus max_new_tokens ({max_new_tokens}) "
             f"exceeds the model's context of {limit} tokens"
         )
+    return input_ids
 
 
 def generate(
     target: Target,
     proposer: Proposer | None,
-    input_ids: torch.Tensor,
+    input_ids,
     max_new_tokens: int,
     sampling: SamplingConfig = SamplingConfig(),
     seed: int | None = None,
@@ -379,13 +369,13 @@ def generate(
     constraint: Constraint | None = None,
     logprobs: int | None = None,
 ) -> GenerationOutput:
-    """Speculative decoding (plain decoding when proposer is None). input_ids [B, L], every row a whole
-    prompt: there is no padding (an attention_mask with zeros is refused). policy: how much to speculate
+    """Speculative decoding (plain decoding when proposer is None). input_ids: [B, L] prompts, a list of prompts of
+    any lengths, or [B, L] with an attention_mask padded on either side: each row decodes as it would alone. policy: how much to speculate
     each step (None: as the proposer is configured; framework.control.goodput.GoodputPolicy sizes each step
     to its expected tokens per second). speculate: one bool per row (False: that request decodes plainly).
     constraint: a grammar the output follows (framework.constraints.grammar.GrammarConstraint).
     logprobs: None, or n >= 0: return each token's log-probability and the n most likely alternatives."""
-    check_prompt(target, input_ids, max_new_tokens, attention_mask)
+    input_ids = check_prompt(target, input_ids, max_new_tokens, attention_mask)
     B = input_ids.shape[0]
     decoder = Decoder(target, proposer, sampling, rng or TorchSource(seed=seed), eos_token_id, verifier, policy, speculate,
                       constraint, logprobs)

@@ -167,9 +167,8 @@ def process_logits(
 
 
 def seen_tokens(context: torch.Tensor, vocab: int) -> torch.Tensor:
-    """context [B, L] -> which ids each row holds [B, V] bool."""
-    seen = torch.zeros(context.shape[0], vocab, dtype=torch.bool, device=context.device)
-    return seen.scatter_(1, context, True)
+    """context [B, L] (-1 = padding, ignored) -> which ids each row holds [B, V] bool."""
+    return mark_seen(torch.zeros(context.shape[0], vocab, dtype=torch.bool, device=context.device), context)
 
 
 def mark_seen(seen: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,7 @@ from typing import Sequence
 
 import torch
 
+from framework.core.prompts import prompt_lengths
 from framework.core.side_rows import SideRows, forward_mask
 from framework.core.target import TargetOutput
 from framework.core.tree import CandidateTree
@@ -65,17 +66,24 @@ class HFTarget:
         self.lm.hidden_layers = tuple(layers)
 
     def prefill(self, input_ids: torch.Tensor) -> TargetOutput:
-        """Run the prompt [B, L]; returns the logits for the first new token [B, 1, V] and the
-        requested hidden states of every prompt position [B, L, layers, H]."""
+        """Run the prompts [B, L] (rows of different lengths: -1 after a shorter one, framework/core/prompts.py);
+        returns the logits for each row's first new token [B, 1, V] and the requested hidden states of every
+        position [B, L, layers, H] (a row's own in its first length[b] rows). Each row sees its own prompt only, at
+        positions 0.., as alone: its padding comes after it, so no prompt token sees any, and its slots are dropped."""
         B, L = input_ids.shape
         if self.agreement is not None:
             self.agreement.check("the prompt", input_ids)
         self.lm.reset(B)
+        lengths = prompt_lengths(input_ids)
+        ragged = bool((lengths != L).any())
+        last, at = torch.unique(lengths - 1, return_inverse=True)  # the positions whose logits are needed
         causal = torch.ones(L, L, dtype=torch.bool).tril()
-        out = self.lm.forward(input_ids, torch.arange(L), causal, logits_rows=torch.tensor([L - 1]), all_hidden=True,
-                              keeps_all=True)
-        self.lm.keep(torch.arange(L).expand(B, L), torch.full((B,), L))
-        return TargetOutput(out.logits, out.hidden)
+        # a recurrent layer records each position's state only when a row keeps less than the whole forward
+        out = self.lm.forward(input_ids.clamp_min(0), torch.arange(L), causal, logits_rows=last.cpu(), all_hidden=True,
+                              keeps_all=not ragged)
+        self.lm.keep(torch.arange(L).expand(B, L), lengths)
+        logits = out.logits[torch.arange(B, device=out.logits.device), at.to(out.logits.device)]  # [B, V]
+        return TargetOutput(logits[:, None], out.hidden)
 
     def forward_tree(self, root: torch.Tensor, tree: CandidateTree, side: SideRows | None = None) -> TargetOutput:
         """The root [B] (the last emitted token, not yet in the cache) plus N nodes (plus a proposer's

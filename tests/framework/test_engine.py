@@ -120,8 +120,8 @@ def test_bad_input_is_named():
     for budget in ("abc", 2.5, True, -1):
         with pytest.raises(ValueError, match="max_new_tokens must be an integer"):
             generate(t, None, torch.tensor([[1]]), budget)
-    with pytest.raises(ValueError, match="different lengths"):
-        generate(t, None, torch.tensor([[0, 1], [2, 3]]), 5, attention_mask=torch.tensor([[0, 1], [1, 1]]))
+    with pytest.raises(ValueError, match="padding between prompt tokens"):
+        generate(t, None, torch.tensor([[0, 1, 4], [2, 3, 5]]), 5, attention_mask=torch.tensor([[1, 0, 1], [1, 1, 1]]))
     assert generate(t, None, torch.tensor([[2, 3]]), 2, attention_mask=torch.ones(1, 2)).tokens.shape == (1, 2)
 
 
