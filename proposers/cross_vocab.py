@@ -23,7 +23,6 @@ import torch
 from framework.core.sampling import SamplingConfig, process_logits
 from framework.zoo.checkpoints import find_folder
 from framework.zoo.tokenizer import load_tokenizer
-from proposers.common.ragged_read import read_ragged
 from proposers.draft_model import DraftModelProposer
 from verifiers.tree_verifier import Verification
 
@@ -141,13 +140,10 @@ class CrossVocabularyProposer(DraftModelProposer):
         if self.vocabulary.target_size != target_vocab:
             raise ValueError(f"the vocabulary map is for {self.vocabulary.target_size} target tokens, the target has {target_vocab}")
 
-    def prefill(self, input_ids: torch.Tensor, target) -> None:
-        super().prefill(input_ids, target)
+    def spell_prompts(self, rows: list[list[int]]) -> list[list[int]]:
         if self.single is not None:
-            self.deferred = self.single[input_ids.to(self.single.device)]
-            return
-        self.deferred = None
-        self.queue([self.vocabulary.spell(row) for row in input_ids.tolist()])
+            return [self.single[torch.tensor(row, dtype=torch.long, device=self.single.device)].tolist() for row in rows]
+        return [self.vocabulary.spell(row) for row in rows]
 
     # ---- the draft's law, in the target's ids --------------------------------------------------
 
@@ -167,20 +163,6 @@ class CrossVocabularyProposer(DraftModelProposer):
         return self.draft_of[tokens.to(self.draft_of.device)]  # tree tokens are shared tokens: one each
 
     # ---- the draft's context in its own tokens -------------------------------------------------
-
-    def queue(self, rows: list[list[int]]) -> None:
-        """Draft tokens [B][K_b] to read before the next root (after what is deferred already): deferred when
-        every row has as many, else read now, each row keeping its own."""
-        if self.deferred is not None:
-            rows = [lead + row for lead, row in zip(self.deferred.tolist(), rows)]
-        counts = torch.tensor([len(row) for row in rows])
-        K = int(counts.max()) if rows else 0
-        if bool((counts == K).all()):
-            self.deferred = torch.tensor(rows, dtype=torch.long, device=self.lm.device).view(len(rows), K)
-            return
-        self.part()
-        read_ragged(self.lm, rows)
-        self.deferred = None
 
     def last_piece(self, root: torch.Tensor) -> torch.Tensor:
         """The root's spelling: all but its last draft token join the tokens read first; the last is returned."""

@@ -31,6 +31,7 @@ from functools import cache
 import torch
 
 from framework.core.drafting import draw_children
+from framework.core.prompts import prompt_rows
 from framework.core.proposer import DecodeState
 from framework.core.sampling import SamplingConfig, process_logits, seen_along_tree
 from framework.core.tree import CandidateTree
@@ -40,6 +41,7 @@ from framework.lm.cached_lm import CachedLM, LMOutput
 from framework.data.token_data import tokenizer_hash
 from framework.lm.text import tokenizer_at
 from proposers.common.depth_schedule import DepthSchedule
+from proposers.common.ragged_read import read_ragged
 from verifiers.tree_verifier import Verification
 
 
@@ -106,8 +108,27 @@ class DraftModelProposer:
         self.check_vocabulary(target.vocab_size, target)
         self.lm.run_beside(target)
         self.lm.reset(input_ids.shape[0])
-        self.skipped, self.exhausted, self.copies = None, False, 0
-        self.deferred = input_ids.to(self.lm.device)  # read with the first root: never, if no step drafts
+        self.skipped, self.exhausted, self.copies, self.deferred = None, False, 0, None
+        self.queue(self.spell_prompts(prompt_rows(input_ids)))  # prompts of one length: read with the first root
+
+    def spell_prompts(self, rows: list[list[int]]) -> list[list[int]]:
+        """The prompts (the target's ids) as the draft reads them: the same ids (another vocabulary spells them,
+        proposers/cross_vocab.py)."""
+        return rows
+
+    def queue(self, rows: list[list[int]]) -> None:
+        """Draft tokens [B][K_b] to read before the next root (after what is deferred already): deferred when
+        every row has as many, else read now, each row keeping its own."""
+        if self.deferred is not None:
+            rows = [lead + row for lead, row in zip(self.deferred.tolist(), rows)]
+        counts = torch.tensor([len(row) for row in rows])
+        K = int(counts.max()) if rows else 0
+        if bool((counts == K).all()):
+            self.deferred = torch.tensor(rows, dtype=torch.long, device=self.lm.device).view(len(rows), K)
+            return
+        self.part()
+        read_ragged(self.lm, rows)
+        self.deferred = None
 
     def check_vocabulary(self, target_vocab: int, target=None) -> None:
         if self.lm.vocab_size != target_vocab:

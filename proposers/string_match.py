@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from framework.core.prompts import prompt_rows
 from framework.core.proposer import DecodeState
 from framework.core.tree import CandidateTree
 from framework.lm import tree_attention
@@ -48,7 +49,7 @@ class StringMatchProposer:
         if self.to_draft.target_size != target.vocab_size:
             raise ValueError(f"the vocabulary maps are for {self.to_draft.target_size} target tokens, the target has {target.vocab_size}")
         self.lm.reset(input_ids.shape[0])
-        self.unread = [self.to_draft.spell(row) for row in input_ids.tolist()]
+        self.unread = [self.to_draft.spell(row) for row in prompt_rows(input_ids)]
 
     def propose(self, state: DecodeState) -> CandidateTree:
         B = state.root.shape[0]

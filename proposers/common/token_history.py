@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from framework.core.prompts import prompt_lengths
 from framework.core.tree import CandidateTree
 
 
@@ -23,7 +24,7 @@ class TokenHistory:
         B, L = input_ids.shape
         self.tokens = torch.full((B, 2 * L + 16), -1, dtype=torch.long)
         self.tokens[:, :L] = input_ids.cpu()
-        self.lengths = torch.full((B,), L, dtype=torch.long)
+        self.lengths = prompt_lengths(input_ids).cpu()  # -1 already pads after a shorter prompt
         self.root = None
 
     def row(self, b: int) -> list[int]:

@@ -94,7 +94,7 @@ class EagleProposer:
         self.lm_head = ReturnsTo(model.get_output_embeddings(), target.device)  # may sit on another device (device_map)
         self.cache.reset(input_ids.shape[0], target.device)
         self.backlog = []
-        self.pending = input_ids[:, 1:].to(target.device)  # x[t+1] for prompt positions t < L-1; then the root
+        self.pending = input_ids[:, 1:].clamp_min(0).to(target.device)  # x[t+1] for prompt positions t < L_b-1, then the root (past it: don't-care)
 
     @torch.no_grad()
     def propose(self, state: DecodeState) -> CandidateTree:

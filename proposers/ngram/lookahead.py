@@ -19,6 +19,7 @@ import random
 import torch
 
 from framework.core.path_tree import WeightedPaths, tree_from_paths
+from framework.core.prompts import prompt_rows
 from framework.core.proposer import DecodeState
 from framework.core.side_rows import SideRows
 from framework.core.tree import CandidateTree
@@ -57,9 +58,11 @@ class LookaheadProposer(TextProposer):
         self.max_positions = target.max_positions
         rows = input_ids.cpu()
         pick = random.Random(self.seed)  # the window starts as prompt tokens: a guess, blind to every coin
-        self.levels = torch.tensor([[[pick.choice(row) for _ in range(self.W)]] for row in rows.tolist()], dtype=torch.long)
-        self.pool = NgramPool(rows.unfold(1, self.N, 1) if self.pool_from_prompt and rows.shape[1] >= self.N
-                              else torch.zeros(rows.shape[0], 0, self.N, dtype=torch.long), self.G)
+        self.levels = torch.tensor([[[pick.choice(row) for _ in range(self.W)]] for row in prompt_rows(rows)],
+                                   dtype=torch.long)
+        grams = rows.unfold(1, self.N, 1) if self.pool_from_prompt and rows.shape[1] >= self.N \
+            else torch.zeros(rows.shape[0], 0, self.N, dtype=torch.long)
+        self.pool = NgramPool(grams.masked_fill((grams < 0).any(-1, keepdim=True), -1), self.G)  # none over padding
 
     def propose(self, state: DecodeState) -> CandidateTree:
         if not state.plan.drafts:  # the window waits too: the engine asks no side rows of a plain step

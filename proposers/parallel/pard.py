@@ -19,6 +19,7 @@ from typing import Sequence
 
 import torch
 
+from framework.core.prompts import prompt_lengths
 from framework.core.proposer import DecodeState
 from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
@@ -71,7 +72,7 @@ class ParallelDraftProposer:
         self.vocab_size = V
         self.lm.reset(input_ids.shape[0])
         ids = input_ids.to(self.lm.device)
-        self.lead = (ids, torch.full((ids.shape[0],), ids.shape[1], device=ids.device))
+        self.lead = (ids.clamp_min(0), prompt_lengths(ids))  # right-padded: each row's own prompt first
 
     def room(self) -> int | None:
         """Positions the draft's context has left for the root and its masks (the fullest row's), or None."""

@@ -17,6 +17,7 @@ from typing import Sequence
 
 import torch
 
+from framework.core.prompts import is_ragged, prompt_lengths
 from framework.lm.layer_view import decoder_stack, layer_subset
 from proposers.draft_model import DraftModelProposer
 from proposers.self_spec.choose import Calibration, best_exit, best_skip_set
@@ -48,7 +49,10 @@ class SelfSpeculationProposer(DraftModelProposer):
                 raise ValueError("this target has recurrent layers: a view of part of it would draft with its own "
                                  "recurrent state, which no draft rolls back yet (self-speculation is not built for "
                                  "hybrid targets)")
-            self.layers = self.view_layers(model, input_ids)
+            lengths = prompt_lengths(input_ids)  # calibrated on the prompts (on the longest, when they differ)
+            longest = int(lengths.argmax())
+            calibration = input_ids if not is_ragged(input_ids) else input_ids[longest:longest + 1, : int(lengths[longest])]
+            self.layers = self.view_layers(model, calibration)
             backend = target.lm.tree_backend
             super().__init__(layer_subset(model, self.layers), self.gamma, sampling=None, backend=backend,
                              **self.settings)

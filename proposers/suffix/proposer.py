@@ -44,20 +44,20 @@ class SuffixProposer(TextProposer):
         if self.cache is not None:
             self.cache.bind(target.lm.model)  # its ids must be this tokenizer's
         super().prefill(input_ids, target)
-        self._restart(input_ids.shape[1])
+        self._restart()
 
     def select(self, rows: torch.Tensor) -> None:
         super().select(rows)
-        self._restart(None)
+        self._restart()
 
-    def _restart(self, prompt_length: int | None) -> None:
+    def _restart(self) -> None:
         """Fresh per-row tries (built from each row's committed text at its next step) and cache sequences
         (fed from what the row commits from now on)."""
         B, lengths = self.history.lengths.shape[0], self.history.lengths
         self.tries = [SuffixTrie(self.max_depth) for _ in range(B)]
         self.open_nodes = [[] for _ in range(B)]
         self.fed = [0] * B  # tokens of the row in its trie
-        self.cached = [int(lengths[b]) if prompt_length is None else prompt_length for b in range(B)]  # fed to the cache
+        self.cached = [int(lengths[b]) for b in range(B)]  # fed to the cache: what each row commits after these
         self.sequences = [self.cache.open() for _ in range(B)] if self.cache is not None else []
 
     def _feed(self, b: int, row: list[int]) -> None:
