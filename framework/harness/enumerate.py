@@ -112,6 +112,13 @@ class LazyUniform:
     def __getitem__(self, index) -> LazyUniform:
         return LazyUniform(self.source, self.lo[index], self.hi[index], self.atom[index], self.rows[index])
 
+    def reshape(self, *shape) -> LazyUniform:
+        """The same uniforms in another shape (a view: what comparisons reveal through it, both see)."""
+        views = [np.reshape(a, shape) for a in (self.lo, self.hi, self.atom, self.rows)]
+        if any(not np.shares_memory(v, a) for v, a in zip(views, (self.lo, self.hi, self.atom))):
+            raise ValueError("these uniforms cannot be reshaped in place")
+        return LazyUniform(self.source, *views)
+
     def _compare(self, threshold, strict: bool) -> torch.Tensor:
         if isinstance(threshold, torch.Tensor):
             threshold = threshold.detach().cpu().double().numpy()

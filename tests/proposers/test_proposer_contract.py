@@ -3,7 +3,7 @@
 1. Exact: the law of the first tokens the real loop emits equals the target's, on experiments.check's
    vocabulary-3 toy target with the method's parts (draft, heads, datastore) swapped for toy ones.
 2. Greedy identity: greedy speculative decoding emits plain greedy decoding's tokens (float64).
-3. Rows are independent: a batch of different prompts decodes as each prompt would alone.
+3. Rows are independent: a batch of prompts of different lengths decodes as each prompt would alone.
 4. Bad settings are named: a ValueError that names the setting, before any decoding.
 
 An exact Setting is a method, overrides for what its config does not name (Medusa's iid and wor
@@ -25,7 +25,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from experiments.check import check_exact, check_greedy
+from experiments.check import check_exact, check_greedy, check_ragged
 from framework.control.goodput import GoodputPolicy
 from framework.core.policy import FixedPolicy, Plan
 from framework.core.sampling import SamplingConfig
@@ -130,7 +130,8 @@ def test_greedy_is_plain_greedy_on_the_checks_prompts(proposer):
     assert len(rows) == 6 and all(r["passed"] for r in rows), rows  # 3 prompts x float32 and float64
 
 
-PROMPTS = torch.tensor([[4, 9, 2, 7], [7, 7, 1, 3], [30, 2, 11, 5]])
+# Rows of different lengths (20, 2 and 5 tokens: 10x apart): each row keeps its own positions and context.
+PROMPTS = [[4, 9, 2, 7, 40, 3, 9, 1, 0, 22, 5, 5, 17, 8, 31, 2, 6, 12, 9, 4], [7, 7], [30, 2, 11, 5, 6]]
 
 
 def rows_settings():
@@ -140,15 +141,15 @@ def rows_settings():
 
 @pytest.mark.parametrize("proposer", rows_settings())
 def test_rows_of_a_batch_decode_as_each_alone(proposer):
-    """Greedy: each row of a batch of three prompts emits what that prompt alone emits with plain
+    """Greedy: each row of a batch of three prompts of different lengths emits what that prompt alone emits with plain
     decoding, whatever the method shares between rows (a tree shape, a depth schedule, a datastore).
     24 tokens: long enough that rows accept different counts in some step, so a commit that kept one
     row's path for every row fails here for every method but self_draft (whose rows all accept all)."""
     cfg = load(f"proposer={proposer}", "target.dtype=float64", config_name="config")
     model, make, greedy = instantiate(cfg.target), instantiate(cfg.proposer), SamplingConfig(temperature=0)
     batch = generate(HFTarget(model), make(), PROMPTS, 24, greedy).tokens
-    for row in range(PROMPTS.shape[0]):
-        alone = generate(HFTarget(model), None, PROMPTS[row:row + 1], 24, greedy).tokens[0]
+    for row in range(len(PROMPTS)):
+        alone = generate(HFTarget(model), None, [PROMPTS[row]], 24, greedy).tokens[0]
         assert batch[row].tolist() == alone.tolist(), (proposer, row)
 
 
@@ -171,9 +172,25 @@ def test_rows_decode_as_each_alone_under_a_policy(proposer, policy):
     cfg = load(f"proposer={proposer}", "target.dtype=float64", config_name="config")
     model, make, greedy = instantiate(cfg.target), instantiate(cfg.proposer), SamplingConfig(temperature=0)
     batch = generate(HFTarget(model), make(), PROMPTS, 24, greedy, policy=policy()).tokens
-    for row in range(PROMPTS.shape[0]):
-        alone = generate(HFTarget(model), None, PROMPTS[row:row + 1], 24, greedy).tokens[0]
+    for row in range(len(PROMPTS)):
+        alone = generate(HFTarget(model), None, [PROMPTS[row]], 24, greedy).tokens[0]
         assert batch[row].tolist() == alone.tolist(), (proposer, row)
+
+
+# The joint law of a batch of two prompts of different lengths enumerates worlds of both rows (the square of one
+# row's): one method of each family runs by default (each in about a second), the rest under -m slow.
+RAGGED_DEFAULT = {"none", "draft", "cross_vocab", "string_match", "early_exit", "prompt_lookup", "eagle", "medusa",
+                  "dflash", "pard"}
+
+
+@pytest.mark.parametrize("proposer", [pytest.param(p, marks=() if p in RAGGED_DEFAULT else pytest.mark.slow)
+                                      for p in PROPOSERS if p not in REPEATS])
+def test_rows_of_different_lengths_decode_as_alone_in_law(proposer, tmp_path):
+    """Exact: prompts of 7 tokens and 1 in one batch, an EOS ending rows at different steps; the joint law of their
+    first tokens is the product of each prompt's own law (experiment.ragged)."""
+    rows = check_ragged(load(f"proposer={proposer}", *shrunk(proposer, 2), *OWN_TARGET.get(proposer, ()),
+                             f"output_dir={tmp_path}"))
+    assert rows and all(r["passed"] for r in rows), rows
 
 
 BAD_SETTINGS = {  # proposer -> (a bad setting, what its error says)

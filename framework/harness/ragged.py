@@ -1,0 +1,86 @@
+"""Rows of different lengths in one batch, in law: the exact joint law of the rows' first tokens is the product of
+each prompt's own law (the target's, teacher-forced), so every row decodes as it would alone and the rows share no
+coin. Each enumerated world is a whole batch of the prompts (`RowGroups` hands one world's coins to its rows), the
+rows finishing at different steps when an EOS ends one early.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Sequence
+
+import torch
+
+from framework.core.prompts import ragged_batch
+from framework.core.sampling import SamplingConfig
+from framework.engine import Decoder
+from framework.harness.enumerate import EnumeratingSource, enumerate_law
+from framework.harness.exact import Comparison, compare
+from framework.harness.real import ProposerFactory, run_first_tokens, teacher_forced_law
+from framework.lm.target import HFTarget
+from verifiers import LOSSLESS, Verifier
+
+
+class RowGroups:
+    """A random source over a batch of worlds x `group` rows: each world's coins (of the enumerating `source`) serve
+    its `group` consecutive rows, which draw them independently as any rows of a batch do."""
+
+    def __init__(self, source: EnumeratingSource, group: int):
+        self.source, self.group = source, group
+
+    @property
+    def batch_size(self) -> int:
+        return self.source.batch_size * self.group
+
+    def _worlds(self, shape) -> tuple[int, ...]:
+        if len(shape) == 0 or shape[0] != self.batch_size:
+            raise ValueError(f"random calls must lead with the batch ({self.batch_size}), got shape {tuple(shape)}")
+        return (self.source.batch_size, self.group, *shape[1:])
+
+    def uniform(self, shape, device="cpu"):
+        return self.source.uniform(self._worlds(tuple(shape)), device).reshape(*shape)
+
+    def categorical(self, probs: torch.Tensor) -> torch.Tensor:
+        drawn = self.source.categorical(probs.reshape(*self._worlds(probs.shape[:-1]), probs.shape[-1]))
+        return drawn.reshape(probs.shape[:-1])
+
+    def retire(self, rows: Sequence[int]) -> None:
+        """A world is settled when all its rows are."""
+        done = set(rows)
+        self.source.retire([w for w in range(self.source.batch_size)
+                            if all(w * self.group + r in done for r in range(self.group))])
+
+
+def ragged_loop_law(
+    target_model, proposer_factory: ProposerFactory, prompts: Sequence[Sequence[int]], depth: int,
+    sampling: SamplingConfig, eos_token_id: int | None = None, verifier: Verifier = LOSSLESS,
+    policy_factory: Callable | None = None, batch_size: int = 256, target_factory: Callable = HFTarget,
+) -> dict[tuple, float]:
+    """Exact joint law of the first `depth` tokens of each prompt, decoded as the rows of one batch by the real loop."""
+    group, batch = len(prompts), ragged_batch(list(prompts))
+    if policy_factory is not None or (proposer_factory is not None and getattr(proposer_factory(), "couples_rows", False)):
+        batch_size = 1  # one tree shape for the batch: worlds may not share one
+
+    def run(source: EnumeratingSource) -> list[tuple]:
+        rng = RowGroups(source, group)
+        decoder = Decoder(target_factory(target_model), proposer_factory() if proposer_factory else None, sampling, rng,
+                          eos_token_id, verifier, policy_factory() if policy_factory else None)
+        ids = batch.repeat(source.batch_size, 1)  # world w: rows w * group ..
+        rows = run_first_tokens(decoder, ids, ids.shape[0], depth, expand=False, on_finished=rng.retire)
+        return [tuple(rows[w * group:(w + 1) * group]) for w in range(source.batch_size)]
+
+    return enumerate_law(run, batch_size)
+
+
+def product_law(laws: Sequence[dict]) -> dict[tuple, float]:
+    """The law of independent rows: each row's own law, multiplied."""
+    return {tuple(k for k, _ in combo): float(torch.tensor([w for _, w in combo], dtype=torch.float64).prod())
+            for combo in itertools.product(*(law.items() for law in laws))}
+
+
+def check_ragged_law(target_model, proposer_factory: ProposerFactory, prompts: Sequence[Sequence[int]], depth: int,
+                     sampling: SamplingConfig, eos_token_id: int | None = None, **loop) -> Comparison:
+    """The joint law of a batch of prompts of different lengths against the product of the target's laws."""
+    alone = [teacher_forced_law(target_model, torch.tensor([list(p)]), depth, sampling, eos_token_id) for p in prompts]
+    return compare(ragged_loop_law(target_model, proposer_factory, prompts, depth, sampling, eos_token_id, **loop),
+                   product_law(alone))
