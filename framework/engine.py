@@ -18,6 +18,7 @@ from framework.core.prompts import last_of_each, prompt_lengths, ragged_batch
 from framework.core.proposer import DecodeState, Proposer, SideRowProposer
 from framework.core.ragged_tree import RaggedTrees
 from framework.core.randomness import RandomSource, TorchSource
+from framework.core.rows import cat_rows
 from framework.core.sampling import (
     SamplingConfig,
     mark_seen,
@@ -132,7 +133,8 @@ class Decoder:
         self.speculate = None if speculate is None else speculate_flags(speculate)
         self.stats = GenerationStats()
         self.state: DecodeState | None = None
-        self.rows = torch.zeros(0, dtype=torch.long)  # the rows of the batch as it started, still in it
+        self.rows = torch.zeros(0, dtype=torch.long)  # the rows still in the batch, numbered in the order they started
+        self.started = 0  # rows started so far (the prefill's, then those joined)
         self._plain: CandidateTree | None = None
 
     def plain_tree(self, batch_size: int) -> CandidateTree:
@@ -181,6 +183,7 @@ class Decoder:
             reported = process_logits(logits, reported_sampling(self.sampling), seen, allowed) if self.sampling.greedy else law
             self.logprobs = token_logprobs(reported[:, None], root[:, None], self.top_logprobs)
         self.rows = torch.arange(root.shape[0])
+        self.started = root.shape[0]
         if self.speculate is not None and self.speculate.shape != root.shape:
             raise ValueError(f"speculate must hold one flag per row ({root.shape[0]}), got shape {tuple(self.speculate.shape)}")
         self.policy.start(self.target, root.shape[0])
@@ -301,6 +304,38 @@ class Decoder:
             self.constraint.select(rows)
         self.state = DecodeState(take(state.root), take(state.seen), state.sampling, state.rng, take(state.target_hidden),
                                  take(state.committed_hidden), take(state.committed_count), state.plan, state.constraint)
+
+    def join(self, other: Decoder) -> None:
+        """Append the rows of `other` after this batch's (continuous batching: newcomers prefilled apart by a Decoder
+        on the same target model, with a fresh proposer of the same configuration, the same sampling and random
+        source); from the next step they decode together, each row as it would alone."""
+        if other.sampling != self.sampling or other.rng is not self.rng:
+            raise ValueError("newcomers join a batch of the same sampling and random source only")
+        if (self.proposer is None) != (other.proposer is None) or (self.constraint is None) != (other.constraint is None):
+            raise ValueError("newcomers join a batch decoded the same way only (both with a proposer, or neither; "
+                             "both under a constraint, or neither)")
+        if (self.speculate is None) != (other.speculate is None) or (self.top_logprobs != other.top_logprobs):
+            raise ValueError("newcomers join a batch with the same per-row speculation flags and log-prob settings only")
+        self.target.join(other.target)
+        if self.proposer is not None:
+            self.proposer.join(other.proposer)
+        self.policy.admit(len(other.rows))
+        if self.constraint is not None:
+            self.constraint.join(other.constraint)
+        if self.speculate is not None:
+            self.speculate = torch.cat([self.speculate, other.speculate])
+        if self.logprobs is not None and other.logprobs is not None:
+            self.logprobs = TokenLogprobs(*(cat_rows(a, b) for a, b in zip(
+                (self.logprobs.chosen, self.logprobs.top_ids, self.logprobs.top),
+                (other.logprobs.chosen, other.logprobs.top_ids, other.logprobs.top))))
+        self.rows = torch.cat([self.rows, other.rows + self.started])
+        self.started += other.started
+        mine, theirs = self.state, other.state
+        self.state = DecodeState(cat_rows(mine.root, theirs.root), cat_rows(mine.seen, theirs.seen), self.sampling,
+                                 self.rng, cat_rows(mine.target_hidden, theirs.target_hidden),
+                                 cat_rows(mine.committed_hidden, theirs.committed_hidden),
+                                 cat_rows(mine.committed_count, theirs.committed_count), mine.plan, self.constraint)
+        self.stats.prefill_s += other.stats.prefill_s
 
     def depth_limit(self, wanted: int | None) -> int:
         """The deepest a tree may be this step: what is wanted, and what the context has room for."""

@@ -182,6 +182,11 @@ class GrammarConstraint:
             taken.add(row)
         self.matchers = kept
 
+    def join(self, other: GrammarConstraint) -> None:
+        if other.compiled is not self.compiled:
+            raise ValueError("a batch joins newcomers under the same compiled grammar only")
+        self.matchers = self.matchers + other.matchers
+
     def finished(self) -> list[bool]:
         """Per row: the grammar is complete and its stop token was emitted."""
         return [matcher.is_terminated() for matcher in self.matchers]

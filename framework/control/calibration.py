@@ -36,6 +36,12 @@ class Calibration:
         rows = rows.cpu()
         self.row_hits, self.row_trials, self.row_promised = self.row_hits[rows], self.row_trials[rows], self.row_promised[rows]
 
+    def admit(self, count: int) -> None:
+        """New requests: rows of their own, nothing seen yet."""
+        fresh = torch.zeros(count, self.depths, self.bins, dtype=torch.float64)
+        self.row_hits, self.row_trials, self.row_promised = (torch.cat([t, fresh]) for t in
+                                                             (self.row_hits, self.row_trials, self.row_promised))
+
     def cells(self, scores: torch.Tensor, depth: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """scores [B, N], depth [N] (1-based) -> (scores in [0, 1] as float64, depth index, bin), each [B, N]."""
         level = (depth.clamp(1, self.depths) - 1).expand(scores.shape)

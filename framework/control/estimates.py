@@ -50,6 +50,11 @@ class LevelAcceptance:
     def select(self, rows: torch.Tensor) -> None:
         self.row_hits, self.row_trials = self.row_hits[rows.cpu()], self.row_trials[rows.cpu()]
 
+    def admit(self, count: int) -> None:
+        """New requests: rows of their own, nothing seen yet."""
+        self.row_hits = torch.cat([self.row_hits, self.row_hits.new_zeros(count, self.row_hits.shape[1])])
+        self.row_trials = torch.cat([self.row_trials, self.row_trials.new_zeros(count, self.row_trials.shape[1])])
+
     def expected(self) -> torch.Tensor:
         """[B, D] each request's expected tokens from level d; never more deep than shallow."""
         prior, guess = [], self.first_guess

@@ -201,3 +201,8 @@ class GoodputPolicy:
         self.levels.select(rows)
         self.calibration.select(rows)
         self.batch = int(rows.numel())
+
+    def admit(self, count: int) -> None:
+        self.levels.admit(count)
+        self.calibration.admit(count)
+        self.batch += count

@@ -44,6 +44,10 @@ class Constraint(Protocol):
         """Keep the rows `rows` [B'] in that order (repeats copy a row's state)."""
         ...
 
+    def join(self, other) -> None:
+        """Append the rows of `other` (the same constraint, started on newcomers) after these."""
+        ...
+
 
 def root_mask(constraint: Constraint, batch_size: int, device=None) -> torch.Tensor:
     """[B, V]: what may come first after the committed tokens (a tree with no nodes)."""

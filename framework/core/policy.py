@@ -59,6 +59,10 @@ class Policy(Protocol):
         """Keep the batch rows `rows` [B'] of any per-row state."""
         ...
 
+    def admit(self, count: int) -> None:
+        """`count` new requests join the batch after its rows (continuous batching): fresh per-row state."""
+        ...
+
 
 class FixedPolicy:
     """Speculate as the proposer is configured, every step."""
@@ -76,4 +80,7 @@ class FixedPolicy:
         pass
 
     def select(self, rows: torch.Tensor) -> None:
+        pass
+
+    def admit(self, count: int) -> None:
         pass

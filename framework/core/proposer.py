@@ -64,6 +64,11 @@ class Proposer(Protocol):
         after prefill (copies of one prompt); fewer rows drop requests that finished."""
         ...
 
+    def join(self, other) -> None:
+        """Append the rows of `other` after these (continuous batching): `other` is a fresh proposer of the same
+        configuration, prefilled on newcomers against the same target; both are between steps (committed)."""
+        ...
+
 
 @runtime_checkable
 class SideRowProposer(Protocol):

@@ -52,6 +52,10 @@ class Target(Protocol):
         """Keep the batch rows `rows` [B'] of the cache, in that order."""
         ...
 
+    def join(self, other) -> None:
+        """Append the rows of `other` (a target of the same model, prefilled on newcomers) after this batch's."""
+        ...
+
     def cost_key(self) -> str:
         """Names what a forward's cost depends on (model, dtype, device, threads): measured costs are
         cached under it (framework/control/costs.py)."""

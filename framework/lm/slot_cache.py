@@ -15,7 +15,7 @@ import torch
 
 from framework.core.tree_mask import TreeMask
 from framework.lm import recurrent
-from framework.lm.slot_kv import SlotKVCache
+from framework.lm.slot_kv import SlotKVCache, joined_layer
 
 
 class SlotCache:
@@ -120,6 +120,27 @@ class SlotCache:
         accepted nodes (path [B, depth], node indices, -1 padded)."""
         root_slot = torch.zeros(path.shape[0], 1, dtype=torch.long, device=path.device)
         self.keep(torch.cat([root_slot, path + 1], dim=1), num_accepted + 1)
+
+    def join(self, other: SlotCache) -> None:
+        """Append `other`'s rows (a cache of the same model: a batch of newcomers prefilled apart) after this one's.
+        Nothing may be pending in either; the side with fewer committed slots gets holes after them."""
+        if self.pending_slots() or other.pending_slots():
+            raise ValueError("a cache joins another between steps only: slots are pending")
+        if self.cache.recurrent_layers:
+            raise ValueError("this model has recurrent layers: their state counts one length for the whole batch, so "
+                             "requests of a running batch cannot be joined by others (not built for hybrid targets)")
+        slots = max(self.committed_slots, other.committed_slots)
+        mine, theirs = self.cache.layers, other.cache.layers
+        if mine and theirs and len(mine) != len(theirs):
+            raise ValueError("the caches to join hold different layers: they are not of the same model")
+        count = max(len(mine), len(theirs))  # a cache no forward wrote yet has no layers
+        self.cache.layers = [joined_layer(mine[i] if mine else None, self.batch_size, theirs[i] if theirs else None,
+                                          other.batch_size, slots) for i in range(count)]
+        pad = lambda valid: torch.cat([valid, valid.new_zeros(valid.shape[0], slots - valid.shape[1])], dim=1)  # noqa: E731
+        self.valid = torch.cat([pad(self.valid), pad(other.valid).to(self.valid.device)])
+        self.length = torch.cat([self.length, other.length.to(self.length.device)])
+        self.committed_slots = slots
+        self.pending_positions = self.pending_positions.new_zeros(self.batch_size, 0)
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep the batch rows `rows` [B'], in that order (repeats allowed: one prefill shared by copies;

@@ -104,3 +104,30 @@ class SlotKVCache(DynamicCache):
     @property
     def recurrent_layers(self) -> list:
         return [layer for layer in self.layers if is_recurrent(layer)]
+
+
+def joined_layer(first: SlotLayer | None, first_rows: int, second: SlotLayer | None, second_rows: int,
+                 slots: int) -> SlotLayer:
+    """One layer holding `first`'s rows then `second`'s, `slots` wide (None, or a layer never written: rows with no
+    slot written yet). Past each side's slots: zeros, holes its valid mask hides (zeros, so that a masked weight of
+    0 never meets a NaN of uninitialised memory)."""
+    sides = [(layer, rows) for layer, rows in ((first, first_rows), (second, second_rows))]
+    written = [layer for layer, _ in sides if layer is not None and layer.is_initialized]
+    out = SlotLayer()
+    if not written:
+        return out
+    template = written[0]
+    buffers = []
+    for name in ("key_buffer", "value_buffer"):
+        like = getattr(template, name)
+        joined = like.new_zeros(first_rows + second_rows, like.shape[1], max(slots, MIN_CAPACITY), like.shape[3])
+        start = 0
+        for layer, rows in sides:
+            if layer is not None and layer.is_initialized:
+                joined[start:start + rows, :, : layer.used] = getattr(layer, name)[:, :, : layer.used].to(joined.device)
+            start += rows
+        buffers.append(joined)
+    out.device, out.is_initialized, out.used = template.device, True, slots
+    out.key_buffer, out.value_buffer = buffers
+    out._view()
+    return out

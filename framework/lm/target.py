@@ -112,6 +112,12 @@ class HFTarget:
         """Keep the batch rows `rows` [B'] (repeats: copies of one prefill; fewer: finished rows leave)."""
         self.lm.select(rows)
 
+    def join(self, other: HFTarget) -> None:
+        """Append the rows of `other` (newcomers prefilled apart on the same model) after this batch's."""
+        if other.lm.model is not self.lm.model:
+            raise ValueError("a batch joins newcomers prefilled on the same target model only")
+        self.lm.join(other.lm)
+
     def cost_key(self) -> str:
         """What a measured forward cost holds for: this architecture and configuration, dtype, device and
         placement, attention back end and thread count (not the weights' values: they change no cost)."""
