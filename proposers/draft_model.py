@@ -295,6 +295,22 @@ class DraftModelProposer:
             self.lm.forward(tokens, torch.arange(K), torch.ones(K, K, dtype=torch.bool).tril())
             self.lm.keep(torch.arange(K).expand(path.shape[0], K), missing)
 
+    def join(self, other: DraftModelProposer) -> None:
+        for side in (self, other):
+            side.settle()
+        self.lm.join(other.lm)
+        self.exhausted = self.exhausted or other.exhausted  # (the draft's context full for one side: no more drafts)
+
+    def settle(self) -> None:
+        """Read what waits (deferred tokens), so that every row's draft cache holds all it committed."""
+        if self.skipped is not None:
+            raise RuntimeError("a proposer joins another between steps only: a plain step waits for its commit")
+        self.part()
+        if self.deferred is not None:
+            self.read_deferred()
+            if self.deferred is not None:  # no room in the draft's context: it drafts nothing more
+                self.exhausted, self.deferred = True, None
+
     def select(self, rows: torch.Tensor) -> None:
         if self.deferred is not None and rows.numel() > self.lm.batch_size:
             self.read_deferred()  # copies of one prefill: one read of its tokens, not one per copy

@@ -53,3 +53,6 @@ class GrammarProposer:
 
     def select(self, rows: torch.Tensor) -> None:
         pass
+
+    def join(self, other) -> None:
+        pass

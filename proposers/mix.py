@@ -132,6 +132,10 @@ class MixProposer:
         for part in self.parts:
             part.select(rows)
 
+    def join(self, other: MixProposer) -> None:
+        for part, theirs in zip(self.parts, other.parts):
+            part.join(theirs)
+
 
 def leaf_paths(tree: CandidateTree, paths: torch.Tensor, weight: float) -> WeightedPaths:
     """A part's root-to-leaf token paths (paths [B, N, D]: every node's), each of weight `weight`."""

@@ -82,6 +82,10 @@ class StringMatchProposer:
         for b, (row, accepted) in enumerate(zip(result.tokens.tolist(), result.num_accepted.tolist())):
             self.unread[b] += self.to_draft.spell(row[:accepted])
 
+    def join(self, other: StringMatchProposer) -> None:
+        self.lm.join(other.lm)
+        self.unread = self.unread + other.unread
+
     def select(self, rows: torch.Tensor) -> None:
         self.lm.select(rows)
         self.unread = [list(self.unread[r]) for r in rows.tolist()]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from framework.core.prompts import prompt_lengths
+from framework.core.rows import cat_rows
 from framework.core.tree import CandidateTree
 
 
@@ -36,6 +37,12 @@ class TokenHistory:
         rows = rows.cpu()
         self.tokens, self.lengths = self.tokens[rows], self.lengths[rows]
         self.root = None if self.root is None else self.root[rows]
+
+    def join(self, other: TokenHistory) -> None:
+        """Append other's rows after these (-1 past each row's tokens, as always)."""
+        self.tokens = cat_rows(self.tokens, other.tokens, fill=-1)
+        self.lengths = torch.cat([self.lengths, other.lengths])
+        self.root = None  # noted again at the next propose
 
     def reserve(self, more: int) -> None:
         """Room for `more` tokens after the longest row (the capacity doubles as it runs out)."""
@@ -91,3 +98,6 @@ class TextProposer:
 
     def select(self, rows: torch.Tensor) -> None:
         self.history.select(rows)
+
+    def join(self, other: TextProposer) -> None:
+        self.history.join(other.history)

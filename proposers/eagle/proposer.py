@@ -25,6 +25,7 @@ from typing import Sequence
 import torch
 
 from framework.core.proposer import DecodeState
+from framework.core.rows import cat_rows, join_runs
 from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
 from framework.lm import tree_attention
@@ -141,6 +142,12 @@ class EagleProposer:
     def commit(self, result: Verification) -> None:
         self.cache.drop_pending()  # drafted slots had predicted features; the accepted come back with true ones
         self.pending = result.tokens[:, : result.path.shape[1]].clamp_min(0).to(self.pending.device)  # accepted, then don't-care
+
+    def join(self, other: EagleProposer) -> None:
+        rows = (self.cache.batch_size, other.cache.batch_size)
+        self.cache.join(other.cache)
+        self.backlog = join_runs(self.backlog, other.backlog, left_aligned, rows)
+        self.pending = cat_rows(self.pending, other.pending)  # tokens past a row's count are don't-care
 
     def select(self, rows: torch.Tensor) -> None:
         self.cache.select(rows)

@@ -95,3 +95,6 @@ class MedusaProposer:
     def select(self, rows: torch.Tensor) -> None:
         pass  # no state per row
 
+    def join(self, other) -> None:
+        pass
+

@@ -93,6 +93,12 @@ class LookaheadProposer(TextProposer):
             self.levels = self.levels[:, 1:]
         self.levels = torch.cat([self.levels, new[:, None]], dim=1)
 
+    def join(self, other: LookaheadProposer) -> None:
+        super().join(other)
+        levels = min(self.levels.shape[1], other.levels.shape[1])  # the window is a guess: the newest levels stay
+        self.levels = torch.cat([self.levels[:, self.levels.shape[1] - levels:], other.levels[:, other.levels.shape[1] - levels:]])
+        self.pool.join(other.pool)
+
     def select(self, rows: torch.Tensor) -> None:
         super().select(rows)
         self.levels = self.levels[rows.cpu()]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from framework.core.path_tree import lexsort, positions_in_groups
+from framework.core.rows import cat_rows
 from proposers.ngram.match import first_distinct
 
 
@@ -59,3 +60,6 @@ class NgramPool:
 
     def select(self, rows: torch.Tensor) -> None:
         self.grams = self.grams[rows]
+
+    def join(self, other: NgramPool) -> None:
+        self.grams = cat_rows(self.grams, other.grams, fill=-1)  # -1 rows: none

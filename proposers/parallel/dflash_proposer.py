@@ -17,6 +17,7 @@ from typing import Sequence
 import torch
 
 from framework.core.proposer import DecodeState
+from framework.core.rows import join_runs
 from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
 from framework.lm.sharding import ReturnsTo
@@ -93,6 +94,11 @@ class DFlashProposer:
 
     def commit(self, result: Verification) -> None:
         pass  # the accepted positions come back, with the target's features, as the next step's committed ones
+
+    def join(self, other: DFlashProposer) -> None:
+        rows = (self.cache.batch_size, other.cache.batch_size)
+        self.cache.join(other.cache)
+        self.backlog = join_runs(self.backlog, other.backlog, left_aligned, rows)
 
     def select(self, rows: torch.Tensor) -> None:
         self.cache.select(rows)

@@ -21,6 +21,7 @@ import torch
 
 from framework.core.prompts import prompt_lengths
 from framework.core.proposer import DecodeState
+from framework.core.rows import cat_rows
 from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
 from framework.lm.cached_lm import CachedLM
@@ -111,6 +112,10 @@ class ParallelDraftProposer:
         accepted = result.num_accepted.to(self.lm.device)
         width = int(accepted.max()) if accepted.numel() else 0
         self.lead = ragged_concat(self.lead, (result.tokens[:, :width].clamp_min(0).to(self.lm.device), accepted))
+
+    def join(self, other: ParallelDraftProposer) -> None:
+        self.lm.join(other.lm)
+        self.lead = (cat_rows(self.lead[0], other.lead[0]), cat_rows(self.lead[1], other.lead[1]))
 
     def select(self, rows: torch.Tensor) -> None:
         self.lm.select(rows)

@@ -59,6 +59,11 @@ class SelfSpeculationProposer(DraftModelProposer):
             self.view_of = model
         super().prefill(input_ids, target)
 
+    def join(self, other: SelfSpeculationProposer) -> None:
+        if other.layers != self.layers:
+            raise ValueError(f"newcomers drafted with layers {list(other.layers)}, this batch with {list(self.layers)}")
+        super().join(other)
+
     def chosen(self, model, key: str, choose) -> tuple[int, ...]:
         """The choice saved beside the target (proposers/self_spec/saved.py), else one measured on the first prompt;
         made once per target model and setting."""

@@ -50,6 +50,14 @@ class SuffixProposer(TextProposer):
         super().select(rows)
         self._restart()
 
+    def join(self, other: SuffixProposer) -> None:
+        if other.cache is not self.cache:
+            raise ValueError("newcomers join a batch that shares their global suffix cache only")
+        super().join(other)
+        self.tries, self.open_nodes = self.tries + other.tries, self.open_nodes + other.open_nodes
+        self.fed, self.cached = self.fed + other.fed, self.cached + other.cached
+        self.sequences = self.sequences + other.sequences
+
     def _restart(self) -> None:
         """Fresh per-row tries (built from each row's committed text at its next step) and cache sequences
         (fed from what the row commits from now on)."""
