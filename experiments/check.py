@@ -11,8 +11,9 @@
   about the nominal 5%); typical acceptance must fail at the same N.
 - exact: a vocabulary-3 target through the real loop, every coin enumerated (TV <= 1e-9); the
   proposer's own parts (draft model, heads, tree) are swapped for toy ones (experiment.exact.parts).
-- ragged: prompts of different lengths in one batch on the same toy: the joint law of their first tokens equals
-  the product of each prompt's own law (every row as alone, no coin shared; an EOS ends rows at different steps).
+- ragged: prompts of different lengths in one batch on the same toy, and requests admitted by the continuous-batching
+  scheduler as others end: the joint law of their tokens equals the product of each prompt's own law (every row as
+  alone, no coin shared; an EOS ends rows at different steps).
 Writes <output_dir>/check.json; exits non-zero if any check fails.
 """
 
@@ -29,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from experiments.common import one_process, policy_factory_of, verifier_of, without_grammar
 from framework.core import files
 from framework.harness.exact import compare
-from framework.harness.ragged import check_ragged_law
+from framework.harness.ragged import check_ragged_law, check_scheduled_law
 from framework.harness.real import (
     exact_loop_law,
     greedy_identity,
@@ -61,7 +62,7 @@ def check_greedy(cfg: DictConfig) -> list[dict]:
             ids = encode_prompt(prompt, tokenizer)  # [1, L]
             policy = policy_factory_of(cfg)
             report = greedy_identity(target, make or (lambda: None), ids, cfg.experiment.greedy.max_new_tokens,
-                                     verifier=verifier_of(cfg), policy=policy() if policy else None)
+                                     verifier=verifier_of(cfg), policy_factory=policy)
             rows.append({"check": "greedy", "setting": f"{dtype} prompt={ids[0].tolist()}", "passed": report.equal,
                          "detail": "identical" if report.equal else f"first difference at token {report.first_difference}"})
     return rows
@@ -141,13 +142,18 @@ def check_ragged(cfg: DictConfig) -> list[dict]:
     the product of each prompt's own law: every row decodes as it would alone (framework/harness/ragged.py)."""
     e, r = cfg.experiment.exact, cfg.experiment.ragged
     target, factory, policy = exact_setup(cfg)
+    requests = [(list(prompt), budget) for prompt, budget in r.scheduled.requests]
     rows = []
     for name in r.samplings:
-        result = check_ragged_law(target, factory, [list(p) for p in r.prompts], r.depth, instantiate(e.samplings[name]),
-                                  r.eos_token_id, verifier=verifier_of(cfg), policy_factory=policy)
-        rows.append({"check": "ragged", "setting": name, "passed": result.passes(1e-9),
-                     "detail": f"TV={result.tv:.1e} impossible={len(result.support_violations)} "
-                               f"(prompts of {', '.join(str(len(p)) for p in r.prompts)} tokens)"})
+        sampling = instantiate(e.samplings[name])
+        batch = check_ragged_law(target, factory, [list(p) for p in r.prompts], r.depth, sampling, r.eos_token_id,
+                                 verifier=verifier_of(cfg), policy_factory=policy)
+        scheduled = check_scheduled_law(target, factory, requests, r.scheduled.max_batch, sampling, r.eos_token_id,
+                                        verifier=verifier_of(cfg), policy_factory=policy)
+        for result, what in ((batch, f"one batch, prompts of {', '.join(str(len(p)) for p in r.prompts)} tokens"),
+                             (scheduled, f"scheduled: {len(requests)} requests, {r.scheduled.max_batch} at a time")):
+            rows.append({"check": "ragged", "setting": name, "passed": result.passes(1e-9),
+                         "detail": f"TV={result.tv:.1e} impossible={len(result.support_violations)} ({what})"})
     return rows
 
 

@@ -84,3 +84,44 @@ def check_ragged_law(target_model, proposer_factory: ProposerFactory, prompts: S
     alone = [teacher_forced_law(target_model, torch.tensor([list(p)]), depth, sampling, eos_token_id) for p in prompts]
     return compare(ragged_loop_law(target_model, proposer_factory, prompts, depth, sampling, eos_token_id, **loop),
                    product_law(alone))
+
+
+class OneWorld:
+    """A random source for a run of one world: every row of every call draws that world's coins (a scheduler's
+    batch changes size as requests join and leave)."""
+
+    def __init__(self, source: EnumeratingSource):
+        if source.batch_size != 1:
+            raise ValueError(f"a run with a changing batch plays one world at a time, got {source.batch_size}")
+        self.source = source
+
+    def uniform(self, shape, device="cpu"):
+        return self.source.uniform((1, *shape), device).reshape(*shape)
+
+    def categorical(self, probs: torch.Tensor) -> torch.Tensor:
+        return self.source.categorical(probs[None]).reshape(probs.shape[:-1])
+
+
+def scheduled_loop_law(target_model, proposer_factory: ProposerFactory, requests: Sequence[tuple[Sequence[int], int]],
+                       max_batch: int, sampling: SamplingConfig, eos_token_id: int | None = None,
+                       policy_factory: Callable | None = None, **scheduler) -> dict[tuple, float]:
+    """Exact joint law of the tokens of requests (prompt, budget) decoded by the continuous-batching scheduler with
+    at most `max_batch` at a time: later requests are admitted as earlier ones end (at different steps per world)."""
+    from framework.scheduler import Request, Scheduler  # the scheduler is built on the loop this module checks
+
+    def run(source: EnumeratingSource) -> list[tuple]:
+        runner = Scheduler(target_model, proposer_factory, sampling, max_batch, rng=OneWorld(source),
+                           eos_token_id=eos_token_id, policy=policy_factory() if policy_factory else None, **scheduler)
+        done = runner.run([Request(list(prompt), budget) for prompt, budget in requests])
+        return [tuple(tuple(f.tokens) for f in done)]
+
+    return enumerate_law(run, 1)
+
+
+def check_scheduled_law(target_model, proposer_factory: ProposerFactory, requests: Sequence[tuple[Sequence[int], int]],
+                        max_batch: int, sampling: SamplingConfig, eos_token_id: int | None = None, **scheduler) -> Comparison:
+    """The joint law of scheduled requests against the product of each request's own law (prompt, budget)."""
+    alone = [teacher_forced_law(target_model, torch.tensor([list(p)]), budget, sampling, eos_token_id)
+             for p, budget in requests]
+    return compare(scheduled_loop_law(target_model, proposer_factory, requests, max_batch, sampling, eos_token_id,
+                                      **scheduler), product_law(alone))

@@ -31,6 +31,7 @@ from framework.core.policy import FixedPolicy, Plan
 from framework.core.sampling import SamplingConfig
 from framework.engine import generate
 from framework.lm.target import HFTarget
+from framework.scheduler import Request, Scheduler
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 PROPOSERS = sorted(p.stem for p in (CONF / "proposer").glob("*.yaml"))
@@ -177,20 +178,47 @@ def test_rows_decode_as_each_alone_under_a_policy(proposer, policy):
         assert batch[row].tolist() == alone.tolist(), (proposer, row)
 
 
-# The joint law of a batch of two prompts of different lengths enumerates worlds of both rows (the square of one
-# row's): one method of each family runs by default (each in about a second), the rest under -m slow.
-RAGGED_DEFAULT = {"none", "draft", "cross_vocab", "string_match", "early_exit", "prompt_lookup", "eagle", "medusa",
-                  "dflash", "pard"}
+# The joint law of a batch of prompts of different lengths, and of requests the scheduler admits as others end,
+# enumerates worlds of every row (the product of one row's): the methods that draw few coins run by default (each
+# in about two seconds), the rest under -m slow (the draft model's i.i.d. chains take two minutes).
+RAGGED_DEFAULT = {"none", "string_match", "prompt_lookup", "eagle", "medusa", "dflash", "pard"}
 
 
 @pytest.mark.parametrize("proposer", [pytest.param(p, marks=() if p in RAGGED_DEFAULT else pytest.mark.slow)
                                       for p in PROPOSERS if p not in REPEATS])
 def test_rows_of_different_lengths_decode_as_alone_in_law(proposer, tmp_path):
-    """Exact: prompts of 7 tokens and 1 in one batch, an EOS ending rows at different steps; the joint law of their
-    first tokens is the product of each prompt's own law (experiment.ragged)."""
+    """Exact: prompts of 7 tokens and 1 in one batch, and three requests through the scheduler two at a time, an EOS
+    ending rows at different steps; the joint law of their tokens is the product of each prompt's own law
+    (experiment.ragged)."""
     rows = check_ragged(load(f"proposer={proposer}", *shrunk(proposer, 2), *OWN_TARGET.get(proposer, ()),
                              f"output_dir={tmp_path}"))
     assert rows and all(r["passed"] for r in rows), rows
+
+
+# Requests of different lengths and budgets, admitted two at a time as others end.
+REQUESTS = [(PROMPTS[0], 20), (PROMPTS[1], 7), (PROMPTS[2], 15), ([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 11), ([3], 25)]
+
+
+@cache
+def plain_alone(model) -> list[list[int]]:
+    return [generate(HFTarget(model), None, [prompt], budget, SamplingConfig(temperature=0)).tokens[0].tolist()
+            for prompt, budget in REQUESTS]
+
+
+@pytest.mark.parametrize("proposer, policy", [  # every method by default (each under a second); with plain steps too
+    pytest.param(p, policy, marks=() if policy is None or p in RAGGED_DEFAULT | {"draft"} else pytest.mark.slow)
+    for p in PROPOSERS if p != "none" for policy in (None, Scripted)])
+def test_requests_admitted_as_others_end_decode_as_alone(proposer, policy):
+    """Greedy, continuous batching (framework/scheduler.py): five requests, two at a time, each admitted (prefilled
+    apart with a fresh proposer, then joined) when another ends; with plain steps between drafting ones (Scripted),
+    joins find waiting state (feature backlogs, deferred tokens). Each request emits what it emits alone."""
+    cfg = load(f"proposer={proposer}", "target.dtype=float64", config_name="config")
+    model, make, greedy = instantiate(cfg.target), instantiate(cfg.proposer), SamplingConfig(temperature=0)
+    runner = Scheduler(model, make, greedy, max_batch=2, policy=policy() if policy else None)
+    done = runner.run([Request(prompt, budget) for prompt, budget in REQUESTS])
+    assert [f.tokens for f in done] == plain_alone(model), proposer
+    assert max(step.decoding for step in runner.steps) == 2 and sum(step.admitted for step in runner.steps) == 5
+    assert any(0 < step.admitted < step.decoding for step in runner.steps)  # a newcomer joined a running request
 
 
 BAD_SETTINGS = {  # proposer -> (a bad setting, what its error says)
