@@ -30,8 +30,8 @@ cell). The presets in conf/experiment (compare_smoke, categories, bench_hf,
 compare_batch) are settings of this run.
 
 Batch sizes (experiment.batch_sizes): at B > 1 a timed run decodes B consecutive prompts of the category's
-set (wrapping around; experiment.prompts likewise) as one batch, each cut to the shortest's length keeping its
-last tokens (generate takes no padding), against the baseline on the same batch; transformers' runners decode
+set (wrapping around; experiment.prompts likewise) as one batch, each prompt whole (rows of different lengths),
+against the baseline on the same batch; transformers' runners decode
 one prompt at a time, so they have rows at B = 1 only (the report says so). Policies (experiment.policies,
 conf/policy; `fixed`: speculation as configured): one policy object per (method, policy, sampling, batch size),
 learning over that cell's prompts; a policy sizes a proposer's speculation, so plain and transformers' rows run

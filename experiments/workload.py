@@ -16,6 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from experiments.common import whole_number
+from framework.core.prompts import ragged_batch
 from framework.lm.text import encode_prompt
 from framework.workloads.render import Rendering
 from framework.workloads.suite import BenchPrompt, by_category
@@ -64,13 +65,11 @@ class Workload:
         return torch.tensor([self.rendered[key].ids])
 
     def batch(self, category: str, index: int, size: int, turn: int = 1, answer: Callable | None = None) -> torch.Tensor:
-        """[size, L]: the prompts from `index` on that have this turn (wrapping around), each cut to the shortest's
-        length keeping its last tokens (generate takes no padding). Size 1: the prompt as it is."""
+        """[size, L]: the prompts from `index` on that have this turn (wrapping around), each whole (-1 after a
+        shorter one: framework/core/prompts.py). Size 1: the prompt as it is."""
         having = [i for i in range(len(self.prompts[category])) if self.turns(category, i) >= turn]
         start = having.index(index)
-        rows = [self.ids(category, having[(start + j) % len(having)], turn, answer)[0] for j in range(size)]
-        length = min(len(row) for row in rows)
-        return torch.stack([row[len(row) - length:] for row in rows])
+        return ragged_batch([self.ids(category, having[(start + j) % len(having)], turn, answer)[0] for j in range(size)])
 
     def think_end(self) -> int | None:
         """The end-of-thinking token id when the rendered prompts open a reasoning model's thinking span."""

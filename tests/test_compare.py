@@ -269,13 +269,13 @@ def test_batches_are_timed_against_plain_decoding_of_the_same_batch(tmp_path):
     assert (tmp_path / "speedup_vs_batch.png").stat().st_size > 0
 
 
-def test_a_batch_is_consecutive_prompts_cut_to_the_shortest_keeping_their_ends():
+def test_a_batch_is_consecutive_prompts_each_whole():
     pool = [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11, 12], [13, 14, 15]]
     work = Workload({"c": pool}, {"c": 3})
     assert work.batch("c", 1, 1).tolist() == [pool[1]]  # size 1: the prompt as it is
-    assert work.batch("c", 0, 2).tolist() == [[1, 2, 3, 4, 5], [8, 9, 10, 11, 12]]
-    assert work.batch("c", 2, 2).tolist() == [[13, 14, 15], [3, 4, 5]]  # wraps around
-    assert work.batch("c", 1, 4).tolist() == [[10, 11, 12], [13, 14, 15], [3, 4, 5], [10, 11, 12]]
+    assert work.batch("c", 0, 2).tolist() == [[1, 2, 3, 4, 5, -1, -1], [6, 7, 8, 9, 10, 11, 12]]
+    assert work.batch("c", 2, 2).tolist() == [[13, 14, 15, -1, -1], [1, 2, 3, 4, 5]]  # wraps around
+    assert work.batch("c", 1, 4).tolist() == [pool[1], pool[2] + [-1] * 4, pool[0] + [-1] * 2, pool[1]]
 
 
 def test_batch_one_records_made_before_the_axes_are_reused(tmp_path):
