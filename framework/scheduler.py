@@ -101,6 +101,7 @@ class Scheduler:
         self.live: list[_Live] = []  # in the decoder's row order
         self.finished: list[Finished] = []
         self.steps: list[StepRecord] = []
+        self.engine_steps: list = []  # the decoder's own record of each step (framework.engine.StepStats), in order
         self.decoder: Decoder | None = None
         self.cancelled: set = set()
         self.start = None
@@ -220,6 +221,7 @@ class Scheduler:
         emitted = self.decoder.step(wanted).cpu()
         kept = [self.emit(live, row) for live, row in zip(self.live, emitted.tolist())]
         self.decoder.stats.steps[-1].emitted = torch.tensor(kept)
+        self.engine_steps.append(self.decoder.stats.steps[-1])
         self.steps.append(StepRecord(start, len(self.live), admitted, prefill_tokens, self.decoder.stats.steps[-1].nodes,
                                      self.now() - start))
 
