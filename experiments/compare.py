@@ -91,6 +91,7 @@ from experiments.first_tokens import first_tokens, plot, summarise
 from experiments.peers.rows import ROWS as PEER_ROWS
 from experiments.peers.rows import ARCTIC_ROW, missing_rows
 from experiments.methods import HF_METHODS, HF_PLD_DEFAULTS, build_methods, full_length_only, transformers_mtp_refusal
+from experiments.throughput import THROUGHPUT_ROWS, concurrencies, curves
 from experiments.workload import Workload, answer_text, build_workload
 from framework.core import files
 from framework.core.sampling import SamplingConfig, hf_sampling
@@ -182,10 +183,16 @@ def plan(cfg: DictConfig) -> Plan:
     without_grammar(cfg, "experiments.compare")
     known = proposer_configs()
     listed = exp.methods is not None
-    methods = list(exp.methods) if listed else [m for m in known if m not in UNDER_A_GRAMMAR] + list(DISCOVERED)
-    wrong = [m for m in methods if m not in known and m not in RUNNERS and m != OWN]
+    serving = exp.get("concurrency") is not None  # throughput against concurrency (experiments/throughput.py)
+    rows = ["plain", *THROUGHPUT_ROWS] if serving else list(RUNNERS)
+    methods = list(exp.methods) if listed else \
+        [m for m in known if m not in UNDER_A_GRAMMAR] + (["plain", *THROUGHPUT_ROWS] if serving else list(DISCOVERED))
+    wrong = [m for m in methods if m not in known and m not in rows and m != OWN]
     if wrong:
-        raise ValueError(f"unknown methods {wrong} in experiment.methods (have {known + list(RUNNERS)} and {OWN!r})")
+        raise ValueError(f"unknown methods {wrong} in experiment.methods (have {known + rows} and {OWN!r}"
+                         + (", with experiment.concurrency" if serving else "") + ")")
+    if serving:
+        concurrencies(exp)
     if exp.baseline not in BASELINES:
         raise ValueError(f"experiment.baseline must be one of {list(BASELINES)}, got {exp.baseline!r}")
     if OWN in methods and cfg.proposer is None:
@@ -524,6 +531,8 @@ def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
     the_plan.categories = list(work.units)
     probe(the_plan, probe_model, work.batch(the_plan.categories[0], 0, 1)[:, :8], listed=exp.methods is not None)
     del probe_model
+    if exp.get("concurrency") is not None:
+        return curves(cfg, the_plan, work, out)
     runners, settings, model = build_methods(
         cfg, list(dict.fromkeys([RUNNERS[exp.baseline], *(runner_of(m) for m in the_plan.methods)])),
         {f"ours_{m}": node for m, node in the_plan.proposers.items()}, the_plan.pld)
@@ -588,6 +597,9 @@ def main(cfg: DictConfig) -> float | None:
         publish(Path(cfg.experiment.publish), page=cfg.experiment.publish_page, readme=cfg.experiment.publish_readme)
         return
     result = run(cfg)
+    if cfg.experiment.get("concurrency") is not None:
+        print((Path(cfg.output_dir) / "throughput.md").read_text())
+        return None
     print((Path(cfg.output_dir) / "compare.md").read_text())
     timed = [r for r in result["summary"] if r["speedup"] is not None]
     return timed[0]["speedup"] if len(timed) == 1 else None  # one cell: the objective of hydra/sweeper=tune_draft

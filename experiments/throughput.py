@@ -1,0 +1,234 @@
+"""Throughput against concurrency: every method serving the same requests through continuous batching.
+
+`python -m experiments.compare experiment.concurrency=[1,2,4,8,16,32]` runs this instead of the per-prompt cells:
+per sampling and concurrency c, each method decodes every request of the workload (all arriving at once, or as
+experiment.arrivals says) with at most c decoding together; output tokens per second over the whole run, and per
+request TTFT, TPOT and end-to-end latency (p50, p95). Ours go through framework/scheduler.py (plain decoding, and
+each proposer under each policy); beside them transformers' batched `generate` (static batches of c prompts, left
+padded) and its continuous-batching manager (`generate_batch`, at most c requests per batch). Methods run in turn
+per (sampling, c), so a noisy machine slows them alike. At greedy every request's tokens are checked against plain
+decoding's. Writes throughput.json, throughput.md and a plot per sampling (tokens per second and speedup against
+concurrency).
+
+A library of experiments.compare; not an entry point.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from experiments.common import write_json
+from framework.core import files
+from framework.core.sampling import SamplingConfig, hf_sampling
+from framework.scheduler import AllAtOnce, Request, Scheduler
+
+HF_BATCHED, HF_CONTINUOUS = "hf_batched", "hf_continuous"
+THROUGHPUT_ROWS = (HF_BATCHED, HF_CONTINUOUS)
+
+
+def concurrencies(exp: DictConfig) -> list[int]:
+    levels = list(exp.concurrency)
+    if not levels or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in levels) \
+            or len(set(levels)) != len(levels):
+        raise ValueError(f"experiment.concurrency must list distinct integers >= 1, got {levels}")
+    return levels
+
+
+def requests_of(work, exp: DictConfig, arrivals) -> list[Request]:
+    """Every timed prompt of the workload (its categories in turn), each a request of max_new_tokens."""
+    prompts = [work.ids(category, index)[0].tolist() for category, units in work.units.items() for index in range(units)]
+    times = arrivals.times(len(prompts))
+    return [Request(prompt, exp.max_new_tokens, at, i) for i, (prompt, at) in enumerate(zip(prompts, times))]
+
+
+def ours(model, make_proposer: Callable | None, make_policy: Callable | None, cfg: DictConfig):
+    def run(requests: list[Request], sampling: SamplingConfig, concurrency: int) -> dict:
+        runner = Scheduler(model, make_proposer, sampling, concurrency, seed=cfg.seed,
+                           policy=make_policy() if make_policy else None)
+        start = time.perf_counter()
+        done = runner.run([Request(r.prompt, r.max_new_tokens, r.arrival_s, r.id) for r in requests])
+        seconds = time.perf_counter() - start
+        batch = [s.decoding for s in runner.steps]
+        return {"seconds": seconds, "tokens": [f.tokens for f in done], "ttft": [f.ttft_s for f in done],
+                "latency": [f.latency_s for f in done], "tpot": [f.tpot_s for f in done if f.tpot_s is not None],
+                "steps": len(runner.steps), "mean_batch": sum(batch) / len(batch) if batch else 0.0}
+    return run
+
+
+def hf_batched(model, cfg: DictConfig):
+    """transformers' generate on static batches of `concurrency` requests in arrival order, left padded."""
+    pad = model.generation_config.pad_token_id if model.generation_config.pad_token_id is not None else 0
+
+    def run(requests: list[Request], sampling: SamplingConfig, concurrency: int) -> dict:
+        torch.manual_seed(cfg.seed)
+        tokens, latency = [], []
+        start = time.perf_counter()
+        for first in range(0, len(requests), concurrency):
+            group = requests[first:first + concurrency]
+            width = max(len(r.prompt) for r in group)
+            ids = torch.tensor([[pad] * (width - len(r.prompt)) + list(r.prompt) for r in group])
+            mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in group])
+            budget = max(r.max_new_tokens for r in group)
+            out = model.generate(ids, attention_mask=mask, max_new_tokens=budget, min_new_tokens=budget,
+                                 eos_token_id=None, pad_token_id=pad, **hf_sampling(sampling))
+            rows = out[:, width:].tolist()
+            ended = time.perf_counter() - start
+            for r, row in zip(group, rows):
+                tokens.append(row[: r.max_new_tokens])
+                latency.append(ended - r.arrival_s)
+        return {"seconds": time.perf_counter() - start, "tokens": tokens, "ttft": [], "latency": latency, "tpot": [],
+                "steps": None, "mean_batch": None}
+    return run
+
+
+def hf_continuous(model, cfg: DictConfig):
+    """transformers' continuous-batching manager (generate_batch), at most `concurrency` requests per batch, its
+    paged cache sized for the run (no CUDA graphs, no compile: as our rows run)."""
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    def run(requests: list[Request], sampling: SamplingConfig, concurrency: int) -> dict:
+        torch.manual_seed(cfg.seed)
+        budget = max(r.max_new_tokens for r in requests)
+        longest = max(len(r.prompt) for r in requests) + budget
+        block = 32
+        settings = ContinuousBatchingConfig(
+            max_requests_per_batch=concurrency, block_size=block, num_blocks=concurrency * (-(-longest // block) + 1),
+            max_batch_tokens=max(concurrency, 256), use_cuda_graph=False, use_async_batching=False, default_compile_level=0)
+        config = GenerationConfig(max_new_tokens=budget, eos_token_id=-1, pad_token_id=0, **hf_sampling(sampling))
+        start = time.perf_counter()
+        out = model.generate_batch([list(r.prompt) for r in requests], config, continuous_batching_config=settings,
+                                   warmup=False)
+        seconds = time.perf_counter() - start
+        done = [out[key] for key in sorted(out, key=lambda k: int(k.rsplit("_", 1)[-1]))]
+        return {"seconds": seconds, "tokens": [list(d.generated_tokens) for d in done], "ttft": [], "latency": [],
+                "tpot": [], "steps": None, "mean_batch": None}
+    return run
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def curves(cfg: DictConfig, plan, work, out: Path) -> dict:
+    """Every (sampling, concurrency, method[/policy]) of the plan; throughput.json/.md and the plots in `out`."""
+    exp = cfg.experiment
+    levels = concurrencies(exp)
+    arrivals = instantiate(exp.arrivals) if exp.get("arrivals") is not None else AllAtOnce()
+    requests = requests_of(work, exp, arrivals)
+    ours_model, hf_model = instantiate(cfg.target), instantiate(cfg.target)  # ours runs speculum_tree attention
+    runners: dict[str, Callable] = {}
+    for method in plan.methods:
+        if method == HF_BATCHED:
+            runners[method] = hf_batched(hf_model, cfg)
+        elif method == HF_CONTINUOUS:
+            runners[method] = hf_continuous(hf_model, cfg)
+        else:
+            make = instantiate(plan.proposers[method]) if method in plan.proposers else None
+            for policy, make_policy in plan.policies.items():
+                if make is None and policy != "fixed":
+                    continue  # plain decoding has nothing to size
+                name = method if policy == "fixed" else f"{method}/{policy}"
+                runners[name] = ours(ours_model, make, make_policy, cfg)
+    for run in runners.values():  # one untimed pass each: first calls build caches and measure costs
+        run(requests[:2], SamplingConfig(temperature=0), 2)
+    rows = []
+    for sampling_name, sampling in plan.samplings.items():
+        for c in levels:
+            plain = None
+            for name, run in runners.items():
+                got = run(requests, sampling, c)
+                total = sum(len(t) for t in got["tokens"])
+                row = {"sampling": sampling_name, "concurrency": c, "method": name, "requests": len(requests),
+                       "tokens": total, "seconds": got["seconds"], "tokens_per_s": total / got["seconds"],
+                       "latency_p50_s": percentile(got["latency"], 0.5), "latency_p95_s": percentile(got["latency"], 0.95),
+                       "ttft_p50_s": percentile(got["ttft"], 0.5), "tpot_p50_s": percentile(got["tpot"], 0.5),
+                       "steps": got["steps"], "mean_batch": got["mean_batch"]}
+                if name == "plain":
+                    plain = got
+                if sampling.greedy and plain is not None:
+                    row["identical"] = got["tokens"] == plain["tokens"]
+                rows.append(row)
+            base = next((r for r in rows if r["sampling"] == sampling_name and r["concurrency"] == c
+                         and r["method"] == "plain"), None)
+            for r in rows:
+                if r["sampling"] == sampling_name and r["concurrency"] == c:
+                    r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"] if base else None
+    result = {"rows": rows, "concurrency": levels, "requests": len(requests), "max_new_tokens": exp.max_new_tokens,
+              "arrivals": OmegaConf.to_container(exp.arrivals, resolve=True) if exp.get("arrivals") else "all_at_once",
+              "workload": work.description, "threads": exp.num_threads,
+              "config": OmegaConf.to_container(cfg, resolve=True)}
+    write_json(out, "throughput.json", result)
+    files.write_text(out / "throughput.md", markdown(result))
+    plots(result, out)
+    return result
+
+
+def markdown(result: dict) -> str:
+    lines = [f"# Throughput against concurrency ({result['requests']} requests of {result['max_new_tokens']} tokens, "
+             f"arrivals {result['arrivals']}, {result['threads']} thread(s))", ""]
+    for sampling in dict.fromkeys(r["sampling"] for r in result["rows"]):
+        rows = [r for r in result["rows"] if r["sampling"] == sampling]
+        lines += [f"## {sampling}", "", "| method | " + " | ".join(f"c={c}" for c in result["concurrency"]) + " |",
+                  "|---|" + "---|" * len(result["concurrency"])]
+        for method in dict.fromkeys(r["method"] for r in rows):
+            cells = []
+            for c in result["concurrency"]:
+                r = next((r for r in rows if r["method"] == method and r["concurrency"] == c), None)
+                if r is None:
+                    cells.append("")
+                    continue
+                mark = "" if r.get("identical", True) else " (tokens differ!)"
+                speed = f" ({r['speedup']:.2f}x)" if r.get("speedup") is not None else ""
+                cells.append(f"{r['tokens_per_s']:.1f} tok/s{speed}{mark}")
+            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+        lines += ["", "Latency p50 / p95 (s), ours with TTFT p50:", "",
+                  "| method | " + " | ".join(f"c={c}" for c in result["concurrency"]) + " |",
+                  "|---|" + "---|" * len(result["concurrency"])]
+        for method in dict.fromkeys(r["method"] for r in rows):
+            cells = []
+            for c in result["concurrency"]:
+                r = next((r for r in rows if r["method"] == method and r["concurrency"] == c), None)
+                if r is None or r["latency_p50_s"] is None:
+                    cells.append("")
+                    continue
+                ttft = f", TTFT {r['ttft_p50_s']:.2f}" if r["ttft_p50_s"] is not None else ""
+                cells.append(f"{r['latency_p50_s']:.2f} / {r['latency_p95_s']:.2f}{ttft}")
+            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plots(result: dict, out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    name = result["workload"].get("suite", "workload") if isinstance(result["workload"], dict) else "workload"
+    for sampling in dict.fromkeys(r["sampling"] for r in result["rows"]):
+        rows = [r for r in result["rows"] if r["sampling"] == sampling]
+        fig, (tps, ratio) = plt.subplots(1, 2, figsize=(11, 4))
+        for method in dict.fromkeys(r["method"] for r in rows):
+            mine = sorted((r for r in rows if r["method"] == method), key=lambda r: r["concurrency"])
+            xs = [r["concurrency"] for r in mine]
+            tps.plot(xs, [r["tokens_per_s"] for r in mine], marker="o", label=method)
+            ratio.plot(xs, [r["speedup"] for r in mine], marker="o", label=method)
+        for axis, what in ((tps, "output tokens per second"), (ratio, "throughput / plain decoding's")):
+            axis.set_xscale("log", base=2)
+            axis.set_xlabel("concurrency (requests decoding together, at most)")
+            axis.set_ylabel(what)
+        ratio.axhline(1.0, color="grey", linewidth=0.8)
+        tps.legend(fontsize=7)
+        fig.suptitle(f"{name}, {sampling}: throughput against concurrency")
+        fig.tight_layout()
+        fig.savefig(out / f"throughput_{sampling}.png", dpi=110)
+        plt.close(fig)
