@@ -15,6 +15,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.peers.engine import PeerEngine, PeerMissing, peer_python
+from framework.core.prompts import prompt_rows
 from framework.core.sampling import SamplingConfig
 from framework.zoo.checkpoints import resolve_checkpoint
 
@@ -100,7 +101,7 @@ def runner(engine: PeerEngine, max_tokens: int, timed: Callable) -> Callable:
     def run(prompt: torch.Tensor, sampling: SamplingConfig, policy=None):
         if policy is not None:
             raise ValueError("vLLM's rows run its own schedule (no policy)")
-        out = engine.generate(prompt.tolist(), max_tokens, peer_sampling(sampling),
+        out = engine.generate(prompt_rows(prompt), max_tokens, peer_sampling(sampling),  # each row's own prompt
                               None if sampling.greedy else engine.seed)
         new = sum(len(row) for row in out.tokens)
         # its target forwards (per row, then per batched step): a prefill, then one per step, each keeping its
