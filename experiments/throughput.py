@@ -230,5 +230,5 @@ def plots(result: dict, out: Path) -> None:
         tps.legend(fontsize=7)
         fig.suptitle(f"{name}, {sampling}: throughput against concurrency")
         fig.tight_layout()
-        fig.savefig(out / f"throughput_{sampling}.png", dpi=110)
+        files.save_figure(fig, out / f"throughput_{sampling}.png", dpi=110)
         plt.close(fig)

@@ -44,6 +44,8 @@ def keep(layers, counts: torch.Tensor, pending: int) -> None:
                 layer.recurrent_states[i] = after[counts.to(after.device), rows].contiguous()
             if layer.is_conv_states_initialized[i]:
                 full, size = layer.conv_states[i], layer.conv_kernel_size[i]  # [B, C, K + P]: window, then inputs
+                if full.shape[-1] < size + pending:  # a prefill's inputs come with no window before them:
+                    full = torch.nn.functional.pad(full, (size + pending - full.shape[-1], 0))  # the zeros it starts on
                 end = full.shape[-1] - pending + counts.to(full.device)  # [B]
                 at = end[:, None] - size + torch.arange(size, device=full.device)  # [B, K] the window ending there
                 layer.conv_states[i] = full.gather(-1, at[:, None, :].expand(-1, full.shape[1], -1)).contiguous()

@@ -76,3 +76,34 @@ def test_the_ragged_law_check_catches_padding_the_model_sees():
     assert check_ragged_law(target, None, prompts, 2, t1, 2).passes(1e-9)
     planted = check_ragged_law(target, None, prompts, 2, t1, 2, target_factory=PaddingSeen)
     assert not planted.passes(1e-9) and planted.tv > 1e-3, planted
+
+
+STACKS = ["llama3", "qwen3", "qwen3_moe", "mixtral", "mistral", "gemma3", "gpt_oss", "deepseek_v3", "gpt2"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_rows_of_different_lengths_and_joined_requests_decode_as_alone_on_every_stack(stack):
+    """Greedy, float64, a window of 8 where the stack has one (prompts and outputs run past it): a batch of prompts
+    4x apart with a draft tree, and requests joining a running batch, each equal to the request alone."""
+    from framework.scheduler import Request, Scheduler
+
+    window = {"sliding_window": 8} if stack in ("mixtral", "mistral", "gemma3", "gpt_oss") else {}
+    model = tiny_random_model(stack, dtype="float64", **window)
+    draft = tiny_random_model(stack, dtype="float64", seed=1, **window)
+    prompts = [LONG[:16], SHORT + [3, 9], LONG[4:8]]
+    alone = [generate(HFTarget(model), None, [p], 14, GREEDY).tokens[0].tolist() for p in prompts]
+    make = lambda: DraftModelProposer(draft, gamma=2, branching=2, kind="point")  # noqa: E731
+    assert generate(HFTarget(model), make(), prompts, 14, GREEDY).tokens.tolist() == alone
+    done = Scheduler(model, make, GREEDY, max_batch=2).run([Request(p, b) for p, b in zip(prompts, (14, 5, 14))])
+    assert [f.tokens for f in done] == [alone[0], alone[1][:5], alone[2]]
+
+
+def test_a_hybrid_target_decodes_ragged_rows_and_refuses_a_join_by_name():
+    from framework.scheduler import Request, Scheduler
+
+    model = tiny_random_model("qwen3_next", dtype="float64")
+    prompts = [LONG[:12], SHORT]
+    alone = [generate(HFTarget(model), None, [p], 6, GREEDY).tokens[0].tolist() for p in prompts]
+    assert generate(HFTarget(model), None, prompts, 6, GREEDY).tokens.tolist() == alone
+    with pytest.raises(ValueError, match="recurrent layers"):  # the third request would join the first
+        Scheduler(model, None, GREEDY, max_batch=2).run([Request(prompts[0], 6), Request(prompts[1], 1), Request(SHORT, 3)])
