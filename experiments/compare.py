@@ -532,7 +532,7 @@ def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
     probe(the_plan, probe_model, work.batch(the_plan.categories[0], 0, 1)[:, :8], listed=exp.methods is not None)
     del probe_model
     if exp.get("concurrency") is not None:
-        return curves(cfg, the_plan, work, out)
+        return curves(cfg, the_plan, work, out, command(), hardware())
     runners, settings, model = build_methods(
         cfg, list(dict.fromkeys([RUNNERS[exp.baseline], *(runner_of(m) for m in the_plan.methods)])),
         {f"ours_{m}": node for m, node in the_plan.proposers.items()}, the_plan.pld)

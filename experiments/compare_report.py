@@ -535,10 +535,13 @@ def update_readme(table: Path, readme: Path = REPOSITORY / "README.md") -> None:
 def publish(table: Path, root: Path = REPOSITORY, page: str = "results", readme: bool = True) -> Path:
     """Every cell and the run's plots to docs/<page>.md (plots in docs/<page>/); the summary to the README's
     table when `readme`."""
+    serving = table.name == "throughput.md"  # a throughput-against-concurrency run (experiments/throughput.py)
+    if readme and serving:
+        raise ValueError("a throughput table goes to its own page: publish it with experiment.publish_readme=false")
     if readme:
         update_readme(table, root / "README.md")
     shown = []
-    for name in PLOTS:
+    for name in sorted(p.stem for p in table.parent.glob("throughput_*.png")) if serving else PLOTS:
         if (table.parent / f"{name}.png").is_file():
             files.write_bytes(root / "docs" / page / f"{name}.png", (table.parent / f"{name}.png").read_bytes())
             shown.append(f"![{name}]({page}/{name}.png)")

@@ -15,6 +15,7 @@ A library of experiments.compare; not an entry point.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,7 @@ from framework.core import files
 from framework.core.sampling import SamplingConfig, hf_sampling
 from framework.scheduler import AllAtOnce, Request, Scheduler
 
+log = logging.getLogger(__name__)
 HF_BATCHED, HF_CONTINUOUS = "hf_batched", "hf_continuous"
 THROUGHPUT_ROWS = (HF_BATCHED, HF_CONTINUOUS)
 
@@ -47,10 +49,12 @@ def requests_of(work, exp: DictConfig, arrivals) -> list[Request]:
     return [Request(prompt, exp.max_new_tokens, at, i) for i, (prompt, at) in enumerate(zip(prompts, times))]
 
 
-def ours(model, make_proposer: Callable | None, make_policy: Callable | None, cfg: DictConfig):
+def ours(model, proposer: DictConfig | None, make_policy: Callable | None, cfg: DictConfig):
+    """A pass builds its proposer factory afresh: what one keeps across requests (a suffix cache of their outputs)
+    holds the pass's own requests only, never an earlier pass's answers to the same prompts."""
     def run(requests: list[Request], sampling: SamplingConfig, concurrency: int) -> dict:
-        runner = Scheduler(model, make_proposer, sampling, concurrency, seed=cfg.seed,
-                           policy=make_policy() if make_policy else None)
+        runner = Scheduler(model, instantiate(proposer) if proposer is not None else None, sampling, concurrency,
+                           seed=cfg.seed, policy=make_policy() if make_policy else None)
         start = time.perf_counter()
         done = runner.run([Request(r.prompt, r.max_new_tokens, r.arrival_s, r.id) for r in requests])
         seconds = time.perf_counter() - start
@@ -119,7 +123,7 @@ def percentile(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
-def curves(cfg: DictConfig, plan, work, out: Path) -> dict:
+def curves(cfg: DictConfig, plan, work, out: Path, command: str | None = None, hardware: dict | None = None) -> dict:
     """Every (sampling, concurrency, method[/policy]) of the plan; throughput.json/.md and the plots in `out`."""
     exp = cfg.experiment
     levels = concurrencies(exp)
@@ -133,12 +137,12 @@ def curves(cfg: DictConfig, plan, work, out: Path) -> dict:
         elif method == HF_CONTINUOUS:
             runners[method] = hf_continuous(hf_model, cfg)
         else:
-            make = instantiate(plan.proposers[method]) if method in plan.proposers else None
+            node = plan.proposers.get(method)
             for policy, make_policy in plan.policies.items():
-                if make is None and policy != "fixed":
+                if node is None and policy != "fixed":
                     continue  # plain decoding has nothing to size
                 name = method if policy == "fixed" else f"{method}/{policy}"
-                runners[name] = ours(ours_model, make, make_policy, cfg)
+                runners[name] = ours(ours_model, node, make_policy, cfg)
     for run in runners.values():  # one untimed pass each: first calls build caches and measure costs
         run(requests[:2], SamplingConfig(temperature=0), 2)
     rows = []
@@ -158,6 +162,7 @@ def curves(cfg: DictConfig, plan, work, out: Path) -> dict:
                 if sampling.greedy and plain is not None:
                     row["identical"] = got["tokens"] == plain["tokens"]
                 rows.append(row)
+                log.info("%s c=%d %s: %.1f tokens/s", sampling_name, c, name, row["tokens_per_s"])
             base = next((r for r in rows if r["sampling"] == sampling_name and r["concurrency"] == c
                          and r["method"] == "plain"), None)
             for r in rows:
@@ -165,7 +170,7 @@ def curves(cfg: DictConfig, plan, work, out: Path) -> dict:
                     r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"] if base else None
     result = {"rows": rows, "concurrency": levels, "requests": len(requests), "max_new_tokens": exp.max_new_tokens,
               "arrivals": OmegaConf.to_container(exp.arrivals, resolve=True) if exp.get("arrivals") else "all_at_once",
-              "workload": work.description, "threads": exp.num_threads,
+              "workload": work.description, "threads": exp.num_threads, "command": command, "hardware": hardware,
               "config": OmegaConf.to_container(cfg, resolve=True)}
     write_json(out, "throughput.json", result)
     files.write_text(out / "throughput.md", markdown(result))
@@ -175,7 +180,10 @@ def curves(cfg: DictConfig, plan, work, out: Path) -> dict:
 
 def markdown(result: dict) -> str:
     lines = [f"# Throughput against concurrency ({result['requests']} requests of {result['max_new_tokens']} tokens, "
-             f"arrivals {result['arrivals']}, {result['threads']} thread(s))", ""]
+             f"arrivals {result['arrivals']}, {result['threads']} thread(s))", "",
+             f"Command: `{result['command'] or '(called from Python)'}`; hardware: {result['hardware']}.", "",
+             "Tokens per second over the whole run (its ratio to plain decoding at the same concurrency); each method "
+             "decodes every request, at most c together.", ""]
     for sampling in dict.fromkeys(r["sampling"] for r in result["rows"]):
         rows = [r for r in result["rows"] if r["sampling"] == sampling]
         lines += [f"## {sampling}", "", "| method | " + " | ".join(f"c={c}" for c in result["concurrency"]) + " |",

@@ -183,6 +183,20 @@ def test_publishing_writes_every_cell_to_the_results_page(tmp_path):
     assert (tmp_path / "docs" / "results_spec_bench.md").read_text().startswith("# Results: results_spec_bench")
 
 
+def test_a_throughput_table_is_published_to_its_own_page_with_its_plots(tmp_path):
+    (tmp_path / "docs").mkdir()
+    table = tmp_path / "run" / "throughput.md"
+    table.parent.mkdir()
+    table.write_text("# Throughput against concurrency\n\n| method | c=1 |\n")
+    (table.parent / "throughput_greedy.png").write_bytes(b"png")
+    with pytest.raises(ValueError, match="publish_readme=false"):
+        publish(table, tmp_path, page="results_throughput")
+    publish(table, tmp_path, page="results_throughput", readme=False)
+    page = (tmp_path / "docs" / "results_throughput.md").read_text()
+    assert table.read_text() in page and page.endswith("![throughput_greedy](results_throughput/throughput_greedy.png)\n")
+    assert (tmp_path / "docs" / "results_throughput" / "throughput_greedy.png").read_bytes() == b"png"
+
+
 @pytest.mark.slow
 def test_compare_smoke_on_the_zoo(tmp_path):
     """The documented smoke run: every method that runs on the zoo, both transformers rows."""

@@ -154,6 +154,27 @@ def test_rows_of_a_batch_decode_as_each_alone(proposer):
         assert batch[row].tolist() == alone.tolist(), (proposer, row)
 
 
+# 32 requests, prompts of 3 to 30 tokens (10x apart), for the issue's goal: any row = alone at batch sizes up to 32.
+MANY = [[(7 * row + 3 * i) % 60 + 1 for i in range(3 + (27 * row) // 31)] for row in range(32)]
+
+
+@cache
+def many_alone(model) -> list[list[int]]:
+    return [generate(HFTarget(model), None, [prompt], 12, SamplingConfig(temperature=0)).tokens[0].tolist()
+            for prompt in MANY]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("proposer", [p for p in PROPOSERS if p != "none"])
+def test_32_rows_10x_apart_decode_as_alone(proposer):
+    """Greedy: one batch of all 32, and the scheduler serving them 32 at a time (and 8 at a time, so they join)."""
+    cfg = load(f"proposer={proposer}", "target.dtype=float64", config_name="config")
+    model, make, greedy = instantiate(cfg.target), instantiate(cfg.proposer), SamplingConfig(temperature=0)
+    assert generate(HFTarget(model), make(), MANY, 12, greedy).tokens.tolist() == many_alone(model), proposer
+    done = Scheduler(model, make, greedy, max_batch=8).run([Request(p, 12) for p in MANY])
+    assert [f.tokens for f in done] == many_alone(model), proposer
+
+
 class Scripted(FixedPolicy):
     """Plans from a script (0: a plain step): every proposer keeps its books across steps it does not draft."""
 
