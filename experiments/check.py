@@ -62,7 +62,7 @@ def check_greedy(cfg: DictConfig) -> list[dict]:
             ids = encode_prompt(prompt, tokenizer)  # [1, L]
             policy = policy_factory_of(cfg)
             report = greedy_identity(target, make or (lambda: None), ids, cfg.experiment.greedy.max_new_tokens,
-                                     verifier=verifier_of(cfg), policy_factory=policy)
+                                     verifier=verifier_of(cfg), policy=policy() if policy else None)
             rows.append({"check": "greedy", "setting": f"{dtype} prompt={ids[0].tolist()}", "passed": report.equal,
                          "detail": "identical" if report.equal else f"first difference at token {report.first_difference}"})
     return rows
