@@ -54,6 +54,14 @@ class TreeMask:
         tree = self.tree if self.tree.dim() == 3 else self.tree[None].expand(B, -1, -1)
         return torch.cat([past, tree], dim=-1)[:, None]
 
+    @cached_property
+    def is_causal(self) -> bool:
+        """No past slot and a tree part that is the causal pattern (a prefill: each query sees itself and the
+        queries before it), the same for every row: attention needs no mask at all."""
+        M = self.tree.shape[-2]
+        return self.past_valid.shape[1] == 0 and self.tree.dim() == 2 and self.tree.shape[1] == M and \
+            bool((self.tree == torch.ones(M, M, dtype=torch.bool, device=self.tree.device).tril()).all())
+
     def additive(self, dtype: torch.dtype, window: int | None = None) -> torch.Tensor:
         """[B, 1, M, S0+T] of 0 (may attend) and -inf: SDPA converts a boolean mask to this form in
         every call, i.e. in every layer; built here once per forward, dtype and window."""
