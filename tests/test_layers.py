@@ -1,6 +1,6 @@
 """The layers are packages and the imports say so: a module imports only its own layer and those below.
 
-core < verifiers < data < training < lm, zoo, control, constraints < engine, proposers < harness < experiments. The engine and the proposers
+core < verifiers < data < training < lm, zoo, control, constraints < engine, proposers < serving < harness < experiments. The engine and the proposers
 never import each other, and the engine imports no model runtime: it knows targets and proposers by
 their Protocols in framework.core. Imports sit at module level, so
 a module's dependencies are its first lines; the one exception is an optional back end (Triton).
@@ -30,10 +30,12 @@ LAYERS = {
     "metrics": (("framework.metrics",), set()),  # the reported figures, each by its definition, from decoding traces
     "workloads": (("framework.workloads",), {"core", "data", "zoo"}),  # benchmark prompt suites and their rendering
     "proposers": (("proposers",), {"core", "verifiers", "lm", "zoo", "data", "training"}),
+    # continuous batching: the loop's Decoders joined as requests arrive, on HFTargets by default
+    "serving": (("framework.scheduler",), {"core", "verifiers", "lm", "engine"}),
     "harness": (("framework.harness",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "data",
-                                         "training", "constraints"}),
+                                         "training", "constraints", "serving"}),
     "experiments": (("experiments",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "harness",
-                                       "data", "training", "workloads", "metrics", "constraints"}),
+                                       "data", "training", "workloads", "metrics", "constraints", "serving"}),
 }
 OPTIONAL_BACKENDS = ("framework.lm.tree_attention_triton", "verifiers.triton_chain", "verifiers.triton_rules")
 # The third-party packages each layer may import directly (the standard library and torch aside). The core is torch
@@ -49,6 +51,7 @@ THIRD_PARTY = {
     "control": set(),
     "constraints": {"xgrammar"},
     "engine": set(),
+    "serving": set(),
     "metrics": set(),
     "workloads": {"datasets"},
     "proposers": {"transformers", "safetensors", "datasets", "numpy", "tqdm"},
@@ -97,7 +100,7 @@ def violations(root: Path = ROOT) -> list[str]:
                 continue
             where = f"{path.relative_to(root)}"
             if layer is None:
-                found.append(f"{where}: belongs to no layer (framework/ holds only core, data, training, lm, control, engine, zoo, harness)")
+                found.append(f"{where}: belongs to no layer (framework/ holds only core, data, training, lm, control, engine, scheduler, zoo, harness)")
                 continue
             for node, name, at_top in project_imports(ast.parse(path.read_text())):
                 if name == "framework":

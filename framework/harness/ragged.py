@@ -18,6 +18,7 @@ from framework.harness.enumerate import EnumeratingSource, enumerate_law
 from framework.harness.exact import Comparison, compare
 from framework.harness.real import ProposerFactory, run_first_tokens, teacher_forced_law
 from framework.lm.target import HFTarget
+from framework.scheduler import Request, Scheduler
 from verifiers import LOSSLESS, Verifier
 
 
@@ -107,8 +108,6 @@ def scheduled_loop_law(target_model, proposer_factory: ProposerFactory, requests
                        policy_factory: Callable | None = None, **scheduler) -> dict[tuple, float]:
     """Exact joint law of the tokens of requests (prompt, budget) decoded by the continuous-batching scheduler with
     at most `max_batch` at a time: later requests are admitted as earlier ones end (at different steps per world)."""
-    from framework.scheduler import Request, Scheduler  # the scheduler is built on the loop this module checks
-
     def run(source: EnumeratingSource) -> list[tuple]:
         runner = Scheduler(target_model, proposer_factory, sampling, max_batch, rng=OneWorld(source),
                            eos_token_id=eos_token_id, policy=policy_factory() if policy_factory else None, **scheduler)

@@ -12,6 +12,7 @@ from framework.engine import generate
 from framework.harness.ragged import check_ragged_law
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
+from framework.scheduler import Request, Scheduler
 from proposers import DraftModelProposer
 
 GREEDY = SamplingConfig(temperature=0)
@@ -85,8 +86,6 @@ STACKS = ["llama3", "qwen3", "qwen3_moe", "mixtral", "mistral", "gemma3", "gpt_o
 def test_rows_of_different_lengths_and_joined_requests_decode_as_alone_on_every_stack(stack):
     """Greedy, float64, a window of 8 where the stack has one (prompts and outputs run past it): a batch of prompts
     4x apart with a draft tree, and requests joining a running batch, each equal to the request alone."""
-    from framework.scheduler import Request, Scheduler
-
     window = {"sliding_window": 8} if stack in ("mixtral", "mistral", "gemma3", "gpt_oss") else {}
     model = tiny_random_model(stack, dtype="float64", **window)
     draft = tiny_random_model(stack, dtype="float64", seed=1, **window)
@@ -99,8 +98,6 @@ def test_rows_of_different_lengths_and_joined_requests_decode_as_alone_on_every_
 
 
 def test_a_hybrid_target_decodes_ragged_rows_and_refuses_a_join_by_name():
-    from framework.scheduler import Request, Scheduler
-
     model = tiny_random_model("qwen3_next", dtype="float64")
     prompts = [LONG[:12], SHORT]
     alone = [generate(HFTarget(model), None, [p], 6, GREEDY).tokens[0].tolist() for p in prompts]
