@@ -23,6 +23,8 @@ from pathlib import Path
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from transformers import GenerationConfig
+from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
 from experiments.common import write_json
 from framework.core import files
@@ -94,9 +96,6 @@ def hf_batched(model, cfg: DictConfig):
 def hf_continuous(model, cfg: DictConfig):
     """transformers' continuous-batching manager (generate_batch), at most `concurrency` requests per batch, its
     paged cache sized for the run (no CUDA graphs, no compile: as our rows run)."""
-    from transformers import GenerationConfig
-    from transformers.generation.configuration_utils import ContinuousBatchingConfig
-
     def run(requests: list[Request], sampling: SamplingConfig, concurrency: int) -> dict:
         torch.manual_seed(cfg.seed)
         budget = max(r.max_new_tokens for r in requests)

@@ -17,6 +17,7 @@ from typing import Callable, Hashable, Protocol, Sequence
 import torch
 
 from framework.core.policy import FixedPolicy, Policy
+from framework.core.prompts import ragged_batch
 from framework.core.randomness import RandomSource, TorchSource
 from framework.core.sampling import SamplingConfig
 from framework.engine import Decoder, check_prompt
@@ -171,7 +172,7 @@ class Scheduler:
                             self.sampling, self.rng, self.eos_token_id, self.verifier,
                             self.policy if self.decoder is None else FixedPolicy(),
                             constraint=self.constraint_factory() if self.constraint_factory else None)
-        roots = newcomers.prefill(check_prompt(newcomers.target, [list(r.prompt) for r in arrived], 0)).cpu()
+        roots = newcomers.prefill(ragged_batch([r.prompt for r in arrived])).cpu()  # checked at submission
         if self.decoder is None:
             self.decoder = newcomers
         else:

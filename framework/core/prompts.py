@@ -9,8 +9,6 @@ padded on either side; `ragged_batch` turns both into this form.
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import torch
 
 PAD = -1
@@ -93,11 +91,3 @@ def last_of_each(per_position: torch.Tensor, lengths: torch.Tensor) -> torch.Ten
     """per_position [B, L, ...] -> [B, ...]: each row's entry at its prompt's last position."""
     rows = torch.arange(per_position.shape[0], device=per_position.device)
     return per_position[rows, (lengths - 1).to(per_position.device)]
-
-
-def pad_rows(rows: Sequence[Sequence[int]], fill: int = PAD) -> torch.Tensor:
-    """Lists of ids -> [B, max length] padded after each row with `fill`."""
-    out = torch.full((len(rows), max((len(r) for r in rows), default=0)), fill, dtype=torch.long)
-    for b, row in enumerate(rows):
-        out[b, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return out
