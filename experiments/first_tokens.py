@@ -148,6 +148,8 @@ class SharedPrefix:
     target once, at batch 1, on the union of the paths no earlier step met (with their ancestors), and every row
     reads its nodes from what is kept. First steps only: it commits nothing."""
 
+    packs_rows = False  # every row's nodes are read from what is kept
+
     def __init__(self, target: HFTarget, max_nodes: int = 2048, kept_bytes: int = 2**30):
         self.target, self.max_nodes = target, max_nodes  # a larger union is split (its mask is [M, M])
         self.kept_bytes = kept_bytes  # the kept laws' budget: past it, new paths run every time they appear
@@ -184,7 +186,7 @@ class SharedPrefix:
         if bool((rows != 0).any()):
             raise ValueError("SharedPrefix rows are copies of its one prefill row")
 
-    def forward_tree(self, root: torch.Tensor, tree: CandidateTree, side=None) -> TargetOutput:
+    def forward_tree(self, root: torch.Tensor, tree: CandidateTree, side=None, speculating=None) -> TargetOutput:
         if side is not None:
             raise ValueError("SharedPrefix runs no side rows (a proposer that adds them drafts a point tree: Fanout)")
         if bool((root != root[0]).any()) or self.root not in (None, int(root[0])):

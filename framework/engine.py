@@ -212,10 +212,10 @@ class Decoder:
             kept = within(kept, pruned)
         side = self.proposer.side_rows(tree) if isinstance(self.proposer, SideRowProposer) and plan.drafts else None
         t1 = _clock(device)
-        out = self.target.forward_tree(state.root, tree, side)
+        out = self.target.forward_tree(state.root, tree, side, plan.rows)
         t2 = _clock(device)
         p = self.target_laws(out.logits, state, tree, allowed)
-        result = self.verify(tree, p)
+        result = self.verify(tree, p, plan.rows)
         t3 = _clock(device)
         self.target.commit(result)
         if self.constraint is not None:
@@ -239,8 +239,8 @@ class Decoder:
         self.state = DecodeState(root, seen, self.sampling, self.rng, last, hidden, count, constraint=self.constraint)
         t4 = _clock(device)
         drafted = torch.full((len(self.rows),), tree.shape.max_depth if tree.num_nodes else 0)
-        if self.speculate is not None:
-            drafted = torch.where(self.speculate, drafted, 0)
+        if plan.rows is not None:
+            drafted = torch.where(plan.rows.cpu(), drafted, 0)
         stats = StepStats(result.num_accepted, t1 - t0, t2 - t1, t3 - t2, t4 - t3, tree.num_nodes, self.rows,
                           0 if side is None else side.num_rows, drafted)
         self.stats.steps.append(stats)
@@ -248,17 +248,24 @@ class Decoder:
         return emitted
 
     def plan(self) -> Plan:
-        """The policy's plan for this step; none at all for plain decoding or when no row may speculate."""
+        """The policy's plan for this step, its rows narrowed to those allowed to speculate (None: every row);
+        none at all for plain decoding or when no row may speculate."""
         if self.proposer is None or (self.speculate is not None and not bool(self.speculate.any())):
             return Plan(depth=0)
-        return self.policy.plan()
+        plan = self.policy.plan()
+        rows = plan.rows if self.speculate is None else self.speculate if plan.rows is None else self.speculate & plan.rows.cpu()
+        if rows is not None and rows.shape != self.rows.shape:
+            raise ValueError(f"the policy planned for {rows.numel()} rows, the batch has {self.rows.numel()}")
+        if rows is not None and not bool(rows.any()):
+            return Plan(depth=0)
+        return replace(plan, rows=None if rows is None or bool(rows.all()) else rows.to(self.target.device))
 
-    def verify(self, tree: CandidateTree, p: torch.Tensor) -> Verification:
-        """The verifier on the tree; rows that may not speculate see none of its nodes (one token from the
-        root's law, in the same call: one draw of coins for the batch)."""
-        if self.speculate is None or bool(self.speculate.all()) or tree.num_nodes == 0:
+    def verify(self, tree: CandidateTree, p: torch.Tensor, rows: torch.Tensor | None = None) -> Verification:
+        """The verifier on the tree; rows not in `rows` [B] bool (None: all) see none of its nodes (one token from
+        the root's law, in the same call: one draw of coins for the batch)."""
+        if rows is None or tree.num_nodes == 0:
             return verify(tree, p, rng=self.rng, eos_token_id=self.eos_token_id, verifier=self.verifier, validate=False)
-        ragged = RaggedTrees.of_rows(tree, self.speculate)
+        ragged = RaggedTrees.of_rows(tree, rows)
         result = verify(ragged, p.flatten(0, 1), rng=self.rng, eos_token_id=self.eos_token_id, verifier=self.verifier,
                         validate=False)
         return Verification(result.tokens, result.num_accepted, result.path)

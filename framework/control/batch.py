@@ -11,6 +11,8 @@ policy through start, select (rows leaving) and admit (requests joining): no clo
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from framework.core.policy import FixedPolicy, Plan, Policy
@@ -39,7 +41,7 @@ class BatchSized:
         inner = self.inner.plan()
         if cap is None or (inner.depth is not None and inner.depth <= cap):
             return inner
-        return Plan(cap, inner.probe)
+        return replace(inner, depth=cap)
 
     def trim(self, tree: CandidateTree) -> tuple[CandidateTree, torch.Tensor | None]:
         return self.inner.trim(tree)

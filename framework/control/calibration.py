@@ -61,15 +61,18 @@ class Calibration:
         trials = self.trials[level, k] + self.row_trials[rows, level, k]
         return (hits + self.prior_weight * guess) / (trials + self.prior_weight)
 
-    def update(self, scores: torch.Tensor, depth: torch.Tensor, accepted: torch.Tensor) -> None:
-        """accepted [B, N] bool: which of the verified nodes the target accepted."""
+    def update(self, scores: torch.Tensor, depth: torch.Tensor, accepted: torch.Tensor,
+               verified: torch.Tensor | None = None) -> None:
+        """accepted [B, N] bool: which of the verified nodes the target accepted; verified [B] bool: the rows
+        whose nodes were verified (None: all; a row kept from speculating teaches nothing)."""
         score, level, k = self.cells(scores, depth)
-        hit = accepted.cpu().double()
+        counted = torch.ones_like(score) if verified is None else verified.cpu().double()[:, None].expand_as(score)
+        hit, score = accepted.cpu().double() * counted, score * counted
         for counts in (self.hits, self.trials, self.promised):
             counts.mul_(self.decay)
         cell = (level * self.bins + k).flatten()
         row_cell = (torch.arange(scores.shape[0])[:, None] * self.depths * self.bins + level * self.bins + k).flatten()
-        for counts, row_counts, add in ((self.hits, self.row_hits, hit), (self.trials, self.row_trials, torch.ones_like(hit)),
+        for counts, row_counts, add in ((self.hits, self.row_hits, hit), (self.trials, self.row_trials, counted),
                                         (self.promised, self.row_promised, score)):
             counts.view(-1).index_add_(0, cell, add.flatten())
             row_counts.view(-1).index_add_(0, row_cell, add.flatten())

@@ -65,12 +65,15 @@ class LevelAcceptance:
         rate = (self.row_hits + self.prior_weight * prior) / (self.row_trials + self.prior_weight)
         return rate.cummin(1).values
 
-    def update(self, accepted: torch.Tensor, depth: int) -> None:
-        """accepted [B] nodes accepted per row at a step that drafted `depth` levels."""
-        got = (accepted[:, None] >= torch.arange(1, depth + 1)).double()  # [B, d]
+    def update(self, accepted: torch.Tensor, depth: int, drafted: torch.Tensor | None = None) -> None:
+        """accepted [B] nodes accepted per row at a step that drafted `depth` levels; drafted [B] bool: the rows
+        that were offered the tree (None: all)."""
+        counted = torch.ones(accepted.shape[0], 1, dtype=torch.float64) if drafted is None else \
+            drafted.cpu().double()[:, None]  # [B, 1]
+        got = (accepted[:, None] >= torch.arange(1, depth + 1)).double() * counted  # [B, d]
         self.hits.mul_(self.decay)
         self.trials.mul_(self.decay)
         self.hits[:depth] += got.sum(0)
-        self.trials[:depth] += got.shape[0]
+        self.trials[:depth] += counted.sum()
         self.row_hits[:, :depth] += got
-        self.row_trials[:, :depth] += 1
+        self.row_trials[:, :depth] += counted

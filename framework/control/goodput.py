@@ -11,7 +11,8 @@ Units are seconds and tokens. Kept online:
 - g, the long-run tokens per second (never below plain decoding's).
 
 plan: the depth d with the most expected tokens from levels 1..d minus g x its extra seconds, or none (a
-plain step) when nothing pays; then a one-level probe once the plain steps since the last draft have cost
+plain step) when nothing pays; per row, on a target that runs a row kept from speculating as one position
+(Target.packs_rows), the rows whose own expected tokens beat g x their share of the tree's target seconds; then a one-level probe once the plain steps since the last draft have cost
 `explore` of what the probe costs, so that the estimates stay current. trim (point trees): the nodes by
 calibrated value summed over the batch's rows (a child never above its parent), the first n kept for the n
 with the most value minus g x extra seconds; n = 0 leaves a plain step. Maximising value - g x cost at the
@@ -41,17 +42,19 @@ MOST_NODES = 256  # node counts whose cost is tabulated at start (beyond: interp
 class GoodputPolicy:
     def __init__(self, max_depth: int = 12, rate: float = 0.2, explore: float = 0.03,
                  target_costs: dict | None = None, draft_costs: tuple[float, float] | None = None,
-                 cache: str | Path | None = None, first_depth: int = 1):
+                 cache: str | Path | None = None, first_depth: int = 1, per_row: bool = True):
         """max_depth: the deepest plan; first_depth: the deepest before the proposer has drafted a tree (then
         at most one level past the deepest it drafted); rate: the weight of the newest step in the running means;
         explore: while nothing pays, the share of time spent on one-level probes that keep the estimates current.
         target_costs: seconds of a target forward by node count (None: measured on the target at each batch
         size, cached in `cache`); draft_costs: the proposer's (per step, per level) seconds (None: fitted
-        from the steps). With both given the policy reads no clock."""
+        from the steps). With both given the policy reads no clock. per_row: choose the rows that draft (where the
+        target skips the others' nodes), not only the depth."""
         if not 1 <= first_depth <= max_depth or not 0 < rate <= 1 or not 0 < explore < 1:
             raise ValueError(f"need 1 <= first_depth <= max_depth, 0 < rate <= 1 and 0 < explore < 1, got {first_depth}, "
                              f"{max_depth}, {rate}, {explore}")
-        self.max_depth, self.rate, self.explore = max_depth, rate, explore
+        self.max_depth, self.rate, self.explore, self.per_row = max_depth, rate, explore, per_row
+        self.row_choice = False  # per_row, on a target that packs (known at start)
         self.given_target = None if target_costs is None else CostTable({int(k): float(v) for k, v in target_costs.items()})
         self.given_draft = None if draft_costs is None else tuple(float(c) for c in draft_costs)
         self.clocked = self.given_target is None or self.given_draft is None
@@ -74,6 +77,7 @@ class GoodputPolicy:
 
     def start(self, target, batch_size: int) -> None:
         self.batch = self.started = batch_size  # rows decoding now; the batch as it started (its table, its rate)
+        self.row_choice = self.per_row and target is not None and target.packs_rows  # None: costs given, no target
         if self.given_target is not None:
             self.table = self.given_target
         else:
@@ -117,13 +121,19 @@ class GoodputPolicy:
 
     def plan(self) -> Plan:
         g = self.goodput()
-        tokens = self.levels.expected().sum(0).cumsum(0)  # [D] the batch's tokens by the deepest level drafted
+        tokens = self.levels.expected().cumsum(1)  # [B, D] each row's tokens by the deepest level drafted
         nodes = self.level_nodes.cumsum(0).round().long()
-        value = tokens - g * (self.draft_s(torch.arange(1, self.max_depth + 1, dtype=torch.float64)) + self.extra_s(nodes))
+        draft_s = self.draft_s(torch.arange(1, self.max_depth + 1, dtype=torch.float64))
+        if self.row_choice:  # a row drafts where its tokens beat g x its share of the tree's seconds
+            net = tokens - g * self.extra_s(nodes) / self.batch  # [B, D]
+            value, rows = net.clamp_min(0).sum(0) - g * draft_s, net > 0
+        else:
+            value, rows = tokens.sum(0) - g * (draft_s + self.extra_s(nodes)), None
         best = int(value[: min(self.reach + 1, self.max_depth)].argmax())  # a level past the deepest tree drafted, at most
         probe_s = float(self.draft_s(1) + self.extra_s(int(nodes[0])))
         if value[best] > 0:
-            self.planned = Plan(best + 1)
+            chosen = None if rows is None or bool(rows[:, best].all()) else rows[:, best]
+            self.planned = Plan(best + 1, rows=chosen)
         elif self.explore * self.idle_s >= probe_s:  # a probe keeps the estimates current while nothing pays
             self.planned = Plan(1, probe=True)
         else:
@@ -136,16 +146,26 @@ class GoodputPolicy:
         self.reach = max(self.reach, self.drafted)
         if tree.kind != "point" or tree.scores is None or tree.num_nodes == 0 or self.planned.probe:
             return tree, None  # iid/wor children keep their draws (the plan's depth sized them); a probe verifies all it drafted
-        value = self.node_values(tree).sum(0)  # [N] over the rows
+        value = (self.node_values(tree) * self.drafting()[:, None]).sum(0)  # [N] over the rows that draft
         order = torch.argsort(tree.depth(), stable=True)
         order = order[torch.argsort(-value[order], stable=True)]  # best first; ties: the shallower (a parent before its child)
         gain = torch.cat([torch.zeros(1, dtype=torch.float64), value[order].cumsum(0)])  # [N+1] by nodes kept
-        net = gain - self.goodput() * self.extra_s(torch.arange(tree.num_nodes + 1))  # [N+1]
+        net = gain - self.goodput() * self.extra_s(torch.arange(tree.num_nodes + 1)) * self.share()  # [N+1]
         n = int(net.argmax())  # the first of equals: the smaller tree
         if n == tree.num_nodes:
             return tree, None
         kept = order[:n].sort().values
         return tree.keep_nodes(kept), kept
+
+    def drafting(self) -> torch.Tensor:
+        """[B] float64: 1 for the rows the plan lets draft, else 0."""
+        rows = self.planned.rows
+        return torch.ones(self.batch, dtype=torch.float64) if rows is None else rows.cpu().double()
+
+    def share(self) -> float:
+        """The share of a tree's target seconds the planned rows pay: their share of the batch where the target
+        runs only theirs."""
+        return float(self.drafting().mean()) if self.row_choice else 1.0
 
     def node_values(self, tree: CandidateTree) -> torch.Tensor:
         """[B, N] calibrated acceptance of each node, never above its parent's."""
@@ -160,22 +180,23 @@ class GoodputPolicy:
     def observe(self, tree: CandidateTree, result, step) -> None:
         r = self.rate
         B = result.num_accepted.shape[0]
+        offered = None if step.drafted is None else step.drafted > 0  # [B] rows whose tree was verified
         if tree.num_nodes and tree.scores is not None:
             accepted = torch.zeros(B, tree.num_nodes + 1, dtype=torch.bool)
             path = result.path.cpu()
             accepted.scatter_(1, (path + 1).clamp_min(0), path >= 0)
-            self.calibration.update(tree.scores, tree.depth(), accepted[:, 1:])
+            self.calibration.update(tree.scores, tree.depth(), accepted[:, 1:], offered)
         if self.planned.drafts:
             levels = torch.arange(1, self.planned.depth + 1)
             nodes = (tree.depth()[None, :] == levels[:, None]).sum(1).double()  # [d]
-            self.levels.update(result.num_accepted.cpu(), self.planned.depth)
+            self.levels.update(result.num_accepted.cpu(), self.planned.depth, offered)
             self.level_nodes[: levels.numel()] += r * (nodes - self.level_nodes[: levels.numel()])
         tokens = float(result.num_accepted.sum()) + B
         if self.clocked:
             self.observe_costs(tree, step)
             seconds = step.draft_s + step.target_s + step.verify_s + step.other_s
         else:
-            seconds = self.draft_s(self.planned.depth) + self.target_s(0) + self.extra_s(tree.num_nodes)
+            seconds = self.draft_s(self.planned.depth) + self.target_s(0) + self.extra_s(tree.num_nodes) * self.share()
         # slow, from plain decoding's rate: the long-run rate is the bar (Dinkelbach), not the last steps'
         old = self.rates.get(self.started, self.batch / (self.target_s(0) + self.rest_s))
         self.rates[self.started] = old + 0.1 * r * (tokens / seconds - old)
@@ -188,7 +209,7 @@ class GoodputPolicy:
             if self.given_draft is None:
                 self.draft_fit.add(self.planned.depth, step.draft_s + max(step.target_s - self.target_s(n), 0.0))
         else:
-            self.target_fit.add(float(self.curve[min(n, MOST_NODES)]), step.target_s)
+            self.target_fit.add(float(self.curve[min(n, MOST_NODES)]) * self.share(), step.target_s)
             if self.planned.drafts and self.given_draft is None:
                 self.draft_fit.add(self.planned.depth, step.draft_s)
         rest, r = step.verify_s + step.other_s, self.rate

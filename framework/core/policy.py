@@ -14,7 +14,7 @@ every step to its expected tokens per second.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -28,10 +28,15 @@ class Plan:
 
     depth: int | None = None  # the most levels the proposer may draft: 0 = none (a plain step); None = its own setting
     probe: bool = False  # drafted to measure (a policy's exploration), not because it is expected to pay
+    rows: torch.Tensor | None = field(default=None, compare=False)  # [B] bool: the rows that may draft (None: all);
+    # the others decode plainly in the same forward, one position each (framework/lm/packing.py)
 
     def __post_init__(self) -> None:
         if self.depth is not None and (isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 0):
             raise ValueError(f"a plan's depth must be None or an integer >= 0, got {self.depth!r}")
+        if self.rows is not None and (not isinstance(self.rows, torch.Tensor) or self.rows.dtype != torch.bool
+                                      or self.rows.dim() != 1):
+            raise ValueError(f"a plan's rows must be None or a 1-D bool tensor (one flag per row), got {self.rows!r}")
 
     @property
     def drafts(self) -> bool:

@@ -26,6 +26,7 @@ class Target(Protocol):
     vocab_size: int
     device: torch.device
     max_positions: int | None  # the model's context, None if unbounded
+    packs_rows: bool  # forward_tree skips the nodes of rows not speculating (each costs one position)
 
     def room(self) -> int | None:
         """Positions left in the context of the fullest row (None: unbounded)."""
@@ -39,9 +40,11 @@ class Target(Protocol):
         """Run the prompt [B, L] into the cache; logits of its last position."""
         ...
 
-    def forward_tree(self, root: torch.Tensor, tree: CandidateTree, side: SideRows | None = None) -> TargetOutput:
+    def forward_tree(self, root: torch.Tensor, tree: CandidateTree, side: SideRows | None = None,
+                     speculating: torch.Tensor | None = None) -> TargetOutput:
         """Logits [B, N+1, V] at the root [B] (the last emitted token, not yet in the cache) and every
-        node, each node seeing the committed past, its ancestors and itself."""
+        node, each node seeing the committed past, its ancestors and itself. speculating [B] bool (None: all):
+        the rows whose nodes the loop reads; a target may skip the others' nodes (their logits: anything finite)."""
         ...
 
     def commit(self, result) -> None:

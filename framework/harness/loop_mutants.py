@@ -140,7 +140,7 @@ CLEAN_AT_MOST, CAUGHT_ABOVE = 1e-9, 1e-6  # a witness's TV: the clean code's, an
 class WrongPositions(HFTarget):
     """Tree rows numbered as a chain (past + row index) instead of past + depth."""
 
-    def forward_tree(self, root, tree, side=None):
+    def forward_tree(self, root, tree, side=None, speculating=None):
         tokens = torch.cat([root[:, None], tree.tokens], dim=1)
         out = self.lm.forward(tokens, torch.arange(tree.num_nodes + 1), tree.ancestor_mask())
         return TargetOutput(out.logits, out.hidden)
@@ -158,9 +158,9 @@ class SideRowsKeptAtCommit(HFTarget):
     """The side rows' KV (lookahead's window) is committed after the accepted path, as if it were
     text: later tokens attend to guesses at positions that are not theirs."""
 
-    def forward_tree(self, root, tree, side=None):
+    def forward_tree(self, root, tree, side=None, speculating=None):
         self.side_count, self.tree_rows = (0 if side is None else side.num_rows), tree.num_nodes + 1
-        return super().forward_tree(root, tree, side)
+        return super().forward_tree(root, tree, side, speculating)
 
     def commit(self, result) -> None:
         B, S = result.path.shape[0], self.side_count

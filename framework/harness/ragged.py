@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from framework.core.policy import FixedPolicy, Plan
 from framework.core.prompts import ragged_batch
 from framework.core.sampling import SamplingConfig
 from framework.engine import Decoder
@@ -52,6 +53,28 @@ class RowGroups:
                             if all(w * self.group + r in done for r in range(self.group))])
 
 
+class TakingTurns(FixedPolicy):
+    """A per-row plan to check with: at step s, the row started i-th may draft when (i + s) is even; the others
+    decode plainly in the same forward (one position each where the target packs: framework/lm/packing.py). Its plan
+    reads the step and the row's parity only, so batched worlds (rows w x group + r, group even) share it."""
+
+    couples_rows = False  # a plan of no row's tokens: worlds may share a batch
+
+    def start(self, target, batch_size: int) -> None:
+        self.ids, self.step, self.started = torch.arange(batch_size), 0, batch_size
+
+    def plan(self) -> Plan:
+        self.step += 1
+        return Plan(rows=(self.ids + self.step) % 2 == 0)
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.ids = self.ids[rows.cpu()]
+
+    def admit(self, count: int) -> None:
+        self.ids = torch.cat([self.ids, torch.arange(self.started, self.started + count)])
+        self.started += count
+
+
 def ragged_loop_law(
     target_model, proposer_factory: ProposerFactory, prompts: Sequence[Sequence[int]], depth: int,
     sampling: SamplingConfig, eos_token_id: int | None = None, verifier: Verifier = LOSSLESS,
@@ -59,7 +82,9 @@ def ragged_loop_law(
 ) -> dict[tuple, float]:
     """Exact joint law of the first `depth` tokens of each prompt, decoded as the rows of one batch by the real loop."""
     group, batch = len(prompts), ragged_batch(list(prompts))
-    if policy_factory is not None or (proposer_factory is not None and getattr(proposer_factory(), "couples_rows", False)):
+    couples = lambda part: getattr(part, "couples_rows", True)  # noqa: E731  a policy's plan may read every row
+    if (policy_factory is not None and couples(policy_factory())) or \
+            (proposer_factory is not None and getattr(proposer_factory(), "couples_rows", False)):
         batch_size = 1  # one tree shape for the batch: worlds may not share one
 
     def run(source: EnumeratingSource) -> list[tuple]:

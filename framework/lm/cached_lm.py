@@ -16,6 +16,7 @@ import torch
 
 from framework.lm import recurrent
 from framework.lm.compiled import EagerFallback
+from framework.lm.packing import Packing
 from framework.lm.slot_cache import SlotCache
 from framework.lm.windows import AttentionWindows, dense_mask_form
 
@@ -98,7 +99,10 @@ class CachedLM(SlotCache):
         logits_rows: torch.Tensor | None = None,  # [M'] rows whose logits are needed (None: all)
         all_hidden: bool = False,  # hidden states of every row, not only the logits rows
         keeps_all: bool = False,  # the caller keeps every input (a prefill): recurrent layers record no past
+        real: torch.Tensor | None = None,  # [B, M] bool: the inputs whose outputs are read (None: all)
     ) -> LMOutput:
+        """With `real`, the model may run the real inputs only, packed (framework/lm/packing.py): the others'
+        logits and hidden states are then zeros (it does, on the tree attention without recurrent layers)."""
         B, M = input_ids.shape
         device = self.device
         positions = self.positions(depth)  # [B, M]
@@ -114,22 +118,32 @@ class CachedLM(SlotCache):
                                  "sequence, so a forward verifies a chain; a tree (or side rows) needs per-node state, "
                                  "not built")
             recurrent.record(self.cache.recurrent_layers, 0 if keeps_all else M)
+        packing = None
         if self.tree_backend is None:
             # [B, 1, M, S+M] (per layer type), in the form the model's attention reads (checked here: it may change)
             masks = {"attention_mask": self.windows.dense(tree_mask, dense_mask_form(self.model))}
         else:
             masks = {"speculum_mask": tree_mask, "speculum_backend": self.tree_backend}
-        out = self.call(
-            self.cache,
-            input_ids=input_ids.to(device),
-            **masks,
-            position_ids=positions,
-            use_cache=True,
-            output_hidden_states=bool(self.hidden_layers),
-            logits_to_keep=logits_rows.to(device) if logits_rows is not None else 0,
-        )
+            if real is not None and logits_rows is None and not self.windows.recurrent and not bool(real.all()):
+                packing = Packing.of(real.to(device))
+                masks["speculum_packing"] = packing
+                input_ids, positions = packing.pack(input_ids.to(device)), packing.pack(positions)
+        self.cache.packing = packing
+        try:
+            out = self.call(
+                self.cache,
+                input_ids=input_ids.to(device),
+                **masks,
+                position_ids=positions,
+                use_cache=True,
+                output_hidden_states=bool(self.hidden_layers),
+                logits_to_keep=logits_rows.to(device) if logits_rows is not None else 0,
+            )
+        finally:
+            self.cache.packing = None
+        dense = (lambda t: t) if packing is None else packing.unpack  # noqa: E731
         hidden = None
         if self.hidden_layers:  # each layer's on its own device under a device_map: gathered on the input's
             rows = slice(None) if logits_rows is None or all_hidden else logits_rows.to(device)
-            hidden = torch.stack([out.hidden_states[i][:, rows].to(device) for i in self.hidden_layers], dim=2)
-        return LMOutput(out.logits.to(device), hidden)
+            hidden = torch.stack([dense(out.hidden_states[i][:, rows].to(device)) for i in self.hidden_layers], dim=2)
+        return LMOutput(dense(out.logits.to(device)), hidden)

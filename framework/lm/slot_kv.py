@@ -13,6 +13,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from framework.lm.packing import Packing
 from framework.lm.recurrent import is_recurrent
 
 MIN_CAPACITY = 64
@@ -90,12 +91,19 @@ class SlotKVCache(DynamicCache):
     with recurrent layers (framework/lm/recurrent.py), those keep transformers' own state layers."""
 
     def __init__(self, config=None):
+        self.packing: Packing | None = None  # set for the span of a packed forward (framework/lm/packing.py)
         if config is None:
             super().__init__()
             self.layer_class_to_replicate = SlotLayer
             return
         super().__init__(config=config)  # one layer of each layer type's kind
         self.layers = [layer if is_recurrent(layer) else SlotLayer() for layer in self.layers]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        """A packed forward's new keys and values [1, H, T, D] go to their rows' slots ([B, H, M, D])."""
+        if self.packing is not None:
+            key_states, value_states = self.packing.unpack_heads(key_states), self.packing.unpack_heads(value_states)
+        return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
     @property
     def attention_layers(self) -> list[SlotLayer]:

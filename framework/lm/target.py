@@ -54,6 +54,12 @@ class HFTarget:
     def max_positions(self) -> int | None:
         return self.lm.max_positions
 
+    @property
+    def packs_rows(self) -> bool:
+        """On the tree attention, without recurrent layers: forward_tree runs a row kept from speculating as one
+        position (framework/lm/packing.py)."""
+        return self.lm.tree_backend is not None and not self.lm.windows.recurrent
+
     def room(self) -> int | None:
         """How deep a tree may still reach: its deepest node must sit inside the context in every row
         (None: the model states no limit). The one host sync it costs reads [B] lengths."""
@@ -85,10 +91,13 @@ class HFTarget:
         logits = out.logits[torch.arange(B, device=out.logits.device), at.to(out.logits.device)]  # [B, V]
         return TargetOutput(logits[:, None], out.hidden)
 
-    def forward_tree(self, root: torch.Tensor, tree: CandidateTree, side: SideRows | None = None) -> TargetOutput:
+    def forward_tree(self, root: torch.Tensor, tree: CandidateTree, side: SideRows | None = None,
+                     speculating: torch.Tensor | None = None) -> TargetOutput:
         """The root [B] (the last emitted token, not yet in the cache) plus N nodes (plus a proposer's
         side rows after them) in one forward; position = committed length + depth. The side rows' KV
-        sits in pending slots that commit drops."""
+        sits in pending slots that commit drops. speculating [B] bool: rows whose nodes are read (None: all);
+        the others' roots run alone, packed (framework/lm/packing.py): a row kept from speculating costs one
+        position, and its nodes' logits are zeros."""
         parts = [root[:, None], tree.tokens.to(root.device)]
         depth = [torch.zeros(1, dtype=torch.long), tree.depth()]
         if side is not None:
@@ -96,7 +105,13 @@ class HFTarget:
             depth.append(side.depth.cpu())
         if self.agreement is not None:
             self.agreement.check("a tree (its tokens, shape and the rows' lengths)", *parts, tree.parents, self.lm.length)
-        out = self.lm.forward(torch.cat(parts, dim=1), torch.cat(depth), forward_mask(tree.ancestor_mask(), side))
+        real = None  # [B, 1+N+S]: the root, the nodes of rows that speculate, side rows (unless they read the nodes)
+        if speculating is not None and tree.num_nodes and (side is None or not bool(side.sees_tree[:, 1:].any())):
+            rows = speculating.to(root.device)[:, None]
+            real = torch.cat([torch.ones_like(rows), rows.expand(-1, tree.num_nodes),
+                              torch.ones_like(rows).expand(-1, 0 if side is None else side.num_rows)], dim=1)
+        out = self.lm.forward(torch.cat(parts, dim=1), torch.cat(depth), forward_mask(tree.ancestor_mask(), side),
+                              real=real)
         T = tree.num_nodes + 1
         hidden = None if out.hidden is None else out.hidden[:, :T]
         side_logits = out.logits[:, T:] if side is not None else None

@@ -21,6 +21,7 @@ import torch
 from transformers import AttentionInterface, AttentionMaskInterface
 
 from framework.core.tree_mask import TreeMask
+from framework.lm.packing import Packing
 
 ATTENTION_NAME = "speculum_tree"
 
@@ -97,8 +98,10 @@ def use_tree_attention(model, backend: str | None) -> None:
 
 def hf_tree_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                       speculum_mask: TreeMask | None = None, speculum_backend: str = "auto",
+                      speculum_packing: Packing | None = None,
                       sliding_window: int | None = None, s_aux: torch.Tensor | None = None, softcap=None, **kwargs):
-    """The AttentionInterface signature: returns ([B, M, Hq, D], no weights)."""
+    """The AttentionInterface signature: returns ([B, M, Hq, D], no weights). A packed forward's queries
+    [1, Hq, T, D] are unpacked into their rows for attention and its output packed back ([1, T, Hq, D])."""
     if softcap is not None:
         raise ValueError(f"attention logit soft-capping ({softcap}) is not supported by the tree attention: "
                          "run this target with tree_backend=null (its own attention over dense masks)")
@@ -106,8 +109,12 @@ def hf_tree_attention(module, query, key, value, attention_mask, scaling=None, d
     M, S = query.shape[-2], key.shape[-2]
     if speculum_mask is not None:
         speculum_mask = speculum_mask.to(query.device)  # a layer on another device than the first (device_map)
+        if speculum_packing is not None:
+            query = speculum_packing.unpack_heads(query)
         out = BACKENDS[resolve_backend(speculum_backend, query.device)](query, key, value, speculum_mask, scale,
                                                                         sliding_window, s_aux)
+        if speculum_packing is not None:
+            return speculum_packing.pack(out.transpose(1, 2)), None
     else:
         if attention_mask is None:  # a plain causal call (no tree): the last M of S positions
             mask = torch.ones(M, S, dtype=torch.bool, device=query.device).tril(S - M)

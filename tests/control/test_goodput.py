@@ -181,3 +181,38 @@ def test_rows_alike_keep_the_same_nodes_at_every_batch_size(scores, kept):
         counts[batch] = p.trim(point_tree(torch.tensor([scores]).expand(batch, -1)))[0].num_nodes
     assert len(set(counts.values())) == 1, counts
     assert {"all": counts[1] == 8, "none": counts[1] == 0, "some": 0 < counts[1] < 8}[kept], counts
+
+
+class PackingTarget:
+    """All the policy reads of a target whose forward skips the nodes of rows kept from drafting."""
+
+    packs_rows = True
+
+
+@pytest.mark.parametrize("packs", [True, False])
+def test_a_row_that_accepts_nothing_stops_drafting_while_the_other_goes_on(packs):
+    """Row 0 accepts every node, row 1 none. Where the target skips a row's nodes, the plan soon lets row 0 alone
+    draft; where it does not (a row costs its nodes anyway), the plan stays batch-wide."""
+    costs = {n: 1.0 + (c - 1.0) * 4 for n, c in COSTS.items()}  # a node: a fifth of a forward
+    p = GoodputPolicy(target_costs=costs, draft_costs=(0.0, 0.05))
+    p.start(PackingTarget() if packs else None, 2)
+    tree = point_tree(torch.full((2, 3), 0.9))
+    plans = []
+    for _ in range(60):
+        plan = p.plan()
+        now = tree.within_depth(plan.depth)[0] if plan.drafts else point_tree(torch.zeros(2, 0))
+        now = p.trim(now)[0]
+        offered = torch.ones(2, dtype=torch.bool) if plan.rows is None else plan.rows
+        n = now.num_nodes
+        accepted = torch.tensor([n if offered[0] else 0, 0])
+        path = torch.tensor([list(range(n)) if offered[0] else [-1] * n, [-1] * n]).view(2, n)
+        drafted = torch.where(offered, now.shape.max_depth if n else 0, 0)
+        p.observe(now, Verification(torch.zeros(2, n + 1, dtype=torch.long), accepted, path),
+                  StepStats(accepted, 0.0, 0.0, 0.0, 0.0, n, drafted=drafted))
+        plans.append(plan)
+    late = [plan for plan in plans[30:] if plan.drafts and not plan.probe]
+    assert len(late) > 20
+    if packs:
+        assert all(plan.rows is not None and plan.rows.tolist() == [True, False] for plan in late)
+    else:
+        assert all(plan.rows is None for plan in late)

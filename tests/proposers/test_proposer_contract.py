@@ -30,6 +30,7 @@ from framework.control.goodput import GoodputPolicy
 from framework.core.policy import FixedPolicy, Plan
 from framework.core.sampling import SamplingConfig
 from framework.engine import generate
+from framework.harness.ragged import TakingTurns
 from framework.lm.target import HFTarget
 from framework.scheduler import Request, Scheduler
 
@@ -186,11 +187,12 @@ class Scripted(FixedPolicy):
         return Plan(self.depths[(self.step - 1) % len(self.depths)])
 
 
-@pytest.mark.parametrize("policy", [Scripted, GoodputPolicy])
+@pytest.mark.parametrize("policy", [Scripted, GoodputPolicy, TakingTurns])
 @pytest.mark.parametrize("proposer", rows_settings())
 def test_rows_decode_as_each_alone_under_a_policy(proposer, policy):
-    """Greedy, three rows: with plain steps between drafting ones (the script), and with the goodput
-    policy's plans and trims (its costs measured on this machine), each row emits plain greedy decoding's tokens."""
+    """Greedy, three rows: with plain steps between drafting ones (the script), with the goodput
+    policy's plans and trims (its costs measured on this machine), and with rows taking turns to draft (a packed
+    forward: the others' roots alone), each row emits plain greedy decoding's tokens."""
     cfg = load(f"proposer={proposer}", "target.dtype=float64", config_name="config")
     model, make, greedy = instantiate(cfg.target), instantiate(cfg.proposer), SamplingConfig(temperature=0)
     batch = generate(HFTarget(model), make(), PROMPTS, 24, greedy, policy=policy()).tokens
