@@ -126,6 +126,9 @@ def curves(cfg: DictConfig, plan, work, out: Path, command: str | None = None, h
     """Every (sampling, concurrency, method[/policy]) of the plan; throughput.json/.md and the plots in `out`."""
     exp = cfg.experiment
     levels = concurrencies(exp)
+    rounds = exp.get("rounds", 1)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"experiment.rounds must be an integer >= 1, got {rounds!r}")
     arrivals = instantiate(exp.arrivals) if exp.get("arrivals") is not None else AllAtOnce()
     requests = requests_of(work, exp, arrivals)
     ours_model, hf_model = instantiate(cfg.target), instantiate(cfg.target)  # ours runs speculum_tree attention
@@ -147,9 +150,13 @@ def curves(cfg: DictConfig, plan, work, out: Path, command: str | None = None, h
     rows = []
     for sampling_name, sampling in plan.samplings.items():
         for c in levels:
+            passes: dict[str, list[dict]] = {name: [] for name in runners}
+            for round_ in range(rounds):  # methods in turn, the order reversed every other round: drift hits all alike
+                for name in (list(runners) if round_ % 2 == 0 else list(runners)[::-1]):
+                    passes[name].append(runners[name](requests, sampling, c))
             plain = None
-            for name, run in runners.items():
-                got = run(requests, sampling, c)
+            for name in runners:
+                got = sorted(passes[name], key=lambda g: g["seconds"])[(rounds - 1) // 2]  # the median pass
                 total = sum(len(t) for t in got["tokens"])
                 row = {"sampling": sampling_name, "concurrency": c, "method": name, "requests": len(requests),
                        "tokens": total, "seconds": got["seconds"], "tokens_per_s": total / got["seconds"],

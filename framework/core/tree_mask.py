@@ -62,6 +62,12 @@ class TreeMask:
         return self.past_valid.shape[1] == 0 and self.tree.dim() == 2 and self.tree.shape[1] == M and \
             bool((self.tree == torch.ones(M, M, dtype=torch.bool, device=self.tree.device).tril()).all())
 
+    @cached_property
+    def sees_all(self) -> bool:
+        """Every query sees every key (one query per row, a plain decoding step with no hole in any row's past):
+        attention needs no mask at all."""
+        return self.tree.shape[-2] == 1 and bool(self.tree.all()) and bool(self.past_valid.all())
+
     def additive(self, dtype: torch.dtype, window: int | None = None) -> torch.Tensor:
         """[B, 1, M, S0+T] of 0 (may attend) and -inf: SDPA converts a boolean mask to this form in
         every call, i.e. in every layer; built here once per forward, dtype and window."""

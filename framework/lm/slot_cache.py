@@ -118,6 +118,9 @@ class SlotCache:
     def keep_path(self, path: torch.Tensor, num_accepted: torch.Tensor) -> None:
         """After a tree forward laid out as [root, node 0, node 1, ...]: keep the root and the
         accepted nodes (path [B, depth], node indices, -1 padded)."""
+        if path.shape[1] == 0 and self.pending_slots() == 1:  # a plain step: its one slot stays where it is, in every row
+            self.commit_leading(1)
+            return
         root_slot = torch.zeros(path.shape[0], 1, dtype=torch.long, device=path.device)
         self.keep(torch.cat([root_slot, path + 1], dim=1), num_accepted + 1)
 
