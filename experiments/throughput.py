@@ -5,7 +5,8 @@ per sampling and concurrency c, each method decodes every request of the workloa
 experiment.arrivals says) with at most c decoding together; output tokens per second over the whole run, and per
 request TTFT, TPOT and end-to-end latency (p50, p95). Ours go through framework/scheduler.py (plain decoding, and
 each proposer under each policy); beside them transformers' batched `generate` (static batches of c prompts, left
-padded) and its continuous-batching manager (`generate_batch`, at most c requests per batch). Methods run in turn
+padded) and its continuous-batching manager (`generate_batch`, at most c requests per batch), and vLLM's rows
+(experiment.vllm.rows, its max_num_seqs = c; where `python -m experiments.peers.setup vllm` built it). Methods run in turn
 per (sampling, c), so a noisy machine slows them alike. At greedy every request's tokens are checked against plain
 decoding's. Writes throughput.json, throughput.md and a plot per sampling (tokens per second and speedup against
 concurrency).
@@ -27,13 +28,14 @@ from transformers import GenerationConfig
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
 from experiments.common import write_json
+from experiments.peers.rows import ROWS as VLLM_ROWS, serving_runner
 from framework.core import files
 from framework.core.sampling import SamplingConfig, hf_sampling
 from framework.scheduler import AllAtOnce, Request, Scheduler
 
 log = logging.getLogger(__name__)
 HF_BATCHED, HF_CONTINUOUS = "hf_batched", "hf_continuous"
-THROUGHPUT_ROWS = (HF_BATCHED, HF_CONTINUOUS)
+THROUGHPUT_ROWS = (HF_BATCHED, HF_CONTINUOUS, *VLLM_ROWS)  # vLLM's: where its environment is built
 
 
 def concurrencies(exp: DictConfig) -> list[int]:
@@ -41,6 +43,9 @@ def concurrencies(exp: DictConfig) -> list[int]:
     if not levels or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in levels) \
             or len(set(levels)) != len(levels):
         raise ValueError(f"experiment.concurrency must list distinct integers >= 1, got {levels}")
+    rounds = exp.get("rounds", 1)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"experiment.rounds must be an integer >= 1, got {rounds!r}")
     return levels
 
 
@@ -125,10 +130,7 @@ def percentile(values: list[float], q: float) -> float | None:
 def curves(cfg: DictConfig, plan, work, out: Path, command: str | None = None, hardware: dict | None = None) -> dict:
     """Every (sampling, concurrency, method[/policy]) of the plan; throughput.json/.md and the plots in `out`."""
     exp = cfg.experiment
-    levels = concurrencies(exp)
-    rounds = exp.get("rounds", 1)
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"experiment.rounds must be an integer >= 1, got {rounds!r}")
+    levels, rounds = concurrencies(exp), exp.get("rounds", 1)
     arrivals = instantiate(exp.arrivals) if exp.get("arrivals") is not None else AllAtOnce()
     requests = requests_of(work, exp, arrivals)
     ours_model, hf_model = instantiate(cfg.target), instantiate(cfg.target)  # ours runs speculum_tree attention
@@ -138,6 +140,8 @@ def curves(cfg: DictConfig, plan, work, out: Path, command: str | None = None, h
             runners[method] = hf_batched(hf_model, cfg)
         elif method == HF_CONTINUOUS:
             runners[method] = hf_continuous(hf_model, cfg)
+        elif method in VLLM_ROWS:
+            runners[method] = serving_runner(cfg, method)
         else:
             node = plan.proposers.get(method)
             for policy, make_policy in plan.policies.items():
@@ -145,8 +149,11 @@ def curves(cfg: DictConfig, plan, work, out: Path, command: str | None = None, h
                     continue  # plain decoding has nothing to size
                 name = method if policy == "fixed" else f"{method}/{policy}"
                 runners[name] = ours(ours_model, node, make_policy, cfg)
-    for run in runners.values():  # one untimed pass each: first calls build caches and measure costs
-        run(requests[:2], SamplingConfig(temperature=0), 2)
+    # untimed, each runner at each concurrency: a short pass of as many requests (first calls build caches, a policy
+    # measures its costs at that batch size, vLLM loads its engine for that max_num_seqs)
+    for run in runners.values():
+        for c in levels:
+            run([Request(r.prompt, 2, 0.0, r.id) for r in requests[:c]], SamplingConfig(temperature=0), c)
     rows = []
     for sampling_name, sampling in plan.samplings.items():
         for c in levels:

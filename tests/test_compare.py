@@ -374,9 +374,11 @@ def test_bad_axes_fail_naming_the_setting(tmp_path, overrides, message):
 
 def test_throughput_against_concurrency_serves_every_request_with_each_method(tmp_path):
     """experiment.concurrency: every prompt a request through continuous batching at each level, ours beside
-    transformers' batched generate; greedy tokens identical to plain decoding's; a table and a plot per sampling."""
+    transformers' batched generate (two rounds, the median pass kept); greedy tokens identical to plain decoding's; a
+    table and a plot per sampling."""
     result = compare.run(load(tmp_path, "experiment.methods=[plain,prompt_lookup,hf_batched]", "experiment.samplings=[greedy]",
-                              "experiment.prompts=[[1,2,3,4,5],[7,7],[3,1,4,1,5,9,2,6],[8]]", "experiment.concurrency=[1,3]"))
+                              "experiment.prompts=[[1,2,3,4,5],[7,7],[3,1,4,1,5,9,2,6],[8]]", "experiment.concurrency=[1,3]",
+                              "experiment.rounds=2"))
     rows = {(r["method"], r["concurrency"]): r for r in result["rows"]}
     assert set(rows) == {(m, c) for m in ("plain", "prompt_lookup", "hf_batched") for c in (1, 3)}
     assert all(r["tokens"] == 4 * 5 and r["identical"] for r in rows.values())
@@ -388,6 +390,7 @@ def test_throughput_against_concurrency_serves_every_request_with_each_method(tm
 @pytest.mark.parametrize("override, message", [
     ("experiment.concurrency=[0]", "distinct integers >= 1"),
     ("experiment.methods=[hf_assisted]", "with experiment.concurrency"),
+    ("experiment.rounds=0", "experiment.rounds must be an integer >= 1"),
 ])
 def test_a_bad_throughput_setting_is_named(tmp_path, override, message):
     with pytest.raises(ValueError, match=message):

@@ -91,13 +91,15 @@ class PeerEngine:
     kv_cache_gib: int = 1
     worker_env: dict = field(default_factory=dict)  # added to the worker's environment
     worker: Path | None = None  # the worker script (None: the peer's own, WORKERS)
+    max_num_seqs: int | None = None  # the most requests decoding together (None: the engine's default)
     versions: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.process = PeerWorker(self.peer, self.python, self.worker, self.worker_env)
         loaded = self.ask({"op": "load", "model": str(self.model), "dtype": self.dtype, "seed": self.seed,
                            "max_model_len": self.max_model_len, "speculative_config": self.speculative_config,
-                           "threads": self.threads, "kv_cache_gib": self.kv_cache_gib})
+                           "threads": self.threads, "kv_cache_gib": self.kv_cache_gib,
+                           "max_num_seqs": self.max_num_seqs})
         self.versions = loaded["versions"]
 
     def ask(self, request: dict) -> dict:

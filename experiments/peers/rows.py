@@ -89,6 +89,33 @@ def peer_runners(cfg: DictConfig, methods: list[str], timed: Callable) -> tuple[
     return runners, described
 
 
+def serving_runner(cfg: DictConfig, name: str) -> Callable:
+    """run(requests, sampling, concurrency) for experiments/throughput.py: vLLM serving every request (all arrived)
+    with at most `concurrency` decoding together (its max_num_seqs: one worker per concurrency, loaded at first use)."""
+    settings = cfg.experiment.vllm
+    if name not in settings.rows:
+        raise ValueError(f"experiment.vllm.rows has no settings for {name!r} (have {list(settings.rows)})")
+    engines: dict[int, PeerEngine] = {}
+
+    def run(requests, sampling: SamplingConfig, concurrency: int) -> dict:
+        if any(r.arrival_s for r in requests):
+            raise ValueError("vLLM's rows serve requests that all arrive at once (experiment.arrivals: null)")
+        if concurrency not in engines:
+            engines[concurrency] = PeerEngine(
+                PEER, target_folder(cfg), int(settings.max_model_len), speculative_config(settings.rows[name]),
+                cfg.target.get("dtype", "float32"), int(cfg.experiment.num_threads or 1), int(cfg.seed),
+                settings.python, int(settings.kv_cache_gib), worker_env=proposer_env(settings, name),
+                max_num_seqs=concurrency)
+            atexit.register(engines[concurrency].close)
+        engine = engines[concurrency]
+        out = engine.generate([list(r.prompt) for r in requests], max(r.max_new_tokens for r in requests),
+                              peer_sampling(sampling), None if sampling.greedy else engine.seed)
+        tokens = [row[: r.max_new_tokens] for r, row in zip(requests, out.tokens)]
+        return {"seconds": out.seconds, "tokens": tokens, "ttft": [], "latency": [], "tpot": [], "steps": None,
+                "mean_batch": None}
+    return run
+
+
 def proposer_env(settings: DictConfig, name: str) -> dict:
     """A custom-class row's settings for our proposer inside vLLM (its hook passes the class only its VllmConfig)."""
     node = settings.rows[name]

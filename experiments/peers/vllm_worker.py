@@ -4,7 +4,7 @@ line on stdin and answers each with one JSON line on the protocol stream (the pr
 own logging is sent to stderr so that it cannot corrupt the protocol).
 
     {"op": "load", "model": folder, "dtype": "float32", "max_model_len": n, "speculative_config": {...} | null,
-     "threads": 1, "kv_cache_gib": 1, "in_process": true}
+     "threads": 1, "kv_cache_gib": 1, "in_process": true, "max_num_seqs": c | null}
     {"op": "generate", "prompts": [[ids]], "max_tokens": n, "sampling": {"temperature": 0.0, ...}, "seed": 0}
     {"op": "close"}
 
@@ -57,7 +57,9 @@ class Worker:
         import vllm  # noqa: PLC0415 - after the environment that configures it
 
         self.vllm = vllm
-        self.llm = vllm.LLM(model=request["model"], dtype=request.get("dtype", "float32"),
+        # at most c requests decode together (continuous batching; null: vLLM's default)
+        limits = {} if request.get("max_num_seqs") is None else {"max_num_seqs": int(request["max_num_seqs"])}
+        self.llm = vllm.LLM(model=request["model"], dtype=request.get("dtype", "float32"), **limits,
                             max_model_len=request["max_model_len"], enforce_eager=True, seed=request.get("seed", 0),
                             speculative_config=request.get("speculative_config"), disable_log_stats=False,
                             distributed_executor_backend="uni" if in_process else None)
