@@ -76,6 +76,9 @@ class Worker:
         params = self.vllm.SamplingParams(max_tokens=request["max_tokens"], min_tokens=request["max_tokens"],
                                           ignore_eos=True, seed=request.get("seed"), **sampling)
         prompts = [{"prompt_token_ids": ids} for ids in request["prompts"]]
+        # an earlier call's prompts (a warm-up, another sampling's pass) must not be served from vLLM's prefix cache:
+        # ours prefill every request; prefixes shared within this call's prompts still hit, as in serving
+        self.llm.reset_prefix_cache()
         before = counters(self.llm)
         start = time.perf_counter()
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
