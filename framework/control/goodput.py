@@ -12,7 +12,8 @@ Units are seconds and tokens. Kept online:
 
 plan: the depth d with the most expected tokens from levels 1..d minus g x its extra seconds, or none (a
 plain step) when nothing pays; per row, on a target that runs a row kept from speculating as one position
-(Target.packs_rows), the rows whose own expected tokens beat g x their share of the tree's target seconds; then a one-level probe once the plain steps since the last draft have cost
+(Target.packs_rows), the rows whose own expected tokens beat g x their share of the tree's target seconds; then a
+one-level probe once the plain steps since the last draft have cost
 `explore` of what the probe costs, so that the estimates stay current. trim (point trees): the nodes by
 calibrated value summed over the batch's rows (a child never above its parent), the first n kept for the n
 with the most value minus g x extra seconds; n = 0 leaves a plain step. Maximising value - g x cost at the

@@ -29,11 +29,6 @@ class Packing:
         rows, cols = real.nonzero(as_tuple=True)
         return Packing(rows, cols, real.shape[0], real.shape[1])
 
-    def to(self, device: torch.device) -> Packing:
-        if self.rows.device == device:
-            return self
-        return Packing(self.rows.to(device), self.cols.to(device), self.batch, self.width)
-
     def pack(self, dense: torch.Tensor) -> torch.Tensor:
         """[B, M, ...] -> [1, T, ...]"""
         return dense[self.rows.to(dense.device), self.cols.to(dense.device)][None]
