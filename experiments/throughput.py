@@ -120,6 +120,19 @@ def hf_continuous(model, cfg: DictConfig):
     return run
 
 
+def attempt(run: Callable, requests: list[Request], sampling: SamplingConfig, concurrency: int,
+            failed: dict[tuple[str, int], str], name: str) -> dict | None:
+    """One pass of a runner, or None with its error kept in `failed` (that runner skips the level from then on)."""
+    if (name, concurrency) in failed:
+        return None
+    try:
+        return run(requests, sampling, concurrency)
+    except Exception as error:  # one engine's failure (a peer's crash) must not lose every other row of the run
+        failed[(name, concurrency)] = f"{type(error).__name__}: {error}"
+        log.exception("%s at c=%d failed", name, concurrency)
+        return None
+
+
 def percentile(values: list[float], q: float) -> float | None:
     values = sorted(v for v in values if v is not None)
     if not values:
@@ -151,18 +164,26 @@ def curves(cfg: DictConfig, plan, work, out: Path, command: str | None = None, h
                 runners[name] = ours(ours_model, node, make_policy, cfg)
     # untimed, each runner at each concurrency: a short pass of as many requests (first calls build caches, a policy
     # measures its costs at that batch size, vLLM loads its engine for that max_num_seqs)
-    for run in runners.values():
+    failed: dict[tuple[str, int], str] = {}  # (runner, c) -> its error: that row reports it, the run goes on
+    for name, run in runners.items():
         for c in levels:
-            run([Request(r.prompt, 2, 0.0, r.id) for r in requests[:c]], SamplingConfig(temperature=0), c)
+            attempt(run, [Request(r.prompt, 2, 0.0, r.id) for r in requests[:c]], SamplingConfig(temperature=0), c,
+                    failed, name)
     rows = []
     for sampling_name, sampling in plan.samplings.items():
         for c in levels:
             passes: dict[str, list[dict]] = {name: [] for name in runners}
             for round_ in range(rounds):  # methods in turn, the order reversed every other round: drift hits all alike
                 for name in (list(runners) if round_ % 2 == 0 else list(runners)[::-1]):
-                    passes[name].append(runners[name](requests, sampling, c))
+                    got = attempt(runners[name], requests, sampling, c, failed, name)
+                    if got is not None:
+                        passes[name].append(got)
             plain = None
             for name in runners:
+                if (name, c) in failed:
+                    rows.append({"sampling": sampling_name, "concurrency": c, "method": name,
+                                 "requests": len(requests), "error": failed[(name, c)]})
+                    continue
                 got = sorted(passes[name], key=lambda g: g["seconds"])[(rounds - 1) // 2]  # the median pass
                 total = sum(len(t) for t in got["tokens"])
                 row = {"sampling": sampling_name, "concurrency": c, "method": name, "requests": len(requests),
@@ -177,9 +198,9 @@ def curves(cfg: DictConfig, plan, work, out: Path, command: str | None = None, h
                 rows.append(row)
                 log.info("%s c=%d %s: %.1f tokens/s", sampling_name, c, name, row["tokens_per_s"])
             base = next((r for r in rows if r["sampling"] == sampling_name and r["concurrency"] == c
-                         and r["method"] == "plain"), None)
+                         and r["method"] == "plain" and "error" not in r), None)
             for r in rows:
-                if r["sampling"] == sampling_name and r["concurrency"] == c:
+                if r["sampling"] == sampling_name and r["concurrency"] == c and "error" not in r:
                     r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"] if base else None
     result = {"rows": rows, "concurrency": levels, "requests": len(requests), "max_new_tokens": exp.max_new_tokens,
               "arrivals": OmegaConf.to_container(exp.arrivals, resolve=True) if exp.get("arrivals") else "all_at_once",
@@ -208,6 +229,9 @@ def markdown(result: dict) -> str:
                 if r is None:
                     cells.append("")
                     continue
+                if "error" in r:
+                    cells.append(f"error: {r['error'][:80]}")
+                    continue
                 mark = "" if r.get("identical", True) else " (tokens differ!)"
                 speed = f" ({r['speedup']:.2f}x)" if r.get("speedup") is not None else ""
                 cells.append(f"{r['tokens_per_s']:.1f} tok/s{speed}{mark}")
@@ -219,7 +243,7 @@ def markdown(result: dict) -> str:
             cells = []
             for c in result["concurrency"]:
                 r = next((r for r in rows if r["method"] == method and r["concurrency"] == c), None)
-                if r is None or r["latency_p50_s"] is None:
+                if r is None or r.get("latency_p50_s") is None:
                     cells.append("")
                     continue
                 ttft = f", TTFT {r['ttft_p50_s']:.2f}" if r["ttft_p50_s"] is not None else ""
@@ -239,7 +263,7 @@ def plots(result: dict, out: Path) -> None:
         rows = [r for r in result["rows"] if r["sampling"] == sampling]
         fig, (tps, ratio) = plt.subplots(1, 2, figsize=(11, 4))
         for method in dict.fromkeys(r["method"] for r in rows):
-            mine = sorted((r for r in rows if r["method"] == method), key=lambda r: r["concurrency"])
+            mine = sorted((r for r in rows if r["method"] == method and "error" not in r), key=lambda r: r["concurrency"])
             xs = [r["concurrency"] for r in mine]
             tps.plot(xs, [r["tokens_per_s"] for r in mine], marker="o", label=method)
             ratio.plot(xs, [r["speedup"] for r in mine], marker="o", label=method)

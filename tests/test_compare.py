@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from transformers import AutoTokenizer
 
-from experiments import compare
+from experiments import compare, throughput
 from experiments.compare_report import BEGIN, BY_CATEGORY, COLUMNS, END, merge, publish, update_readme
 from experiments.workload import Workload, build_workload
 from framework.harness.stats import detectable_tv
@@ -395,3 +395,28 @@ def test_throughput_against_concurrency_serves_every_request_with_each_method(tm
 def test_a_bad_throughput_setting_is_named(tmp_path, override, message):
     with pytest.raises(ValueError, match=message):
         compare.run(load(tmp_path, "experiment.concurrency=[1]", override))
+
+
+def test_a_runner_that_fails_at_one_concurrency_reports_it_there_and_the_run_goes_on(tmp_path, monkeypatch):
+    """A peer engine that crashes at c=3 (vLLM's seeded sampler did, at 16 rows): that row says its error, every
+    other row and level is measured, the table and plot are written."""
+    real = throughput.hf_batched
+
+    def crashing(model, cfg):
+        run = real(model, cfg)
+
+        def run_or_crash(requests, sampling, concurrency):
+            if concurrency == 3:
+                raise RuntimeError("engine died")
+            return run(requests, sampling, concurrency)
+        return run_or_crash
+
+    monkeypatch.setattr(throughput, "hf_batched", crashing)
+    result = compare.run(load(tmp_path, "experiment.methods=[plain,hf_batched]", "experiment.samplings=[greedy]",
+                              "experiment.prompts=[[1,2,3],[7,7]]", "experiment.concurrency=[1,3]"))
+    rows = {(r["method"], r["concurrency"]): r for r in result["rows"]}
+    assert rows["hf_batched", 3] == {"sampling": "greedy", "concurrency": 3, "method": "hf_batched", "requests": 2,
+                                     "error": "RuntimeError: engine died"}
+    assert rows["hf_batched", 1]["identical"] and rows["plain", 3]["speedup"] == 1.0
+    assert "error: RuntimeError: engine died" in (tmp_path / "throughput.md").read_text()
+    assert (tmp_path / "throughput_greedy.png").stat().st_size > 0
