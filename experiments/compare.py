@@ -93,7 +93,10 @@ from experiments.peers.rows import ARCTIC_ROW, missing_rows
 from experiments.methods import HF_METHODS, HF_PLD_DEFAULTS, build_methods, full_length_only, transformers_mtp_refusal
 from experiments.throughput import THROUGHPUT_ROWS, concurrencies, curves
 from experiments.workload import Workload, answer_text, build_workload
+from framework.control.cost_model import STEP_FIELDS, step_records
+from framework.control.device_profile import DeviceProfile
 from framework.core import files
+from framework.core.prompts import prompt_lengths
 from framework.core.sampling import SamplingConfig, hf_sampling
 from framework.engine import generate
 from framework.lm.target import HFTarget
@@ -219,6 +222,8 @@ def plan(cfg: DictConfig) -> Plan:
     if wrong:
         raise ValueError(f"unknown policies {wrong} in experiment.policies (have {policy_configs()})")
     policies = {p: policy_factory(p, cfg) for p in exp.policies}
+    if exp.get("profile"):
+        DeviceProfile.load(exp.profile)  # a wrong path or file fails before any work
     proposers = {m: option("proposer", m, cfg, "experiment.methods") for m in methods if m in known}
     if OWN in methods:  # the composed group, command-line overrides included: what a sweep varies
         proposers[OWN] = cfg.proposer
@@ -349,6 +354,10 @@ def attempt(runner, prompt, law, policy=None, think_end: int | None = None) -> d
         out.update(steps=sum(s.accepted.numel() for s in stats.steps), accepted=stats.accepted_total,
                    split={k: summary[k] for k in ("draft_s", "target_s", "verify_s", "other_s")},
                    accepted_counts=torch.cat([s.accepted.flatten() for s in stats.steps]).tolist() if stats.steps else [])
+        # what the cost model predicts the run's seconds from (framework/control/cost_model.py), column by column
+        prompts = prompt_lengths(prompt).tolist()
+        out.update(prompt_tokens=prompts, step_trace={k: [getattr(s, k) for s in step_records(stats.steps, prompts)]
+                                                      for k in STEP_FIELDS})
     return out
 
 
@@ -371,13 +380,14 @@ def timed_cells(plan: Plan, runners: dict, work: Workload, records: Records, bas
                              "error": f"{type(error).__name__}: {error}"})
             continue
         plain = attempt(runners[RUNNERS[baseline]], prompt, law, think_end=think_end)
-        records.add({"id": unit.plain_id(rotation), "method": "plain", **unit.fields(), **plain})
+        plain_id = unit.plain_id(rotation)
+        records.add({"id": plain_id, "method": "plain", **unit.fields(), **plain})
         order = missing[rotation % len(missing):] + missing[: rotation % len(missing)]
         rotation += 1
         for method, policy in order:
             out = attempt(runners[runner_of(method)], prompt, law, policies.of(method, policy, unit), think_end)
             if "error" not in out and "error" not in plain:
-                out["plain_seconds"], out["plain_forwards"] = plain["seconds"], plain["forwards"]
+                out["plain_seconds"], out["plain_forwards"], out["plain_id"] = plain["seconds"], plain["forwards"], plain_id
                 out.update(greedy_identity(out["tokens"], plain["tokens"], prompt, explain) if law.greedy
                            else {"same_as_plain": None})
             elif "error" in plain:
@@ -482,9 +492,9 @@ def prime_policies(runners: dict, work: Workload, plan: Plan) -> None:
             attempt(runners[runner_of(sized[0])], work.batch(category, 0, batch), law, factory())
 
 
-def table(plan: Plan, categories: list[str], records: Iterable[dict]) -> list[dict]:
-    """The rows of the cells that ran, in plan order."""
-    rows = aggregate(plan.methods, plan.samplings, categories, records, list(plan.policies), plan.batch_sizes)
+def table(plan: Plan, categories: list[str], records: Iterable[dict], profile: DeviceProfile | None = None) -> list[dict]:
+    """The rows of the cells that ran, in plan order (with a device profile: each with its predicted seconds)."""
+    rows = aggregate(plan.methods, plan.samplings, categories, records, list(plan.policies), plan.batch_sizes, profile)
     return [r for r in rows if plan.runs(r["method"], r["policy"], r["batch"])]
 
 
@@ -541,8 +551,9 @@ def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
     prime_policies(runners, work, the_plan)
     timed_cells(the_plan, runners, work, records, exp.baseline, logits_of(model))
     lossless_checks(cfg, the_plan, model, records, out)
-    rows = table(the_plan, the_plan.categories, records.done.values())
-    summary = table(the_plan, [ALL], [{**r, "category": ALL} for r in records.done.values()])
+    profile = DeviceProfile.load(exp.profile) if exp.get("profile") else None
+    rows = table(the_plan, the_plan.categories, records.done.values(), profile)
+    summary = table(the_plan, [ALL], [{**r, "category": ALL} for r in records.done.values()], profile)
     result = {"rows": rows, "summary": summary, "skipped": the_plan.skipped, "notes": notes(the_plan),
               "settings": settings, "baseline": exp.baseline, "workload": work.description, "hardware": hardware(),
               "samplings": {name: asdict(law) for name, law in the_plan.samplings.items()}, "command": command(),

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from experiments.common import job_overrides
 from experiments.peers.report import engines_side_by_side
+from framework.control.cost_model import Prediction, predict, steps_of
+from framework.control.device_profile import PLAIN, DeviceProfile
 from framework.core import files
 from framework.metrics.acceptance import acceptance_summary
 from framework.metrics.engine_counters import EngineCounters
@@ -31,30 +33,59 @@ SPLIT = ("draft_s", "target_s", "verify_s", "other_s")
 FIXED = "fixed"  # the policy of speculation as configured (generate's policy=None); records before the axis had it
 PERCENTILES = tuple(f"p{q}" for q in QUANTILES)  # framework.metrics.latency's, as the csv's and tables' columns
 CLOCKS = ("ttft", "tpot", "e2e")
+PREDICTED = "predicted speedup (seconds' error)"  # a device profile's prediction beside the measured speedup
 LATENCY = [f"{k}_{q}" for k in CLOCKS for q in PERCENTILES]
 COLUMNS = ["method", "policy", "sampling", "category", "batch", "tokens_per_forward", "speedup", "step_cost",
            "tokens_per_s", "plain_tokens_per_s", "mean_accepted", "accepted_length_pooled", "accepted_length_per_request",
            "marginal", "conditional", "consistency", "thinking_length", "answer_length", *LATENCY, "prompts", "greedy_identical", "lossless_check", "check_samples", "check_detectable_tv", "check_p",
-           *(f"{k[:-2]}_frac" for k in SPLIT), "seconds", "plain_seconds", "errors"]
+           *(f"{k[:-2]}_frac" for k in SPLIT), "seconds", "plain_seconds", "predicted_speedup", "prediction_error",
+           "errors"]
 
 
 def aggregate(methods: list[str], samplings, categories: list[str], records: Iterable[dict],
-              policies=(FIXED,), batches=(1,)) -> list[dict]:
+              policies=(FIXED,), batches=(1,), profile: DeviceProfile | None = None) -> list[dict]:
     """One row per (method, policy, sampling, category, batch) from the run records, in that order (batch
-    innermost); a record without a policy or batch field is of the fixed policy at batch size 1."""
-    runs, checks = defaultdict(list), {}
+    innermost); a record without a policy or batch field is of the fixed policy at batch size 1. With a device
+    profile, each row's predicted seconds beside the measured (framework/control/cost_model.py)."""
+    runs, checks, plains = defaultdict(list), {}, {}
     for r in records:
         if r["id"].startswith("run/"):
             runs[r["method"], r.get("policy", FIXED), r["sampling"], r["category"], r.get("batch", 1)].append(r)
         elif r["id"].startswith("check/"):
             checks[r["method"], r["sampling"]] = r
+        elif r["id"].startswith("plain/"):
+            plains[r["id"]] = r
     keys = [(m, p, s, c, b) for m in methods for p in policies for s in samplings for c in categories for b in batches]
     rows = []
     for key in keys:
         method, policy, sampling = key[:3]
         check = checks.get((method, sampling), {}) if policy == FIXED else {}  # it ran the method as configured
-        rows.append(cell_row(runs.get(key, []), check, *key))
+        row = cell_row(runs.get(key, []), check, *key)
+        if profile is not None:
+            row.update(predicted(runs.get(key, []), plains, profile))
+        rows.append(row)
     return rows
+
+
+def predicted(cell: list[dict], plains: dict[str, dict], profile: DeviceProfile) -> dict:
+    """The cell's seconds as the profile predicts them from its runs' step traces, and its plain decoding's from
+    theirs: the predicted speedup, and the prediction's error against the clock (None where a run has no trace:
+    transformers' and peer engines' rows). Each part's prediction beside its measured seconds."""
+    ok = [r for r in cell if "error" not in r]
+    pairs = [(r, plains.get(r.get("plain_id"))) for r in ok]
+    if not ok or any("step_trace" not in r or p is None or "step_trace" not in p for r, p in pairs):
+        return {"predicted_speedup": None, "prediction_error": None}
+    mine = [predict_record(profile, r, r["method"]) for r, _ in pairs]
+    plain = [predict_record(profile, p, PLAIN) for _, p in pairs]
+    seconds, plain_s = sum(m.seconds for m in mine), sum(p.seconds for p in plain)
+    measured = sum(r["seconds"] for r in ok)
+    split = {k: sum(m.split()[k] for m in mine) for k in SPLIT}
+    return {"predicted_s": seconds, "predicted_plain_s": plain_s, "predicted_speedup": plain_s / seconds,
+            "prediction_error": seconds / measured - 1, "predicted_split": split, "profile_kind": profile.kind}
+
+
+def predict_record(profile: DeviceProfile, record: dict, method: str) -> Prediction:
+    return predict(profile, method, record["sampling"], record["prompt_tokens"], steps_of(record["step_trace"]))
 
 
 def cell_row(cell: list[dict], check: dict, method: str, policy: str, sampling: str, category: str, batch: int) -> dict:
@@ -287,8 +318,11 @@ MD_COLUMNS = [
     Column("lossless check (N, detectable TV)", "---", check_cell),
     Column("draft / target / verify / other", "---",
            lambda r: " / ".join(fmt(r[f"{k[:-2]}_frac"] and 100 * r[f"{k[:-2]}_frac"], 0) for k in SPLIT)),
+    Column(PREDICTED, "---:", lambda r: "-" if r.get("predicted_speedup") is None else
+           f"{fmt(r['predicted_speedup'])}x ({100 * r['prediction_error']:+.0f}%)"),
 ]
 OPTIONAL = {  # column -> whether the rows need it
+    PREDICTED: lambda rows: any(r.get("predicted_speedup") is not None for r in rows),
     "policy": lambda rows: any(r.get("policy", FIXED) != FIXED for r in rows),
     "batch": lambda rows: any(r.get("batch", 1) != 1 for r in rows),
 }

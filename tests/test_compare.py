@@ -14,6 +14,7 @@ from transformers import AutoTokenizer
 from experiments import compare, throughput
 from experiments.compare_report import BEGIN, BY_CATEGORY, COLUMNS, END, merge, publish, update_readme
 from experiments.workload import Workload, build_workload
+from framework.control.device_profile import DeviceProfile
 from framework.harness.stats import detectable_tv
 from framework.zoo.checkpoints import EMBEDDED
 
@@ -420,3 +421,27 @@ def test_a_runner_that_fails_at_one_concurrency_reports_it_there_and_the_run_goe
     assert rows["hf_batched", 1]["identical"] and rows["plain", 3]["speedup"] == 1.0
     assert "error: RuntimeError: engine died" in (tmp_path / "throughput.md").read_text()
     assert (tmp_path / "throughput_greedy.png").stat().st_size > 0
+
+
+def test_a_device_profile_puts_each_rows_predicted_speedup_beside_the_measured(tmp_path):
+    """A profile where only the target's forward costs (1 s each, whatever its size): a run's predicted seconds are
+    its steps, so the predicted speedup is plain decoding's steps over the method's, prompt by prompt matched to
+    the plain run timed beside it; transformers' rows have no trace and no prediction."""
+    per_method = lambda value: {m: value for m in ("plain", "prompt_lookup")}  # noqa: E731
+    DeviceProfile({}, "toy", {1: {0: {0: 1.0}}}, per_method({1: {0: 0.0}}),
+                  {"prompt_lookup": {"greedy": {1: {0: 0.0}}}}, per_method({"greedy": {1: {0: 0.0}}}),
+                  per_method({1: 0.0})).save(tmp_path / "profile.json")
+    result = compare.run(load(tmp_path, "experiment.methods=[prompt_lookup,hf_prompt_lookup]",
+                              "experiment.samplings=[greedy]", f"experiment.profile={tmp_path}/profile.json"))
+    rows = {r["method"]: r for r in result["rows"]}
+    runs = {r["prompt"]: r for r in records(tmp_path) if r["id"].startswith("run/prompt_lookup/")}
+    plains = {r["id"]: r for r in records(tmp_path) if r["id"].startswith("plain/")}
+    steps = sum(r["forwards"] - 1 for r in runs.values())  # every forward but the prefill is a step
+    plain_steps = sum(plains[r["plain_id"]]["forwards"] - 1 for r in runs.values())
+    assert rows["prompt_lookup"]["predicted_speedup"] == pytest.approx(plain_steps / steps)
+    seconds = sum(r["seconds"] for r in runs.values())
+    assert rows["prompt_lookup"]["prediction_error"] == pytest.approx(steps / seconds - 1)
+    assert rows["hf_prompt_lookup"]["predicted_speedup"] is None
+    assert "predicted speedup (seconds' error)" in (tmp_path / "compare.md").read_text()
+    with pytest.raises(FileNotFoundError, match="no device profile"):
+        compare.plan(load(tmp_path, f"experiment.profile={tmp_path}/missing.json"))

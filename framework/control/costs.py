@@ -30,17 +30,22 @@ class CostTable:
     def __post_init__(self) -> None:
         if 0 not in self.seconds or any(s <= 0 for s in self.seconds.values()):
             raise ValueError(f"a cost table needs a positive cost at 0 nodes and every other size, got {self.seconds}")
-        self.sizes = sorted(self.seconds)
 
     def __call__(self, nodes: float) -> float:
-        sizes, cost = self.sizes, self.seconds
-        for lo, hi in zip(sizes, sizes[1:]):
-            if nodes <= hi:
-                return cost[lo] + (cost[hi] - cost[lo]) * (nodes - lo) / (hi - lo)
-        if len(sizes) == 1:
-            return cost[sizes[0]]
-        lo, hi = sizes[-2], sizes[-1]  # beyond the last size: the last slope goes on
-        return cost[hi] + (cost[hi] - cost[lo]) * (nodes - hi) / (hi - lo)
+        return piecewise(self.seconds, nodes)
+
+
+def piecewise(points: dict[float, float], x: float) -> float:
+    """The broken line through `points` (x -> y) at x: linear between neighbours; beyond either end the end's
+    slope goes on (one point: that value everywhere)."""
+    xs = sorted(points)
+    if len(xs) == 1:
+        return points[xs[0]]
+    for lo, hi in zip(xs, xs[1:]):
+        if x <= hi:
+            return points[lo] + (points[hi] - points[lo]) * (x - lo) / (hi - lo)
+    lo, hi = xs[-2], xs[-1]
+    return points[hi] + (points[hi] - points[lo]) * (x - hi) / (hi - lo)
 
 
 def measured_costs(target, batch_size: int, cache: str | Path | None = None, sizes=SIZES) -> CostTable:

@@ -1,0 +1,158 @@
+"""A device profile: what each part of a decoding step costs here, for the cost model to predict runs from.
+
+    python -m experiments.profile_device                                   # the zoo target, conf/profile_device.yaml
+    python -m experiments.profile_device 'methods=[plain,eagle3]' 'batches=[1,4]' threads=2
+
+Measured, at the run's thread count (CUDA: every clock after a synchronisation, the engine's own):
+- the target's verification forward by rows, context and tree nodes (a prefix of a breadth-first binary tree per
+  row: Target.forward_costs, the median of `repeats` after a warm-up round, sizes interleaved);
+- per method and sampling, generations of held-out text at each plan depth in `levels` and at the proposer's own
+  setting, whose steps give: the drafting seconds by levels drafted, the target laws and verification by nodes
+  (a least-squares line), the rest of a step (the generation's seconds less its start and its steps' parts, per
+  step), and the start (the target's and the proposer's prefill) by prompt tokens.
+
+Writes `out` (framework/control/device_profile.py) with the hardware and versions; experiments.compare reads it
+with experiment.profile=<that file> and prints each row's predicted speedup beside the measured one.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from collections import defaultdict
+
+import hydra
+import torch
+import transformers
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from experiments.common import option, torch_threads
+from framework.control.device_profile import PLAIN, DeviceProfile
+from framework.core.policy import FixedPolicy, Plan
+from framework.engine import generate
+from framework.lm.target import HFTarget
+from framework.lm.text import tokenizer_of
+from framework.zoo.corpus import build_corpus, stdlib_files
+
+MOST_NODES = 254  # Target.forward_costs' binary tree
+
+
+class AtDepth(FixedPolicy):
+    """Every step planned at one depth (None: the proposer's own setting)."""
+
+    def __init__(self, depth: int | None):
+        self.depth = depth
+
+    def plan(self) -> Plan:
+        return Plan(self.depth)
+
+
+def text_ids(model, tokens: int) -> list[int]:
+    """`tokens` ids of held-out stdlib source in the model's tokenizer (random ids for a model without one)."""
+    tokenizer = tokenizer_of(model)
+    if tokenizer is None:
+        return torch.randint(0, model.config.vocab_size, (tokens,), generator=torch.Generator().manual_seed(0)).tolist()
+    text = "\n".join(build_corpus(stdlib_files())["heldout"]["text"][:8])
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) < tokens:
+        raise ValueError(f"the held-out text has {len(ids)} tokens, the profile asks for {tokens}")
+    return ids[:tokens]
+
+
+def forward_table(target: HFTarget, ids: list[int], batches, contexts, nodes, repeats: int) -> dict:
+    """batch -> context -> nodes -> seconds of one verification forward."""
+    table = {}
+    for B in batches:
+        table[B] = {}
+        for L in contexts:
+            target.prefill(torch.tensor([ids[b * L: (b + 1) * L] for b in range(B)]))  # each row its own text
+            table[B][L] = target.forward_costs(list(nodes), repeats)
+    return table
+
+
+def line(points: list[tuple[float, float]], upto: int) -> dict[int, float]:
+    """The least-squares line through (x, y) as a two-point table {0: a, upto: a + b upto} (one x: flat)."""
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else 0.0
+    return {0: mean_y - slope * mean_x, upto: mean_y + slope * (upto - mean_x)}
+
+
+def method_tables(target: HFTarget, node, name: str, samplings: dict, ids: list[int], cfg: DictConfig) -> dict:
+    """One method's generations: its start by prompt tokens, drafting by levels, verification by nodes and the
+    rest per step, each per batch size (and sampling where the law matters)."""
+    starts, rest = defaultdict(lambda: defaultdict(list)), defaultdict(list)
+    draft = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    verify = defaultdict(lambda: defaultdict(list))
+    depths = [None] if node is None else [None, *cfg.levels]
+    for sampling_name, sampling in samplings.items():
+        for B in cfg.batches:
+            for P in cfg.prompt_tokens:
+                prompt = torch.tensor([ids[b * P: (b + 1) * P] for b in range(B)])
+                for depth in depths:
+                    for rep in range(cfg.repeats + 1):
+                        proposer = instantiate(node)() if node is not None else None
+                        start = time.perf_counter()
+                        out = generate(target, proposer, prompt, cfg.max_new_tokens, sampling, seed=cfg.seed + rep,
+                                       policy=AtDepth(depth))
+                        seconds = time.perf_counter() - start
+                        if not rep:
+                            continue  # the first builds caches
+                        steps = out.stats.steps
+                        parts = sum(s.draft_s + s.target_s + s.verify_s for s in steps)
+                        starts[B][P].append(out.stats.prefill_s)
+                        rest[B].append((seconds - out.stats.prefill_s - parts) / max(len(steps), 1))
+                        for s in steps:
+                            levels = int(s.drafted.max()) if s.drafted is not None and s.drafted.numel() else 0
+                            draft[sampling_name][B][levels].append(s.draft_s)
+                            verify[sampling_name][B].append((s.nodes, s.verify_s))
+    return {
+        "prefill": {B: {P: statistics.median(v) for P, v in by_p.items()} for B, by_p in starts.items()},
+        "other": {B: statistics.median(v) for B, v in rest.items()},
+        "draft": {s: {B: {lv: statistics.median(v) for lv, v in sorted(by_l.items())} for B, by_l in by_b.items()}
+                  for s, by_b in draft.items()} if node is not None else {},
+        "verify": {s: {B: line(points, MOST_NODES) for B, points in by_b.items()} for s, by_b in verify.items()},
+    }
+
+
+def hardware(target: HFTarget) -> dict:
+    gpu = torch.cuda.get_device_name(target.device) if target.device.type == "cuda" else None
+    return {"cpu": platform.processor() or platform.machine(), "gpu": gpu, "threads": torch.get_num_threads(),
+            "system": platform.platform(terse=True), "python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "measured": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def profile(cfg: DictConfig) -> DeviceProfile:
+    if not cfg.methods or not cfg.samplings or not cfg.batches:
+        raise ValueError("methods, samplings and batches must each name at least one")
+    if max(cfg.nodes) > MOST_NODES or min(cfg.nodes) != 0:
+        raise ValueError(f"nodes must start at 0 and stay <= {MOST_NODES}, got {list(cfg.nodes)}")
+    nodes = {m: None if m == PLAIN else option("proposer", m, cfg, "methods") for m in cfg.methods}
+    samplings = {s: instantiate(option("sampling", s, cfg, "samplings")) for s in cfg.samplings}
+    target = HFTarget(instantiate(cfg.target))
+    ids = text_ids(target.lm.model, max(max(cfg.contexts), max(cfg.prompt_tokens)) * max(cfg.batches))
+    forward = forward_table(target, ids, cfg.batches, cfg.contexts, cfg.nodes, cfg.repeats)
+    prefill, draft, verify, other = {}, {}, {}, {}
+    for name, node in nodes.items():
+        tables = method_tables(target, node, name, samplings, ids, cfg)
+        prefill[name], other[name] = tables["prefill"], tables["other"]
+        verify[name] = tables["verify"]
+        if node is not None:
+            draft[name] = tables["draft"]
+    return DeviceProfile(hardware(target), target.cost_key(), forward, prefill, draft, verify, other,
+                         notes={"max_new_tokens": cfg.max_new_tokens, "levels": list(cfg.levels)})
+
+
+@hydra.main(config_path="../conf", config_name="profile_device", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    with torch_threads(cfg.threads), torch.no_grad():
+        result = profile(cfg)
+    result.save(cfg.out)
+    print(f"device profile of {result.target} ({result.hardware['threads']} threads): {cfg.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""The cost model on known costs: nested tables, step records read off a generation, predictions, the profile file,
+and experiments.profile_device on the tiny target."""
+
+import json
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from experiments.common import CONF
+from experiments.profile_device import profile
+from framework.control.cost_model import STEP_FIELDS, Prediction, StepRecord, predict, step_records, steps_of
+from framework.control.device_profile import DeviceProfile, interpolate
+from framework.engine import generate
+from framework.lm.target import HFTarget
+from framework.lm.models import tiny_random_model
+from proposers.ngram.prompt_lookup import PromptLookupProposer
+
+
+def simple_profile(**changes) -> DeviceProfile:
+    """Costs linear in every axis, so that any lookup has a value to work out by hand."""
+    tables = dict(
+        hardware={"cpu": "test"}, target="toy",
+        forward={1: {0: {0: 1.0, 10: 2.0}, 100: {0: 2.0, 10: 3.0}}, 3: {0: {0: 2.0, 10: 4.0}, 100: {0: 3.0, 10: 5.0}}},
+        prefill={"plain": {1: {0: 0.5, 100: 1.5}}, "pld": {1: {0: 1.0, 100: 2.0}}},
+        draft={"pld": {"greedy": {1: {0: 0.0, 1: 0.1, 3: 0.5}}}},
+        verify={"plain": {"greedy": {1: {0: 0.01}}}, "pld": {"greedy": {1: {0: 0.01, 10: 0.11}}}},
+        other={"plain": {1: 0.02}, "pld": {1: 0.03}},
+    )
+    return DeviceProfile(**{**tables, **changes})
+
+
+def test_nested_tables_interpolate_along_each_axis_and_extend_past_the_ends():
+    forward = simple_profile().forward
+    assert interpolate(forward, 1, 50, 5) == pytest.approx(2.0)  # the middle of the (context, nodes) square
+    assert interpolate(forward, 2, 0, 10) == pytest.approx(3.0)  # halfway between batch 1 and 3
+    assert interpolate(forward, 1, 200, 20) == pytest.approx(5.0)  # past both ends: their slopes go on
+    assert interpolate({0: 4.0}, 7) == 4.0  # one point: flat
+    with pytest.raises(ValueError, match="deeper than the lookup"):
+        interpolate(forward, 1, 0)
+
+
+def test_a_prediction_sums_each_steps_parts_from_the_tables():
+    steps = [StepRecord(rows=1, nodes=10, levels=3, context=100), StepRecord(rows=1, nodes=0, levels=0, context=104)]
+    got = predict(simple_profile(), "pld", "greedy", [40], steps)
+    assert got == Prediction(start_s=1.4, draft_s=0.5 + 0.0, target_s=3.0 + 2.04, verify_s=0.11 + 0.01, other_s=0.06)
+    assert got.seconds == pytest.approx(1.4 + 0.5 + 5.04 + 0.12 + 0.06)
+    # a packed step (one of three rows drafted) pays a third of its nodes per row
+    shared = predict(simple_profile(), "pld", "greedy", [0, 0, 0], [StepRecord(3, 9, 1, 0, drafting=1)])
+    assert shared.target_s == pytest.approx(2.0 + 2.0 * 3 / 10) and shared.verify_s == pytest.approx(0.04)
+
+
+def test_plain_decoding_drafts_nothing_and_an_unprofiled_method_is_named():
+    assert predict(simple_profile(), "plain", "greedy", [0], [StepRecord(1, 0, 0, 0)]).draft_s == 0.0
+    with pytest.raises(ValueError, match=r"no 'eagle3'.*experiments.profile_device"):
+        predict(simple_profile(), "eagle3", "greedy", [0], [StepRecord(1, 0, 0, 0)])
+    with pytest.raises(ValueError, match=r"draft\[pld\] table has no 't1'"):
+        predict(simple_profile(), "pld", "t1", [0], [StepRecord(1, 0, 0, 0)])
+
+
+def test_a_profile_file_round_trips_and_a_wrong_file_is_named(tmp_path):
+    path = tmp_path / "profile.json"
+    simple_profile().save(path)
+    again = DeviceProfile.load(path)  # JSON's string keys are numbers again
+    assert again.forward == simple_profile().forward and again.forward_s(1, 50, 5) == pytest.approx(2.0)
+    (tmp_path / "other.json").write_text(json.dumps({"forward": {}}))
+    with pytest.raises(ValueError, match="not a device profile: it lacks"):
+        DeviceProfile.load(tmp_path / "other.json")
+    with pytest.raises(FileNotFoundError, match="experiments.profile_device writes one"):
+        DeviceProfile.load(tmp_path / "missing.json")
+    with pytest.raises(ValueError, match="'measured' or 'projection'"):
+        simple_profile(kind="guess")
+
+
+def test_step_records_follow_each_rows_context_as_it_grows():
+    """Two prompts of 4 and 9 tokens: a row's context starts at its prompt and first token and grows by what each
+    step kept; after its last step it holds the prompt and every new token."""
+    target = HFTarget(tiny_random_model("llama"))
+    prompts = [[5, 6, 7, 5], [1, 2, 3, 1, 2, 3, 1, 2, 3]]
+    out = generate(target, PromptLookupProposer(num_tokens=3, max_ngram=2), prompts, 10)
+    steps = step_records(out.stats.steps, [4, 9])
+    assert steps[0].context == pytest.approx((5 + 10) / 2) and all(s.rows == 2 for s in steps)
+    for before, after, stats in zip(steps, steps[1:], out.stats.steps):
+        assert after.context - before.context == pytest.approx(float(stats.emitted.float().mean()))
+    assert steps[-1].context + float(out.stats.steps[-1].emitted.float().mean()) == pytest.approx((4 + 9) / 2 + 10)
+    assert [s.nodes for s in steps] == [s.nodes for s in out.stats.steps]
+    assert steps_of({k: [getattr(s, k) for s in steps] for k in STEP_FIELDS}) == steps  # a record's columns
+    with pytest.raises(ValueError, match="lacks"):
+        steps_of({"rows": [1]})
+
+
+def test_the_device_profile_app_measures_every_table_on_the_tiny_target(tmp_path):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="profile_device", overrides=[
+            "models=tiny", "methods=[plain,prompt_lookup]", "samplings=[greedy]", "contexts=[16,32]",
+            "nodes=[0,1,4]", "prompt_tokens=[8,16]", "levels=[0,2]", "max_new_tokens=6", "repeats=1",
+            f"out={tmp_path}/p.json"])
+    got = profile(cfg)
+    assert set(got.forward[1]) == {16, 32} and set(got.forward[1][16]) == {0, 1, 4}
+    assert set(got.prefill) == {"plain", "prompt_lookup"} and set(got.prefill["plain"][1]) == {8, 16}
+    assert set(got.draft) == {"prompt_lookup"} and 0 in got.draft["prompt_lookup"]["greedy"][1]
+    steps = [StepRecord(1, 3, 2, 20), StepRecord(1, 0, 0, 23)]
+    assert predict(got, "prompt_lookup", "greedy", [12], steps).seconds > 0
+    with pytest.raises(ValueError, match="nodes must start at 0"):
+        profile(compose_override(cfg, "nodes", [1, 300]))
+
+
+def compose_override(cfg, key, value):
+    changed = cfg.copy()
+    changed[key] = value
+    return changed
+
