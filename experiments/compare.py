@@ -79,6 +79,8 @@ from experiments.common import (
 )
 from experiments.compare_report import (
     FIXED,
+    PREDICTION,
+    PROJECTION,
     aggregate,
     markdown,
     merge,
@@ -222,8 +224,7 @@ def plan(cfg: DictConfig) -> Plan:
     if wrong:
         raise ValueError(f"unknown policies {wrong} in experiment.policies (have {policy_configs()})")
     policies = {p: policy_factory(p, cfg) for p in exp.policies}
-    if exp.get("profile"):
-        DeviceProfile.load(exp.profile)  # a wrong path or file fails before any work
+    device_profiles(exp)  # a wrong path or file fails before any work
     proposers = {m: option("proposer", m, cfg, "experiment.methods") for m in methods if m in known}
     if OWN in methods:  # the composed group, command-line overrides included: what a sweep varies
         proposers[OWN] = cfg.proposer
@@ -492,9 +493,9 @@ def prime_policies(runners: dict, work: Workload, plan: Plan) -> None:
             attempt(runners[runner_of(sized[0])], work.batch(category, 0, batch), law, factory())
 
 
-def table(plan: Plan, categories: list[str], records: Iterable[dict], profile: DeviceProfile | None = None) -> list[dict]:
-    """The rows of the cells that ran, in plan order (with a device profile: each with its predicted seconds)."""
-    rows = aggregate(plan.methods, plan.samplings, categories, records, list(plan.policies), plan.batch_sizes, profile)
+def table(plan: Plan, categories: list[str], records: Iterable[dict], profiles: dict | None = None) -> list[dict]:
+    """The rows of the cells that ran, in plan order (with device profiles: each row's predicted seconds)."""
+    rows = aggregate(plan.methods, plan.samplings, categories, records, list(plan.policies), plan.batch_sizes, profiles)
     return [r for r in rows if plan.runs(r["method"], r["policy"], r["batch"])]
 
 
@@ -551,9 +552,9 @@ def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
     prime_policies(runners, work, the_plan)
     timed_cells(the_plan, runners, work, records, exp.baseline, logits_of(model))
     lossless_checks(cfg, the_plan, model, records, out)
-    profile = DeviceProfile.load(exp.profile) if exp.get("profile") else None
-    rows = table(the_plan, the_plan.categories, records.done.values(), profile)
-    summary = table(the_plan, [ALL], [{**r, "category": ALL} for r in records.done.values()], profile)
+    profiles = device_profiles(exp)
+    rows = table(the_plan, the_plan.categories, records.done.values(), profiles)
+    summary = table(the_plan, [ALL], [{**r, "category": ALL} for r in records.done.values()], profiles)
     result = {"rows": rows, "summary": summary, "skipped": the_plan.skipped, "notes": notes(the_plan),
               "settings": settings, "baseline": exp.baseline, "workload": work.description, "hardware": hardware(),
               "samplings": {name: asdict(law) for name, law in the_plan.samplings.items()}, "command": command(),
@@ -570,6 +571,12 @@ def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
                                                "speedup": one[0]["speedup"] if len(one) == 1 else None,
                                                "summary": {label(r): r["speedup"] for r in one}})
     return result
+
+
+def device_profiles(exp: DictConfig) -> dict[str, DeviceProfile]:
+    """experiment.profile (this machine's: predictions) and experiment.project (another device's: projections)."""
+    named = {PREDICTION: exp.get("profile"), PROJECTION: exp.get("project")}
+    return {name: DeviceProfile.load(path) for name, path in named.items() if path}
 
 
 def command() -> str | None:

@@ -33,20 +33,23 @@ SPLIT = ("draft_s", "target_s", "verify_s", "other_s")
 FIXED = "fixed"  # the policy of speculation as configured (generate's policy=None); records before the axis had it
 PERCENTILES = tuple(f"p{q}" for q in QUANTILES)  # framework.metrics.latency's, as the csv's and tables' columns
 CLOCKS = ("ttft", "tpot", "e2e")
-PREDICTED = "predicted speedup (seconds' error)"  # a device profile's prediction beside the measured speedup
+PREDICTION, PROJECTION = "predicted", "projected"  # a row's figures from this machine's profile, from another device's
+PREDICTED = "predicted speedup (seconds' error)"  # this machine's profile's prediction beside the measured speedup
+PROJECTED = "projected speedup"  # experiment.project's profile (another device, or a roofline projection)
 LATENCY = [f"{k}_{q}" for k in CLOCKS for q in PERCENTILES]
 COLUMNS = ["method", "policy", "sampling", "category", "batch", "tokens_per_forward", "speedup", "step_cost",
            "tokens_per_s", "plain_tokens_per_s", "mean_accepted", "accepted_length_pooled", "accepted_length_per_request",
            "marginal", "conditional", "consistency", "thinking_length", "answer_length", *LATENCY, "prompts", "greedy_identical", "lossless_check", "check_samples", "check_detectable_tv", "check_p",
-           *(f"{k[:-2]}_frac" for k in SPLIT), "seconds", "plain_seconds", "predicted_speedup", "prediction_error",
+           *(f"{k[:-2]}_frac" for k in SPLIT), "seconds", "plain_seconds", "predicted_speedup", "prediction_error", "projected_speedup",
            "errors"]
 
 
 def aggregate(methods: list[str], samplings, categories: list[str], records: Iterable[dict],
-              policies=(FIXED,), batches=(1,), profile: DeviceProfile | None = None) -> list[dict]:
+              policies=(FIXED,), batches=(1,), profiles: dict[str, DeviceProfile] | None = None) -> list[dict]:
     """One row per (method, policy, sampling, category, batch) from the run records, in that order (batch
-    innermost); a record without a policy or batch field is of the fixed policy at batch size 1. With a device
-    profile, each row's predicted seconds beside the measured (framework/control/cost_model.py)."""
+    innermost); a record without a policy or batch field is of the fixed policy at batch size 1. profiles: name ->
+    device profile; each row gets its <name>_speedup and seconds from it (framework/control/cost_model.py): "predicted"
+    is this machine's (with the error against the clock), "projected" another device's."""
     runs, checks, plains = defaultdict(list), {}, {}
     for r in records:
         if r["id"].startswith("run/"):
@@ -61,27 +64,29 @@ def aggregate(methods: list[str], samplings, categories: list[str], records: Ite
         method, policy, sampling = key[:3]
         check = checks.get((method, sampling), {}) if policy == FIXED else {}  # it ran the method as configured
         row = cell_row(runs.get(key, []), check, *key)
-        if profile is not None:
-            row.update(predicted(runs.get(key, []), plains, profile))
+        for name, profile in (profiles or {}).items():
+            row.update(predicted(runs.get(key, []), plains, profile, name))
         rows.append(row)
     return rows
 
 
-def predicted(cell: list[dict], plains: dict[str, dict], profile: DeviceProfile) -> dict:
+def predicted(cell: list[dict], plains: dict[str, dict], profile: DeviceProfile, name: str = PREDICTION) -> dict:
     """The cell's seconds as the profile predicts them from its runs' step traces, and its plain decoding's from
-    theirs: the predicted speedup, and the prediction's error against the clock (None where a run has no trace:
-    transformers' and peer engines' rows). Each part's prediction beside its measured seconds."""
+    theirs: the <name>_speedup, each part's seconds, and for this machine's profile (PREDICTION) the error against
+    the clock. None where a run has no trace (transformers' and peer engines' rows)."""
     ok = [r for r in cell if "error" not in r]
     pairs = [(r, plains.get(r.get("plain_id"))) for r in ok]
     if not ok or any("step_trace" not in r or p is None or "step_trace" not in p for r, p in pairs):
-        return {"predicted_speedup": None, "prediction_error": None}
+        return {f"{name}_speedup": None, **({"prediction_error": None} if name == PREDICTION else {})}
     mine = [predict_record(profile, r, r["method"]) for r, _ in pairs]
     plain = [predict_record(profile, p, PLAIN) for _, p in pairs]
     seconds, plain_s = sum(m.seconds for m in mine), sum(p.seconds for p in plain)
-    measured = sum(r["seconds"] for r in ok)
-    split = {k: sum(m.split()[k] for m in mine) for k in SPLIT}
-    return {"predicted_s": seconds, "predicted_plain_s": plain_s, "predicted_speedup": plain_s / seconds,
-            "prediction_error": seconds / measured - 1, "predicted_split": split, "profile_kind": profile.kind}
+    out = {f"{name}_s": seconds, f"{name}_plain_s": plain_s, f"{name}_speedup": plain_s / seconds,
+           f"{name}_split": {k: sum(m.split()[k] for m in mine) for k in SPLIT},
+           f"{name}_start_s": sum(m.start_s for m in mine), f"{name}_kind": profile.kind}
+    if name == PREDICTION:
+        out["prediction_error"] = seconds / sum(r["seconds"] for r in ok) - 1
+    return out
 
 
 def predict_record(profile: DeviceProfile, record: dict, method: str) -> Prediction:
@@ -320,9 +325,11 @@ MD_COLUMNS = [
            lambda r: " / ".join(fmt(r[f"{k[:-2]}_frac"] and 100 * r[f"{k[:-2]}_frac"], 0) for k in SPLIT)),
     Column(PREDICTED, "---:", lambda r: "-" if r.get("predicted_speedup") is None else
            f"{fmt(r['predicted_speedup'])}x ({100 * r['prediction_error']:+.0f}%)"),
+    Column(PROJECTED, "---:", lambda r: "-" if r.get("projected_speedup") is None else f"{fmt(r['projected_speedup'])}x"),
 ]
 OPTIONAL = {  # column -> whether the rows need it
     PREDICTED: lambda rows: any(r.get("predicted_speedup") is not None for r in rows),
+    PROJECTED: lambda rows: any(r.get("projected_speedup") is not None for r in rows),
     "policy": lambda rows: any(r.get("policy", FIXED) != FIXED for r in rows),
     "batch": lambda rows: any(r.get("batch", 1) != 1 for r in rows),
 }

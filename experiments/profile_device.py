@@ -13,6 +13,11 @@ Measured, at the run's thread count (CUDA: every clock after a synchronisation, 
 
 Writes `out` (framework/control/device_profile.py) with the hardware and versions; experiments.compare reads it
 with experiment.profile=<that file> and prints each row's predicted speedup beside the measured one.
+
+    python -m experiments.profile_device projection=h100_8b measured=<device_profile.json>
+
+projects a measured profile onto published peak figures (framework/control/roofline.py, conf/projection): a
+profile of kind "projection", which experiment.project=<that file> sets beside the measured rows.
 """
 
 from __future__ import annotations
@@ -148,10 +153,17 @@ def profile(cfg: DictConfig) -> DeviceProfile:
 
 @hydra.main(config_path="../conf", config_name="profile_device", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    with torch_threads(cfg.threads), torch.no_grad():
-        result = profile(cfg)
-    result.save(cfg.out)
-    print(f"device profile of {result.target} ({result.hardware['threads']} threads): {cfg.out}")
+    if cfg.measured is not None:
+        measured = DeviceProfile.load(cfg.measured)
+    else:
+        with torch_threads(cfg.threads), torch.no_grad():
+            measured = profile(cfg)
+        measured.save(cfg.out)
+        print(f"device profile of {measured.target} ({measured.hardware['threads']} threads): {cfg.out}")
+    if cfg.get("projection") is not None:
+        projection = instantiate(cfg.projection, _convert_="object")
+        projection.of(measured).save(cfg.projected_out)
+        print(f"projected onto {projection.device.name} (a projection, not a measurement): {cfg.projected_out}")
 
 
 if __name__ == "__main__":

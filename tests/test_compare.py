@@ -432,7 +432,8 @@ def test_a_device_profile_puts_each_rows_predicted_speedup_beside_the_measured(t
                   {"prompt_lookup": {"greedy": {1: {0: 0.0}}}}, per_method({"greedy": {1: {0: 0.0}}}),
                   per_method({1: 0.0})).save(tmp_path / "profile.json")
     result = compare.run(load(tmp_path, "experiment.methods=[prompt_lookup,hf_prompt_lookup]",
-                              "experiment.samplings=[greedy]", f"experiment.profile={tmp_path}/profile.json"))
+                              "experiment.samplings=[greedy]", f"experiment.profile={tmp_path}/profile.json",
+                              f"experiment.project={tmp_path}/profile.json"))
     rows = {r["method"]: r for r in result["rows"]}
     runs = {r["prompt"]: r for r in records(tmp_path) if r["id"].startswith("run/prompt_lookup/")}
     plains = {r["id"]: r for r in records(tmp_path) if r["id"].startswith("plain/")}
@@ -442,6 +443,7 @@ def test_a_device_profile_puts_each_rows_predicted_speedup_beside_the_measured(t
     seconds = sum(r["seconds"] for r in runs.values())
     assert rows["prompt_lookup"]["prediction_error"] == pytest.approx(steps / seconds - 1)
     assert rows["hf_prompt_lookup"]["predicted_speedup"] is None
-    assert "predicted speedup (seconds' error)" in (tmp_path / "compare.md").read_text()
+    assert rows["prompt_lookup"]["projected_speedup"] == rows["prompt_lookup"]["predicted_speedup"]  # the same costs
+    assert "predicted speedup (seconds' error) | projected speedup |" in (tmp_path / "compare.md").read_text()
     with pytest.raises(FileNotFoundError, match="no device profile"):
         compare.plan(load(tmp_path, f"experiment.profile={tmp_path}/missing.json"))

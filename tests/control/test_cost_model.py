@@ -2,6 +2,7 @@
 and experiments.profile_device on the tiny target."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -10,6 +11,7 @@ from experiments.common import CONF
 from experiments.profile_device import profile
 from framework.control.cost_model import STEP_FIELDS, Prediction, StepRecord, predict, step_records, steps_of
 from framework.control.device_profile import DeviceProfile, interpolate
+from framework.control.roofline import Accelerator, ModelSize, Projection, forward_s
 from framework.engine import generate
 from framework.lm.target import HFTarget
 from framework.lm.models import tiny_random_model
@@ -109,3 +111,35 @@ def compose_override(cfg, key, value):
     changed[key] = value
     return changed
 
+
+
+H100 = Accelerator("H100", bandwidth=3.35e12, flops=9.89e14, source="datasheet", bandwidth_share=1.0, flops_share=1.0,
+                   launch_s=0.0)
+EIGHT_B = ModelSize(parameters=7.5e9, layers=32, width=4096, kv_values=2048)
+
+
+def test_the_roofline_is_bandwidth_bound_for_one_token_and_compute_bound_for_many():
+    alone = forward_s(H100, EIGHT_B, rows=1, context=0, tokens_per_row=1)
+    assert alone == pytest.approx(2 * (7.5e9 + 32 * 2048) / 3.35e12)  # the weights and one token's cache, read once
+    many = forward_s(H100, EIGHT_B, rows=64, context=0, tokens_per_row=64)  # 4096 tokens: past the ridge
+    assert many == pytest.approx(2 * 7.5e9 * 4096 / 9.89e14 + 4 * 32 * 4096 * 4096 * 64 / 9.89e14)
+    assert forward_s(H100, EIGHT_B, 1, 0, 8) == pytest.approx(alone, rel=1e-3)  # a few nodes are nearly free there
+    launched = Accelerator("x", 1e12, 1e14, "s", launch_s=1e-5)
+    assert forward_s(launched, EIGHT_B, 1, 0, 1) - forward_s(replace(launched, launch_s=0.0), EIGHT_B, 1, 0, 1) == \
+        pytest.approx(32 * 12 * 1e-5)
+    with pytest.raises(ValueError, match="shares in"):
+        Accelerator("x", 1e12, 1e14, "s", bandwidth_share=1.5)
+
+
+def test_a_projection_replaces_model_forwards_and_keeps_host_work_as_measured():
+    measured = simple_profile()
+    drafter = ModelSize(parameters=1e9, layers=16, width=2048, kv_values=1024)
+    got = Projection(H100, EIGHT_B, {"pld": None}).of(measured)
+    assert got.kind == "projection" and got.hardware["projected onto"] == "H100"
+    assert got.forward_s(1, 100, 10) == pytest.approx(forward_s(H100, EIGHT_B, 1, 100, 11))
+    assert got.draft == measured.draft and got.verify == measured.verify and got.other == measured.other
+    modelled = Projection(H100, EIGHT_B, {"pld": drafter}, draft_context=64).of(measured)
+    assert modelled.draft_s("pld", "greedy", 1, 3) == pytest.approx(3 * forward_s(H100, drafter, 1, 64, 1))
+    assert modelled.prefill_s("pld", 1, 100) == pytest.approx(forward_s(H100, EIGHT_B, 1, 0, 100) + forward_s(H100, drafter, 1, 0, 100))
+    with pytest.raises(ValueError, match="needs 'pld'"):
+        Projection(H100, EIGHT_B, {}).of(measured)
