@@ -261,18 +261,24 @@ def plots(result: dict, out: Path) -> None:
     name = result["workload"].get("suite", "workload") if isinstance(result["workload"], dict) else "workload"
     for sampling in dict.fromkeys(r["sampling"] for r in result["rows"]):
         rows = [r for r in result["rows"] if r["sampling"] == sampling]
-        fig, (tps, ratio) = plt.subplots(1, 2, figsize=(11, 4))
-        for method in dict.fromkeys(r["method"] for r in rows):
+        fig, (tps, ratio) = plt.subplots(1, 2, figsize=(13, 4.5))
+        methods = list(dict.fromkeys(r["method"] for r in rows))
+        bases = list(dict.fromkeys(m.split("/")[0] for m in methods))  # a colour per method, a line style per policy
+        policies = list(dict.fromkeys(m.split("/", 1)[1] for m in methods if "/" in m))
+        for method in methods:
             mine = sorted((r for r in rows if r["method"] == method and "error" not in r), key=lambda r: r["concurrency"])
             xs = [r["concurrency"] for r in mine]
-            tps.plot(xs, [r["tokens_per_s"] for r in mine], marker="o", label=method)
-            ratio.plot(xs, [r["speedup"] for r in mine], marker="o", label=method)
+            base, _, policy = method.partition("/")
+            look = {"color": plt.cm.tab20(bases.index(base) % 20), "marker": "o", "label": method,
+                    "linestyle": ["-", "--", ":", "-."][(policies.index(policy) + 1) % 4 if policy else 0]}
+            tps.plot(xs, [r["tokens_per_s"] for r in mine], **look)
+            ratio.plot(xs, [r["speedup"] for r in mine], **look)
         for axis, what in ((tps, "output tokens per second"), (ratio, "throughput / plain decoding's")):
             axis.set_xscale("log", base=2)
             axis.set_xlabel("concurrency (requests decoding together, at most)")
             axis.set_ylabel(what)
         ratio.axhline(1.0, color="grey", linewidth=0.8)
-        tps.legend(fontsize=7)
+        ratio.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
         fig.suptitle(f"{name}, {sampling}: throughput against concurrency")
         fig.tight_layout()
         files.save_figure(fig, out / f"throughput_{sampling}.png", dpi=110)
