@@ -7,9 +7,11 @@ Measured, at the run's thread count (CUDA: every clock after a synchronisation, 
 - the target's verification forward by rows, context and tree nodes (a prefix of a breadth-first binary tree per
   row: Target.forward_costs, the median of `repeats` after a warm-up round, sizes interleaved);
 - per method and sampling, generations of held-out text at each plan depth in `levels` and at the proposer's own
-  setting, whose steps give: the drafting seconds by levels drafted, the target laws and verification by nodes
-  (a least-squares line), the rest of a step (the generation's seconds less its start and its steps' parts, per
-  step), and the start (the target's and the proposer's prefill) by prompt tokens.
+  setting, whose steps give: the drafting seconds by levels drafted and the target laws and verification by nodes
+  (least-squares lines over every step: a level that few steps reached is not one noisy mean), the rest of a
+  step (the generation's seconds less its start and its steps' parts, per step), the start (the target's and the
+  proposer's prefill) by prompt tokens, and the method's target forwards against the table (`target_scale`: on a
+  CPU a drafter between two forwards evicts the target's weights from the caches).
 
 Writes `out` (framework/control/device_profile.py) with the hardware and versions; experiments.compare reads it
 with experiment.profile=<that file> and prints each row's predicted speedup beside the measured one.
@@ -22,6 +24,7 @@ profile of kind "projection", which experiment.project=<that file> sets beside t
 
 from __future__ import annotations
 
+import logging
 import platform
 import statistics
 import time
@@ -34,13 +37,15 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from experiments.common import option, torch_threads
-from framework.control.device_profile import PLAIN, DeviceProfile
+from framework.control.cost_model import step_records
+from framework.control.device_profile import PLAIN, DeviceProfile, interpolate
 from framework.core.policy import FixedPolicy, Plan
 from framework.engine import generate
 from framework.lm.target import HFTarget
 from framework.lm.text import tokenizer_of
 from framework.zoo.corpus import build_corpus, stdlib_files
 
+log = logging.getLogger(__name__)
 MOST_NODES = 254  # Target.forward_costs' binary tree
 
 
@@ -86,20 +91,20 @@ def line(points: list[tuple[float, float]], upto: int) -> dict[int, float]:
     return {0: mean_y - slope * mean_x, upto: mean_y + slope * (upto - mean_x)}
 
 
-def method_tables(target: HFTarget, node, name: str, samplings: dict, ids: list[int], cfg: DictConfig) -> dict:
-    """One method's generations: its start by prompt tokens, drafting by levels, verification by nodes and the
-    rest per step, each per batch size (and sampling where the law matters)."""
+def method_tables(target: HFTarget, node, samplings: dict, ids: list[int], forward: dict, cfg: DictConfig) -> dict:
+    """One method's generations: its start by prompt tokens, drafting by levels and verification by nodes (lines),
+    the rest per step, and its target forwards against the forward table; per batch size (and sampling)."""
     starts, rest = defaultdict(lambda: defaultdict(list)), defaultdict(list)
-    draft = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
-    verify = defaultdict(lambda: defaultdict(list))
+    draft, verify, targets = (defaultdict(lambda: defaultdict(list)) for _ in range(3))
     depths = [None] if node is None else [None, *cfg.levels]
+    factory = instantiate(node) if node is not None else None  # its models loaded once; a fresh proposer per generation
     for sampling_name, sampling in samplings.items():
         for B in cfg.batches:
             for P in cfg.prompt_tokens:
                 prompt = torch.tensor([ids[b * P: (b + 1) * P] for b in range(B)])
                 for depth in depths:
                     for rep in range(cfg.repeats + 1):
-                        proposer = instantiate(node)() if node is not None else None
+                        proposer = factory() if factory is not None else None
                         start = time.perf_counter()
                         out = generate(target, proposer, prompt, cfg.max_new_tokens, sampling, seed=cfg.seed + rep,
                                        policy=AtDepth(depth))
@@ -110,16 +115,21 @@ def method_tables(target: HFTarget, node, name: str, samplings: dict, ids: list[
                         parts = sum(s.draft_s + s.target_s + s.verify_s for s in steps)
                         starts[B][P].append(out.stats.prefill_s)
                         rest[B].append((seconds - out.stats.prefill_s - parts) / max(len(steps), 1))
-                        for s in steps:
-                            levels = int(s.drafted.max()) if s.drafted is not None and s.drafted.numel() else 0
-                            draft[sampling_name][B][levels].append(s.draft_s)
-                            verify[sampling_name][B].append((s.nodes, s.verify_s))
+                        for s, step in zip(steps, step_records(steps, [P] * B)):
+                            draft[sampling_name][B].append((step.levels, s.draft_s))
+                            verify[sampling_name][B].append((step.nodes_per_row, s.verify_s))
+                            table = interpolate(forward, step.rows, step.context, step.nodes_per_row + step.side_rows)
+                            targets[sampling_name][B].append((s.target_s, table))
+    mean = statistics.fmean  # a run's seconds are sums: the mean step, not the median, predicts them
+    deepest = lambda points: max(1, max(x for x, _ in points))  # noqa: E731
     return {
-        "prefill": {B: {P: statistics.median(v) for P, v in by_p.items()} for B, by_p in starts.items()},
-        "other": {B: statistics.median(v) for B, v in rest.items()},
-        "draft": {s: {B: {lv: statistics.median(v) for lv, v in sorted(by_l.items())} for B, by_l in by_b.items()}
-                  for s, by_b in draft.items()} if node is not None else {},
+        "prefill": {B: {P: mean(v) for P, v in by_p.items()} for B, by_p in starts.items()},
+        "other": {B: mean(v) for B, v in rest.items()},
+        "draft": {s: {B: line(points, deepest(points)) for B, points in by_b.items()} for s, by_b in draft.items()}
+        if node is not None else {},
         "verify": {s: {B: line(points, MOST_NODES) for B, points in by_b.items()} for s, by_b in verify.items()},
+        "target_scale": {s: {B: sum(m for m, _ in pairs) / sum(t for _, t in pairs) for B, pairs in by_b.items()}
+                         for s, by_b in targets.items()},
     }
 
 
@@ -138,16 +148,22 @@ def profile(cfg: DictConfig) -> DeviceProfile:
     nodes = {m: None if m == PLAIN else option("proposer", m, cfg, "methods") for m in cfg.methods}
     samplings = {s: instantiate(option("sampling", s, cfg, "samplings")) for s in cfg.samplings}
     target = HFTarget(instantiate(cfg.target))
+    positions = getattr(target.lm.model.config, "max_position_embeddings", None)
+    longest = max(max(cfg.contexts) + max(cfg.nodes) + 1, max(cfg.prompt_tokens) + cfg.max_new_tokens)
+    if positions is not None and longest > positions:
+        raise ValueError(f"a context and its nodes, or a prompt and its new tokens, reach {longest} positions; the target "
+                         f"has {positions}: lower contexts, nodes or prompt_tokens")
     ids = text_ids(target.lm.model, max(max(cfg.contexts), max(cfg.prompt_tokens)) * max(cfg.batches))
     forward = forward_table(target, ids, cfg.batches, cfg.contexts, cfg.nodes, cfg.repeats)
-    prefill, draft, verify, other = {}, {}, {}, {}
+    prefill, draft, verify, other, scale = {}, {}, {}, {}, {}
     for name, node in nodes.items():
-        tables = method_tables(target, node, name, samplings, ids, cfg)
-        prefill[name], other[name] = tables["prefill"], tables["other"]
-        verify[name] = tables["verify"]
+        log.info("profiling %s", name)
+        tables = method_tables(target, node, samplings, ids, forward, cfg)
+        prefill[name], other[name], verify[name], scale[name] = (tables[k] for k in ("prefill", "other", "verify",
+                                                                                     "target_scale"))
         if node is not None:
             draft[name] = tables["draft"]
-    return DeviceProfile(hardware(target), target.cost_key(), forward, prefill, draft, verify, other,
+    return DeviceProfile(hardware(target), target.cost_key(), forward, prefill, draft, verify, other, scale,
                          notes={"max_new_tokens": cfg.max_new_tokens, "levels": list(cfg.levels)})
 
 

@@ -8,7 +8,9 @@ StepStats, read by `step_records`); the profile says what each part costs on a d
 the acceptance is the method's and the target's, the seconds the device's.
 
 Where only some rows draft (a packed forward, framework/lm/packing.py) the tree's nodes count in the share of
-rows that drafted: the profile's forward table is of every row verifying the same tree.
+rows that drafted: the profile's forward table is of every row verifying the same tree. A proposer's side rows are
+positions of each row, as nodes are. A method's forwards are the table's times its measured scale (the profile's
+`target_scale`: on a CPU the drafter's weights evict the target's from the caches between forwards).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ class StepRecord:
     levels: int  # the deepest level drafted (0: none)
     context: float  # a row's context before the step (mean over rows): its prompt and its tokens so far
     drafting: int | None = None  # rows offered the tree (None: all)
-    side_rows: int = 0  # a proposer's own rows in the forward (lookahead's n-gram rows)
+    side_rows: int = 0  # a proposer's own positions per row in the forward (lookahead's window: framework/core/side_rows.py)
 
     def __post_init__(self) -> None:
         if self.rows < 1 or self.nodes < 0 or self.levels < 0 or self.context < 0 or self.side_rows < 0:
@@ -79,7 +81,8 @@ def predict(profile: DeviceProfile, method: str, sampling: str, prompt_tokens: S
     draft = target = verify = other = 0.0
     for step in steps:
         draft += profile.draft_s(method, sampling, step.rows, step.levels)
-        target += profile.forward_s(step.rows + step.side_rows, step.context, step.nodes_per_row)
+        target += profile.forward_s(step.rows, step.context, step.nodes_per_row + step.side_rows) * \
+            profile.scale(method, sampling, step.rows)
         verify += profile.verify_s(method, sampling, step.rows, step.nodes_per_row)
         other += profile.other_s(method, step.rows)
     return Prediction(start, draft, target, verify, other)

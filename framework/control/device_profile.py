@@ -30,6 +30,8 @@ class DeviceProfile:
     draft: dict  # method -> sampling -> batch -> levels drafted -> seconds of a step's drafting (0: a plain step's books)
     verify: dict  # method -> sampling -> batch -> nodes -> seconds of a step's target laws and verification
     other: dict  # method -> batch -> seconds per step of the rest (commits, state, emitting)
+    target_scale: dict = field(default_factory=dict)  # method -> sampling -> batch -> the target's forwards in that
+    # method's runs over the forward table's (on a CPU a drafter's weights evict the target's from the caches); 1 if absent
     kind: str = "measured"  # or "projection"
     notes: dict = field(default_factory=dict)
 
@@ -38,7 +40,7 @@ class DeviceProfile:
             raise ValueError(f"a profile's kind is 'measured' or 'projection', got {self.kind!r}")
         self.forward, self.verify = numeric(self.forward), numeric(self.verify)
         self.prefill, self.other = numeric(self.prefill), numeric(self.other)
-        self.draft = numeric(self.draft)
+        self.draft, self.target_scale = numeric(self.draft), numeric(self.target_scale)
 
     # ---- lookups ----------------------------------------------------------------------------------
 
@@ -57,6 +59,11 @@ class DeviceProfile:
     def verify_s(self, method: str, sampling: str, batch: float, nodes: float) -> float:
         by_sampling = named(self.verify, method, "verify")
         return interpolate(named(by_sampling, sampling, f"verify[{method}]"), batch, nodes)
+
+    def scale(self, method: str, sampling: str, batch: float) -> float:
+        """The target's forwards in `method`'s runs against the table's (1 where the profile did not measure it)."""
+        by_sampling = self.target_scale.get(method, {})
+        return interpolate(by_sampling[sampling], batch) if sampling in by_sampling else 1.0
 
     def other_s(self, method: str, batch: float) -> float:
         return interpolate(named(self.other, method, "other"), batch)

@@ -41,6 +41,7 @@ class ModelSize:
     kv_values: int  # key and value entries per token per layer (2 x KV heads x head dim)
     bytes_per_value: int = 2  # bf16 weights and cache
     kernels_per_layer: int = 12  # assumed: launches per layer (norms, projections, rotary, attention, MLP)
+    parallel: bool = False  # a drafter that drafts every level in one call (DFlash, PARD, P-EAGLE, Medusa's heads)
 
     def __post_init__(self) -> None:
         if self.parameters <= 0 or self.layers < 1 or self.width < 1 or self.kv_values < 1:
@@ -68,6 +69,13 @@ class Projection:
     drafters: dict[str, ModelSize | None] = field(default_factory=dict)
     draft_context: int = 256
 
+    def draft_s(self, drafter: ModelSize, rows: int, levels: int) -> float:
+        """A step's drafting of `levels` levels: one call per level, or one call for all (a parallel drafter); a step
+        that drafted nothing still made its drafter's first call (its catch-up on the tokens accepted before)."""
+        if drafter.parallel:
+            return forward_s(self.device, drafter, rows, self.draft_context, max(levels, 1))
+        return max(levels, 1) * forward_s(self.device, drafter, rows, self.draft_context, 1)
+
     def of(self, measured: DeviceProfile) -> DeviceProfile:
         device, target = self.device, self.target
         forward = {B: {L: {n: forward_s(device, target, B, L, 1 + n) for n in by_n} for L, by_n in by_l.items()}
@@ -83,11 +91,12 @@ class Projection:
                                  f"(null for a model-free proposer); it has {sorted(self.drafters)}")
             drafter = self.drafters[method]
             draft[method] = by_sampling if drafter is None else {
-                s: {B: {lv: lv * forward_s(device, drafter, B, self.draft_context, 1) for lv in by_l} for B, by_l in by_b.items()}
+                s: {B: {lv: self.draft_s(drafter, B, lv) for lv in by_l} for B, by_l in by_b.items()}
                 for s, by_b in by_sampling.items()}
         notes = {**measured.notes, "projection": {
             "device": asdict(device), "target": asdict(target), "draft_context": self.draft_context,
             "drafters": {m: d and asdict(d) for m, d in self.drafters.items()},
             "host work": f"verifier, loop rest and model-free drafting as measured on {measured.hardware}"}}
+        # no target_scale: the roofline has no cache interference, a method's forwards are the table's
         return DeviceProfile({"projected onto": device.name, "from": measured.hardware}, measured.target, forward,
                              prefill, draft, measured.verify, measured.other, kind="projection", notes=notes)

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
 
 from experiments.common import CONF
 from experiments.profile_device import profile
@@ -49,6 +50,12 @@ def test_a_prediction_sums_each_steps_parts_from_the_tables():
     # a packed step (one of three rows drafted) pays a third of its nodes per row
     shared = predict(simple_profile(), "pld", "greedy", [0, 0, 0], [StepRecord(3, 9, 1, 0, drafting=1)])
     assert shared.target_s == pytest.approx(2.0 + 2.0 * 3 / 10) and shared.verify_s == pytest.approx(0.04)
+    # side rows are positions of each row, as nodes are; a measured scale multiplies the method's forwards
+    side = predict(simple_profile(), "pld", "greedy", [0], [StepRecord(1, 2, 1, 0, side_rows=3)])
+    assert side.target_s == pytest.approx(1.5) and side.verify_s == pytest.approx(0.03)
+    scaled = simple_profile(target_scale={"pld": {"greedy": {1: 1.2}}})
+    assert predict(scaled, "pld", "greedy", [0], [StepRecord(1, 2, 1, 0, side_rows=3)]).target_s == pytest.approx(1.8)
+    assert predict(scaled, "plain", "greedy", [0], [StepRecord(1, 0, 0, 0)]).target_s == pytest.approx(1.0)  # unmeasured: 1
 
 
 def test_plain_decoding_drafts_nothing_and_an_unprofiled_method_is_named():
@@ -100,10 +107,14 @@ def test_the_device_profile_app_measures_every_table_on_the_tiny_target(tmp_path
     assert set(got.forward[1]) == {16, 32} and set(got.forward[1][16]) == {0, 1, 4}
     assert set(got.prefill) == {"plain", "prompt_lookup"} and set(got.prefill["plain"][1]) == {8, 16}
     assert set(got.draft) == {"prompt_lookup"} and 0 in got.draft["prompt_lookup"]["greedy"][1]
+    assert set(got.target_scale) == {"plain", "prompt_lookup"} and got.target_scale["plain"]["greedy"][1] > 0
     steps = [StepRecord(1, 3, 2, 20), StepRecord(1, 0, 0, 23)]
     assert predict(got, "prompt_lookup", "greedy", [12], steps).seconds > 0
     with pytest.raises(ValueError, match="nodes must start at 0"):
         profile(compose_override(cfg, "nodes", [1, 300]))
+    positions = instantiate(cfg.target).config.max_position_embeddings
+    with pytest.raises(ValueError, match=f"the target has {positions}: lower contexts"):
+        profile(compose_override(cfg, "contexts", [positions]))
 
 
 def compose_override(cfg, key, value):
@@ -140,6 +151,9 @@ def test_a_projection_replaces_model_forwards_and_keeps_host_work_as_measured():
     assert got.draft == measured.draft and got.verify == measured.verify and got.other == measured.other
     modelled = Projection(H100, EIGHT_B, {"pld": drafter}, draft_context=64).of(measured)
     assert modelled.draft_s("pld", "greedy", 1, 3) == pytest.approx(3 * forward_s(H100, drafter, 1, 64, 1))
+    assert modelled.draft_s("pld", "greedy", 1, 0) == pytest.approx(forward_s(H100, drafter, 1, 64, 1))  # its catch-up
+    together = Projection(H100, EIGHT_B, {"pld": replace(drafter, parallel=True)}, draft_context=64).of(measured)
+    assert together.draft_s("pld", "greedy", 1, 3) == pytest.approx(forward_s(H100, drafter, 1, 64, 3))
     assert modelled.prefill_s("pld", 1, 100) == pytest.approx(forward_s(H100, EIGHT_B, 1, 0, 100) + forward_s(H100, drafter, 1, 0, 100))
     with pytest.raises(ValueError, match="needs 'pld'"):
         Projection(H100, EIGHT_B, {}).of(measured)
