@@ -120,7 +120,7 @@ def hf_continuous(model, cfg: DictConfig):
     return run
 
 
-def attempt(run: Callable, requests: list[Request], sampling: SamplingConfig, concurrency: int,
+def one_pass(run: Callable, requests: list[Request], sampling: SamplingConfig, concurrency: int,
             failed: dict[tuple[str, int], str], name: str) -> dict | None:
     """One pass of a runner, or None with its error kept in `failed` (that runner skips the level from then on)."""
     if (name, concurrency) in failed:
@@ -167,7 +167,7 @@ def curves(cfg: DictConfig, plan, work, out: Path, command: str | None = None, h
     failed: dict[tuple[str, int], str] = {}  # (runner, c) -> its error: that row reports it, the run goes on
     for name, run in runners.items():
         for c in levels:
-            attempt(run, [Request(r.prompt, 2, 0.0, r.id) for r in requests[:c]], SamplingConfig(temperature=0), c,
+            one_pass(run, [Request(r.prompt, 2, 0.0, r.id) for r in requests[:c]], SamplingConfig(temperature=0), c,
                     failed, name)
     rows = []
     for sampling_name, sampling in plan.samplings.items():
@@ -175,7 +175,7 @@ def curves(cfg: DictConfig, plan, work, out: Path, command: str | None = None, h
             passes: dict[str, list[dict]] = {name: [] for name in runners}
             for round_ in range(rounds):  # methods in turn, the order reversed every other round: drift hits all alike
                 for name in (list(runners) if round_ % 2 == 0 else list(runners)[::-1]):
-                    got = attempt(runners[name], requests, sampling, c, failed, name)
+                    got = one_pass(runners[name], requests, sampling, c, failed, name)
                     if got is not None:
                         passes[name].append(got)
             plain = None
