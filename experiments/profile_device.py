@@ -3,9 +3,10 @@
     python -m experiments.profile_device                                   # the zoo target, conf/profile_device.yaml
     python -m experiments.profile_device 'methods=[plain,eagle3]' 'batches=[1,4]' threads=2
 
-Measured, at the run's thread count (CUDA: every clock after a synchronisation, the engine's own):
+Measured, at the run's thread count (CUDA: every clock after a synchronisation, the engine's own), in `repeats`
+rounds, each round the forward table then every method in turn (a shared machine's drift slows all alike):
 - the target's verification forward by rows, context and tree nodes (a prefix of a breadth-first binary tree per
-  row: Target.forward_costs, the median of `repeats` after a warm-up round, sizes interleaved);
+  row: Target.forward_costs after a warm-up call, sizes interleaved; the mean over rounds);
 - per method and sampling, generations of held-out text at each plan depth in `levels` and at the proposer's own
   setting, whose steps give: the drafting seconds by levels drafted and the target laws and verification by nodes
   (least-squares lines over every step: a level that few steps reached is not one noisy mean), the rest of a
@@ -29,6 +30,8 @@ import platform
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import hydra
 import torch
@@ -91,45 +94,55 @@ def line(points: list[tuple[float, float]], upto: int) -> dict[int, float]:
     return {0: mean_y - slope * mean_x, upto: mean_y + slope * (upto - mean_x)}
 
 
-def method_tables(target: HFTarget, node, samplings: dict, ids: list[int], forward: dict, cfg: DictConfig) -> dict:
-    """One method's generations: its start by prompt tokens, drafting by levels and verification by nodes (lines),
-    the rest per step, and its target forwards against the forward table; per batch size (and sampling)."""
-    starts, rest = defaultdict(lambda: defaultdict(list)), defaultdict(list)
-    draft, verify, targets = (defaultdict(lambda: defaultdict(list)) for _ in range(3))
-    depths = [None] if node is None else [None, *cfg.levels]
-    factory = instantiate(node) if node is not None else None  # its models loaded once; a fresh proposer per generation
+@dataclass
+class Samples:
+    """One method's measurements, gathered over the rounds (per sampling and batch size where they depend on them)."""
+
+    starts: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))  # B -> P -> prefill seconds
+    rest: dict = field(default_factory=lambda: defaultdict(list))  # B -> the rest per step of each generation
+    draft: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))  # s -> B -> (levels, s)
+    verify: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))  # s -> B -> (nodes, s)
+    target: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))  # s -> B -> (steps, table)
+
+
+def generations(target: HFTarget, factory, samplings: dict, ids: list[int], cfg: DictConfig, into: Samples | None,
+                seed: int, steps_table: Callable) -> None:
+    """One generation of each (sampling, batch size, prompt length, plan depth), its steps added to `into` (None:
+    untimed, a warm-up). steps_table(step record) -> the forward table's seconds for that step."""
     for sampling_name, sampling in samplings.items():
         for B in cfg.batches:
             for P in cfg.prompt_tokens:
                 prompt = torch.tensor([ids[b * P: (b + 1) * P] for b in range(B)])
-                for depth in depths:
-                    for rep in range(cfg.repeats + 1):
-                        proposer = factory() if factory is not None else None
-                        start = time.perf_counter()
-                        out = generate(target, proposer, prompt, cfg.max_new_tokens, sampling, seed=cfg.seed + rep,
-                                       policy=AtDepth(depth))
-                        seconds = time.perf_counter() - start
-                        if not rep:
-                            continue  # the first builds caches
-                        steps = out.stats.steps
-                        parts = sum(s.draft_s + s.target_s + s.verify_s for s in steps)
-                        starts[B][P].append(out.stats.prefill_s)
-                        rest[B].append((seconds - out.stats.prefill_s - parts) / max(len(steps), 1))
-                        for s, step in zip(steps, step_records(steps, [P] * B)):
-                            draft[sampling_name][B].append((step.levels, s.draft_s))
-                            verify[sampling_name][B].append((step.nodes_per_row, s.verify_s))
-                            table = interpolate(forward, step.rows, step.context, step.nodes_per_row + step.side_rows)
-                            targets[sampling_name][B].append((s.target_s, table))
+                for depth in [None] if factory is None else [None, *cfg.levels]:
+                    proposer = factory() if factory is not None else None
+                    start = time.perf_counter()
+                    out = generate(target, proposer, prompt, cfg.max_new_tokens, sampling, seed=seed, policy=AtDepth(depth))
+                    seconds = time.perf_counter() - start
+                    if into is None:
+                        continue
+                    steps = out.stats.steps
+                    parts = sum(s.draft_s + s.target_s + s.verify_s for s in steps)
+                    into.starts[B][P].append(out.stats.prefill_s)
+                    into.rest[B].append((seconds - out.stats.prefill_s - parts) / max(len(steps), 1))
+                    for s, step in zip(steps, step_records(steps, [P] * B)):
+                        into.draft[sampling_name][B].append((step.levels, s.draft_s))
+                        into.verify[sampling_name][B].append((step.nodes_per_row, s.verify_s))
+                        into.target[sampling_name][B].append((s.target_s, steps_table(step)))
+
+
+def tables_of(samples: Samples, drafts: bool) -> dict:
+    """A method's tables: its start by prompt tokens, drafting by levels and verification by nodes (lines), the rest
+    per step, and its target forwards against the forward table."""
     mean = statistics.fmean  # a run's seconds are sums: the mean step, not the median, predicts them
     deepest = lambda points: max(1, max(x for x, _ in points))  # noqa: E731
     return {
-        "prefill": {B: {P: mean(v) for P, v in by_p.items()} for B, by_p in starts.items()},
-        "other": {B: mean(v) for B, v in rest.items()},
-        "draft": {s: {B: line(points, deepest(points)) for B, points in by_b.items()} for s, by_b in draft.items()}
-        if node is not None else {},
-        "verify": {s: {B: line(points, MOST_NODES) for B, points in by_b.items()} for s, by_b in verify.items()},
+        "prefill": {B: {P: mean(v) for P, v in by_p.items()} for B, by_p in samples.starts.items()},
+        "other": {B: mean(v) for B, v in samples.rest.items()},
+        "draft": {s: {B: line(points, deepest(points)) for B, points in by_b.items()} for s, by_b in samples.draft.items()}
+        if drafts else {},
+        "verify": {s: {B: line(points, MOST_NODES) for B, points in by_b.items()} for s, by_b in samples.verify.items()},
         "target_scale": {s: {B: sum(m for m, _ in pairs) / sum(t for _, t in pairs) for B, pairs in by_b.items()}
-                         for s, by_b in targets.items()},
+                         for s, by_b in samples.target.items()},
     }
 
 
@@ -154,17 +167,26 @@ def profile(cfg: DictConfig) -> DeviceProfile:
         raise ValueError(f"a context and its nodes, or a prompt and its new tokens, reach {longest} positions; the target "
                          f"has {positions}: lower contexts, nodes or prompt_tokens")
     ids = text_ids(target.lm.model, max(max(cfg.contexts), max(cfg.prompt_tokens)) * max(cfg.batches))
-    forward = forward_table(target, ids, cfg.batches, cfg.contexts, cfg.nodes, cfg.repeats)
-    prefill, draft, verify, other, scale = {}, {}, {}, {}, {}
-    for name, node in nodes.items():
-        log.info("profiling %s", name)
-        tables = method_tables(target, node, samplings, ids, forward, cfg)
-        prefill[name], other[name], verify[name], scale[name] = (tables[k] for k in ("prefill", "other", "verify",
-                                                                                     "target_scale"))
-        if node is not None:
-            draft[name] = tables["draft"]
-    return DeviceProfile(hardware(target), target.cost_key(), forward, prefill, draft, verify, other, scale,
-                         notes={"max_new_tokens": cfg.max_new_tokens, "levels": list(cfg.levels)})
+    factories = {m: instantiate(node) if node is not None else None for m, node in nodes.items()}  # models loaded once
+    for name, factory in factories.items():
+        generations(target, factory, samplings, ids, cfg, None, cfg.seed, lambda step: 0.0)  # first calls build caches
+    # round by round, every method in turn (the forward table too): a shared machine's drift slows them alike
+    rounds, samples = [], {m: Samples() for m in nodes}
+    for round_ in range(cfg.repeats):
+        log.info("round %d of %d", round_ + 1, cfg.repeats)
+        table = forward_table(target, ids, cfg.batches, cfg.contexts, cfg.nodes, 1)
+        rounds.append(table)
+        for name, factory in factories.items():
+            generations(target, factory, samplings, ids, cfg, samples[name], cfg.seed + round_,
+                        lambda step: interpolate(table, step.rows, step.context, step.nodes_per_row + step.side_rows))
+    forward = {B: {L: {n: statistics.fmean(t[B][L][n] for t in rounds) for n in by_n} for L, by_n in by_l.items()}
+               for B, by_l in rounds[0].items()}
+    tables = {m: tables_of(samples[m], nodes[m] is not None) for m in nodes}
+    pick = lambda key: {m: t[key] for m, t in tables.items()}  # noqa: E731
+    return DeviceProfile(hardware(target), target.cost_key(), forward, pick("prefill"),
+                         {m: t["draft"] for m, t in tables.items() if nodes[m] is not None}, pick("verify"), pick("other"),
+                         pick("target_scale"), notes={"max_new_tokens": cfg.max_new_tokens, "levels": list(cfg.levels),
+                                                      "rounds": cfg.repeats})
 
 
 @hydra.main(config_path="../conf", config_name="profile_device", version_base="1.3")
