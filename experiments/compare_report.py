@@ -34,13 +34,13 @@ FIXED = "fixed"  # the policy of speculation as configured (generate's policy=No
 PERCENTILES = tuple(f"p{q}" for q in QUANTILES)  # framework.metrics.latency's, as the csv's and tables' columns
 CLOCKS = ("ttft", "tpot", "e2e")
 PREDICTION, PROJECTION = "predicted", "projected"  # a row's figures from this machine's profile, from another device's
-PREDICTED = "predicted speedup (seconds' error)"  # this machine's profile's prediction beside the measured speedup
+PREDICTED = "predicted speedup (error)"  # this machine's profile's prediction beside the measured speedup
 PROJECTED = "projected speedup"  # experiment.project's profile (another device, or a roofline projection)
 LATENCY = [f"{k}_{q}" for k in CLOCKS for q in PERCENTILES]
 COLUMNS = ["method", "policy", "sampling", "category", "batch", "tokens_per_forward", "speedup", "step_cost",
            "tokens_per_s", "plain_tokens_per_s", "mean_accepted", "accepted_length_pooled", "accepted_length_per_request",
            "marginal", "conditional", "consistency", "thinking_length", "answer_length", *LATENCY, "prompts", "greedy_identical", "lossless_check", "check_samples", "check_detectable_tv", "check_p",
-           *(f"{k[:-2]}_frac" for k in SPLIT), "seconds", "plain_seconds", "predicted_speedup", "prediction_error", "projected_speedup",
+           *(f"{k[:-2]}_frac" for k in SPLIT), "seconds", "plain_seconds", "predicted_speedup", "prediction_error", "seconds_error", "projected_speedup",
            "errors"]
 
 
@@ -72,20 +72,24 @@ def aggregate(methods: list[str], samplings, categories: list[str], records: Ite
 
 def predicted(cell: list[dict], plains: dict[str, dict], profile: DeviceProfile, name: str = PREDICTION) -> dict:
     """The cell's seconds as the profile predicts them from its runs' step traces, and its plain decoding's from
-    theirs: the <name>_speedup, each part's seconds, and for this machine's profile (PREDICTION) the error against
-    the clock. None where a run has no trace (transformers' and peer engines' rows)."""
+    theirs: the <name>_speedup, each part's seconds, and for this machine's profile (PREDICTION) the errors of the
+    speedup and of the seconds against the clock. None where a run has no trace (transformers' and peer engines'
+    rows)."""
     ok = [r for r in cell if "error" not in r]
     pairs = [(r, plains.get(r.get("plain_id"))) for r in ok]
     if not ok or any("step_trace" not in r or p is None or "step_trace" not in p for r, p in pairs):
-        return {f"{name}_speedup": None, **({"prediction_error": None} if name == PREDICTION else {})}
+        return {f"{name}_speedup": None, **({"prediction_error": None, "seconds_error": None} if name == PREDICTION else {})}
     mine = [predict_record(profile, r, r["method"]) for r, _ in pairs]
     plain = [predict_record(profile, p, PLAIN) for _, p in pairs]
     seconds, plain_s = sum(m.seconds for m in mine), sum(p.seconds for p in plain)
     out = {f"{name}_s": seconds, f"{name}_plain_s": plain_s, f"{name}_speedup": plain_s / seconds,
            f"{name}_split": {k: sum(m.split()[k] for m in mine) for k in SPLIT},
            f"{name}_start_s": sum(m.start_s for m in mine), f"{name}_kind": profile.kind}
-    if name == PREDICTION:
-        out["prediction_error"] = seconds / sum(r["seconds"] for r in ok) - 1
+    if name == PREDICTION:  # the speedup's error: what transfers (a shared machine's speed drifts between the
+        # profile and the run, and moves every row's seconds alike: seconds_error shows it)
+        measured, measured_plain = sum(r["seconds"] for r in ok), sum(r["plain_seconds"] for r in ok)
+        out.update(prediction_error=(plain_s / seconds) / (measured_plain / measured) - 1,
+                   seconds_error=seconds / measured - 1)
     return out
 
 

@@ -426,7 +426,8 @@ def test_a_runner_that_fails_at_one_concurrency_reports_it_there_and_the_run_goe
 def test_a_device_profile_puts_each_rows_predicted_speedup_beside_the_measured(tmp_path):
     """A profile where only the target's forward costs (1 s each, whatever its size): a run's predicted seconds are
     its steps, so the predicted speedup is plain decoding's steps over the method's, prompt by prompt matched to
-    the plain run timed beside it; transformers' rows have no trace and no prediction."""
+    the plain run timed beside it, and its error is against the measured speedup; transformers' rows have no trace
+    and no prediction."""
     per_method = lambda value: {m: value for m in ("plain", "prompt_lookup")}  # noqa: E731
     DeviceProfile({}, "toy", {1: {0: {0: 1.0}}}, per_method({1: {0: 0.0}}),
                   {"prompt_lookup": {"greedy": {1: {0: 0.0}}}}, per_method({"greedy": {1: {0: 0.0}}}),
@@ -441,9 +442,11 @@ def test_a_device_profile_puts_each_rows_predicted_speedup_beside_the_measured(t
     plain_steps = sum(plains[r["plain_id"]]["forwards"] - 1 for r in runs.values())
     assert rows["prompt_lookup"]["predicted_speedup"] == pytest.approx(plain_steps / steps)
     seconds = sum(r["seconds"] for r in runs.values())
-    assert rows["prompt_lookup"]["prediction_error"] == pytest.approx(steps / seconds - 1)
+    assert rows["prompt_lookup"]["seconds_error"] == pytest.approx(steps / seconds - 1)
+    measured = sum(r["plain_seconds"] for r in runs.values()) / seconds
+    assert rows["prompt_lookup"]["prediction_error"] == pytest.approx(plain_steps / steps / measured - 1)
     assert rows["hf_prompt_lookup"]["predicted_speedup"] is None
     assert rows["prompt_lookup"]["projected_speedup"] == rows["prompt_lookup"]["predicted_speedup"]  # the same costs
-    assert "predicted speedup (seconds' error) | projected speedup |" in (tmp_path / "compare.md").read_text()
+    assert "predicted speedup (error) | projected speedup |" in (tmp_path / "compare.md").read_text()
     with pytest.raises(FileNotFoundError, match="no device profile"):
         compare.plan(load(tmp_path, f"experiment.profile={tmp_path}/missing.json"))
