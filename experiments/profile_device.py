@@ -102,7 +102,7 @@ class Samples:
     rest: dict = field(default_factory=lambda: defaultdict(list))  # B -> the rest per step of each generation
     draft: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))  # s -> B -> (levels, s)
     verify: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))  # s -> B -> (nodes, s)
-    target: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))  # s -> B -> (steps, table)
+    target: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))  # s -> B -> (measured, table) s
 
 
 def generations(target: HFTarget, factory, samplings: dict, ids: list[int], cfg: DictConfig, into: Samples | None,
@@ -168,7 +168,7 @@ def profile(cfg: DictConfig) -> DeviceProfile:
                          f"has {positions}: lower contexts, nodes or prompt_tokens")
     ids = text_ids(target.lm.model, max(max(cfg.contexts), max(cfg.prompt_tokens)) * max(cfg.batches))
     factories = {m: instantiate(node) if node is not None else None for m, node in nodes.items()}  # models loaded once
-    for name, factory in factories.items():
+    for factory in factories.values():
         generations(target, factory, samplings, ids, cfg, None, cfg.seed, lambda step: 0.0)  # first calls build caches
     # round by round, every method in turn (the forward table too): a shared machine's drift slows them alike
     rounds, samples = [], {m: Samples() for m in nodes}
