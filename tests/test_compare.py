@@ -424,12 +424,12 @@ def test_a_runner_that_fails_at_one_concurrency_reports_it_there_and_the_run_goe
 
 
 def test_a_device_profile_puts_each_rows_predicted_speedup_beside_the_measured(tmp_path):
-    """A profile where only the target's forward costs (1 s each, whatever its size): a run's predicted seconds are
-    its steps, so the predicted speedup is plain decoding's steps over the method's, prompt by prompt matched to
-    the plain run timed beside it, and its error is against the measured speedup; transformers' rows have no trace
-    and no prediction."""
+    """A profile where a forward costs 1 s (whatever its size) and a start 1 s per prompt token: a run's predicted
+    seconds are its steps and its prompt's tokens, so the predicted speedup pairs each run with the plain run timed
+    beside it on the same prompt (the two prompts differ in length), and its error is against the measured speedup;
+    transformers' rows have no trace and no prediction."""
     per_method = lambda value: {m: value for m in ("plain", "prompt_lookup")}  # noqa: E731
-    DeviceProfile({}, "toy", {1: {0: {0: 1.0}}}, per_method({1: {0: 0.0}}),
+    DeviceProfile({}, "toy", {1: {0: {0: 1.0}}}, per_method({1: {0: 0.0, 1: 1.0}}),
                   {"prompt_lookup": {"greedy": {1: {0: 0.0}}}}, per_method({"greedy": {1: {0: 0.0}}}),
                   per_method({1: 0.0})).save(tmp_path / "profile.json")
     result = compare.run(load(tmp_path, "experiment.methods=[prompt_lookup,hf_prompt_lookup]",
@@ -438,13 +438,15 @@ def test_a_device_profile_puts_each_rows_predicted_speedup_beside_the_measured(t
     rows = {r["method"]: r for r in result["rows"]}
     runs = {r["prompt"]: r for r in records(tmp_path) if r["id"].startswith("run/prompt_lookup/")}
     plains = {r["id"]: r for r in records(tmp_path) if r["id"].startswith("plain/")}
-    steps = sum(r["forwards"] - 1 for r in runs.values())  # every forward but the prefill is a step
-    plain_steps = sum(plains[r["plain_id"]]["forwards"] - 1 for r in runs.values())
-    assert rows["prompt_lookup"]["predicted_speedup"] == pytest.approx(plain_steps / steps)
+    assert all(plains[r["plain_id"]]["prompt"] == prompt for prompt, r in runs.items())
+    lengths = {0: 5, 1: 7}  # TINY's prompts
+    predicted = sum(r["forwards"] - 1 + lengths[p] for p, r in runs.items())  # every forward but the prefill is a step
+    plain = sum(plains[r["plain_id"]]["forwards"] - 1 + lengths[p] for p, r in runs.items())
+    assert rows["prompt_lookup"]["predicted_speedup"] == pytest.approx(plain / predicted)
     seconds = sum(r["seconds"] for r in runs.values())
-    assert rows["prompt_lookup"]["seconds_error"] == pytest.approx(steps / seconds - 1)
+    assert rows["prompt_lookup"]["seconds_error"] == pytest.approx(predicted / seconds - 1)
     measured = sum(r["plain_seconds"] for r in runs.values()) / seconds
-    assert rows["prompt_lookup"]["prediction_error"] == pytest.approx(plain_steps / steps / measured - 1)
+    assert rows["prompt_lookup"]["prediction_error"] == pytest.approx(plain / predicted / measured - 1)
     assert rows["hf_prompt_lookup"]["predicted_speedup"] is None
     assert rows["prompt_lookup"]["projected_speedup"] == rows["prompt_lookup"]["predicted_speedup"]  # the same costs
     assert "predicted speedup (error) | projected speedup |" in (tmp_path / "compare.md").read_text()

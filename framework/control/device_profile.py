@@ -11,7 +11,6 @@ its predictions are projections, never measurements.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -78,8 +77,10 @@ class DeviceProfile:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no device profile at {path} (python -m experiments.profile_device writes one)")
-        data = json.loads(path.read_text())
+        data = files.read_json(path)  # a torn or hand-broken file is named with where it breaks
         wanted = {"hardware", "target", "forward", "prefill", "draft", "verify", "other"}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} is not a device profile: it holds a JSON {type(data).__name__}, not an object")
         if missing := sorted(wanted - data.keys()):
             raise ValueError(f"{path} is not a device profile: it lacks {missing}")
         return cls(**data)

@@ -74,6 +74,9 @@ def test_a_profile_file_round_trips_and_a_wrong_file_is_named(tmp_path):
     (tmp_path / "other.json").write_text(json.dumps({"forward": {}}))
     with pytest.raises(ValueError, match="not a device profile: it lacks"):
         DeviceProfile.load(tmp_path / "other.json")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="holds a JSON list"):
+        DeviceProfile.load(tmp_path / "list.json")
     with pytest.raises(FileNotFoundError, match="experiments.profile_device writes one"):
         DeviceProfile.load(tmp_path / "missing.json")
     with pytest.raises(ValueError, match="'measured' or 'projection'"):
@@ -135,6 +138,10 @@ def test_the_roofline_is_bandwidth_bound_for_one_token_and_compute_bound_for_man
     many = forward_s(H100, EIGHT_B, rows=64, context=0, tokens_per_row=64)  # 4096 tokens: past the ridge
     assert many == pytest.approx(2 * 7.5e9 * 4096 / 9.89e14 + 4 * 32 * 4096 * 4096 * 64 / 9.89e14)
     assert forward_s(H100, EIGHT_B, 1, 0, 8) == pytest.approx(alone, rel=1e-3)  # a few nodes are nearly free there
+    shared = Accelerator("x", 1e12, 1e14, "s", launch_s=0.0)  # the assumed shares of peak: 0.8 and 0.6
+    assert forward_s(shared, EIGHT_B, 1, 0, 1) == pytest.approx(2 * (7.5e9 + 32 * 2048) / 0.8e12)
+    assert forward_s(shared, EIGHT_B, 64, 0, 64) == pytest.approx(
+        (2 * 7.5e9 * 4096 + 4 * 32 * 4096 * 4096 * 64) / 0.6e14)
     launched = Accelerator("x", 1e12, 1e14, "s", launch_s=1e-5)
     assert forward_s(launched, EIGHT_B, 1, 0, 1) - forward_s(replace(launched, launch_s=0.0), EIGHT_B, 1, 0, 1) == \
         pytest.approx(32 * 12 * 1e-5)
