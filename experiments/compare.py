@@ -335,11 +335,12 @@ class Policies:
         return self.made[key]
 
 
-def attempt(runner, prompt, law, policy=None, think_end: int | None = None) -> dict:
+def attempt(runner, prompt, law, policy=None, think_end: int | None = None, cell: tuple | None = None) -> dict:
     """A run's record: its tokens, clock, forwards and, per row, the trace every metric is computed from
-    (framework.metrics; transformers' runners have no steps: their clock and first-token time only)."""
+    (framework.metrics; transformers' runners have no steps: their clock and first-token time only). cell: the
+    (method, policy, sampling, batch) whose proposers share stores across requests (None: the method's own)."""
     try:
-        timed = runner(prompt, law, policy)
+        timed = runner(prompt, law, policy, cell=cell)
     except Exception as error:  # noqa: BLE001 - recorded, the rest goes on
         return {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc(limit=3)}
     new, seconds, stats = timed.tokens, timed.seconds, timed.stats
@@ -386,7 +387,8 @@ def timed_cells(plan: Plan, runners: dict, work: Workload, records: Records, bas
         order = missing[rotation % len(missing):] + missing[: rotation % len(missing)]
         rotation += 1
         for method, policy in order:
-            out = attempt(runners[runner_of(method)], prompt, law, policies.of(method, policy, unit), think_end)
+            out = attempt(runners[runner_of(method)], prompt, law, policies.of(method, policy, unit), think_end,
+                          cell=(method, policy, unit.sampling, unit.batch))
             if "error" not in out and "error" not in plain:
                 out["plain_seconds"], out["plain_forwards"], out["plain_id"] = plain["seconds"], plain["forwards"], plain_id
                 out.update(greedy_identity(out["tokens"], plain["tokens"], prompt, explain) if law.greedy

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import copy
+import functools
 import importlib.util
 import inspect
 import time
@@ -27,6 +28,7 @@ from experiments.common import option, timed_generate
 from experiments.peers.arctic_suffix import ArcticSuffixProposer
 from experiments.peers.engine import PeerWorker
 from experiments.peers.rows import ARCTIC_ROW, peer_runners
+from framework.core.proposer import SharedStore
 from framework.core.sampling import SamplingConfig, hf_sampling
 from framework.engine import GenerationStats
 from framework.lm.target import HFTarget
@@ -126,6 +128,18 @@ class FirstTokenClock(BaseStreamer):
         pass
 
 
+def renewed(factory):
+    """A proposer factory (a Hydra partial) whose shared stores, in it or in the partials it holds, are renewed
+    (framework.core.proposer.SharedStore); drafter weights and every other argument stay the same objects."""
+    def fresh(value):
+        if isinstance(value, functools.partial):
+            return renewed(value)
+        return value.renewed() if isinstance(value, SharedStore) else value
+    if not isinstance(factory, functools.partial):
+        return factory
+    return functools.partial(factory.func, *map(fresh, factory.args), **{k: fresh(v) for k, v in factory.keywords.items()})
+
+
 def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants: dict):
     """name -> run(prompt [B, L], sampling, policy=None) -> Timed; transformers' runners take B = 1 and no
     policy."""
@@ -150,18 +164,27 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
         settings["assistant"] = {"config": cfg.experiment.assistant, **assistant_schedule(assistant),
                                  "universal": bool(assisted.keys() - {"assistant_model"})}
 
-    def ours(make_proposer) -> Callable:
-        def run(prompt: torch.Tensor, sampling: SamplingConfig, policy=None):
+    def ours(make_proposer, for_cell: Callable | None = None) -> Callable:
+        """for_cell(cell) -> the factory of that cell's proposers (default: make_proposer's shared stores renewed
+        once per cell, so one cell's requests never draft from another's answers to the same prompts)."""
+        cells: dict = {}
+
+        def run(prompt: torch.Tensor, sampling: SamplingConfig, policy=None, cell=None):
+            make = make_proposer
+            if make_proposer is not None and cell is not None:
+                if cell not in cells:
+                    cells[cell] = (for_cell or (lambda _: renewed(make_proposer)))(cell)
+                make = cells[cell]
             before = ours_calls.calls
             _sync(ours_model)
-            out, seconds = timed_generate(target, make_proposer() if make_proposer else None, prompt, cfg, sampling, tokens,
+            out, seconds = timed_generate(target, make() if make else None, prompt, cfg, sampling, tokens,
                                           policy=policy)
             return Timed([[t for t in row if t >= 0] for row in out.tokens.tolist()], seconds, ours_calls.calls - before,
                          out.stats, out.stats.prefill_s)
         return run
 
     def hf(extra: dict) -> Callable:
-        def run(prompt: torch.Tensor, sampling: SamplingConfig, policy=None):
+        def run(prompt: torch.Tensor, sampling: SamplingConfig, policy=None, cell=None):  # generate keeps nothing across calls
             if prompt.shape[0] != 1 or policy is not None:
                 raise ValueError("transformers' runners decode one prompt at a time, under their own schedule (no policy)")
             ids = prompt.to(next(hf_model.parameters()).device)
@@ -182,7 +205,7 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
         an exit `auto` chooses is measured on the first prompt this row decodes, as ours measures it."""
         chosen: dict = {}
 
-        def run(prompt: torch.Tensor, sampling: SamplingConfig, policy=None):
+        def run(prompt: torch.Tensor, sampling: SamplingConfig, policy=None, cell=None):
             if not chosen:
                 exit_layer = cfg.experiment.hf_exit_layer
                 if exit_layer is None:
@@ -199,17 +222,26 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
         suffix = option("proposer", "suffix", cfg, "experiment.methods")
         worker = PeerWorker("arctic")
         atexit.register(worker.close)
-        opened = worker.ask({"op": "open", "max_tree_depth": int(suffix.cache.max_depth), "max_cached_requests": -1})
+        def open_cache(name: str) -> dict:
+            return worker.ask({"op": "open", "cache": name, "max_tree_depth": int(suffix.cache.max_depth),
+                               "max_cached_requests": -1})
+        opened = open_cache("")
         matched = {k: suffix[k] for k in ("max_budget", "max_spec_factor", "min_prob", "max_match")}
         settings[ARCTIC_ROW] = {**opened, "settings": dict(matched), "max_tree_depth": int(suffix.cache.max_depth)}
         last: list = []
 
-        def fresh() -> ArcticSuffixProposer:  # the previous generation's requests end (their outputs stay cached)
-            if last:
-                last.pop().close()
-            last.append(ArcticSuffixProposer(worker, **matched))
-            return last[-1]
-        return ours(fresh)
+        def factory(cache: str) -> Callable:
+            def fresh() -> ArcticSuffixProposer:  # the previous generation's requests end (their outputs stay cached)
+                if last:
+                    last.pop().close()
+                last.append(ArcticSuffixProposer(worker, cache=cache, **matched))
+                return last[-1]
+            return fresh
+
+        def for_cell(cell) -> Callable:  # a cache of the worker's own per cell, as ours renews its own
+            open_cache(repr(cell))
+            return factory(repr(cell))
+        return ours(factory(""), for_cell)
 
     def lookup(name: str) -> dict:
         return {"prompt_lookup_num_tokens": variants[name]["num_tokens"], "max_matching_ngram_size": variants[name]["max_ngram"]}

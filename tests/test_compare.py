@@ -344,6 +344,30 @@ def test_one_policy_object_per_method_policy_sampling_and_batch(tmp_path, monkey
     assert json.loads((tmp_path / "result.json").read_text())["summary"].keys() >= {"draft/counting/t1/batch=2", "draft/t1"}
 
 
+def test_each_cell_drafts_from_a_suffix_cache_of_its_own(tmp_path, monkeypatch):
+    """The suffix config's cache spans requests: within a (method, policy, sampling, batch) cell its prompts share
+    one, but no cell drafts from another's answers to the same prompts (a greedy cell's answers would inflate the
+    goodput cell's acceptance)."""
+    import experiments.common
+
+    real, seen = experiments.common.generate, []
+
+    def generate(target, proposer, prompt, *args, policy=None, sampling=None, **kwargs):
+        if proposer is not None and policy is not None:  # the timed cells (and nothing else: no priming below)
+            seen.append(((type(policy).__name__, sampling.greedy), proposer.cache))
+        return real(target, proposer, prompt, *args, policy=policy, sampling=sampling, **kwargs)
+
+    monkeypatch.setattr(experiments.common, "generate", generate)
+    monkeypatch.setattr(compare, "prime_policies", lambda *args: None)  # its untimed runs use the config's own cache
+    compare.run(load(tmp_path, "experiment.methods=[suffix]", "experiment.policies=[off_above,goodput]",
+                     "experiment.samplings=[greedy,t1]", "experiment.check.samples=0"))
+    caches: dict = {}
+    for cell, cache in seen:
+        caches.setdefault(cell, set()).add(id(cache))
+    assert len(caches) == 4 and all(len(ids) == 1 for ids in caches.values())  # each cell: one, for both prompts
+    assert len(set.union(*caches.values())) == 4 and all(cache.tokens > 0 for _, cache in seen)
+
+
 def test_the_goodput_policy_has_rows_of_its_own(tmp_path):
     result = compare.run(load(tmp_path, "experiment.methods=[draft,eagle2]", "experiment.policies=[fixed,goodput]",
                               "experiment.check.samples=0"))

@@ -35,11 +35,12 @@ def leaf_paths(token_ids: list[int], parents: list[int], probs: list[float]) -> 
 
 class ArcticSuffixProposer(TextProposer):
     def __init__(self, worker: PeerWorker, max_budget: int = 32, max_spec_factor: float = 1.0, min_prob: float = 0.1,
-                 max_match: int = 16):
+                 max_match: int = 16, cache: str = ""):
         """Settings as ours (conf/proposer/suffix.yaml): the most nodes, nodes per matched token, the least path
-        probability, the longest context handed over for the match."""
+        probability, the longest context handed over for the match; cache: which of the worker's caches (opened
+        by name) its requests live in."""
         super().__init__()
-        self.worker, self.max_budget, self.max_spec_factor = worker, max_budget, max_spec_factor
+        self.worker, self.cache, self.max_budget, self.max_spec_factor = worker, cache, max_budget, max_spec_factor
         self.min_prob, self.max_match = min_prob, max_match
         self.requests: list[str] = []
         self.sent: list[int] = []  # per row: its tokens the worker has (prompt and responses)
@@ -60,7 +61,7 @@ class ArcticSuffixProposer(TextProposer):
         self.close()
         self.requests = [f"r{next(self._ids)}" for _ in range(self.history.lengths.shape[0])]
         for b, req in enumerate(self.requests):
-            self.worker.ask({"op": "start", "req": req, "prompt": self.history.row(b)})
+            self.worker.ask({"op": "start", "cache": self.cache, "req": req, "prompt": self.history.row(b)})
         self.sent = self.history.lengths.tolist()
 
     def propose(self, state: DecodeState) -> CandidateTree:
@@ -71,7 +72,7 @@ class ArcticSuffixProposer(TextProposer):
         for b, req in enumerate(self.requests):
             context = tokens[b, : int(lengths[b])].tolist()
             committed = context[:-1]  # the root has no continuation yet
-            draft = self.worker.ask({"op": "speculate", "req": req, "response": committed[self.sent[b]:],
+            draft = self.worker.ask({"op": "speculate", "cache": self.cache, "req": req, "response": committed[self.sent[b]:],
                                      "context": context[-self.max_match:], "max_spec_tokens": self.max_budget,
                                      "max_spec_factor": self.max_spec_factor, "min_token_prob": self.min_prob})
             self.sent[b] = len(committed)
@@ -81,5 +82,5 @@ class ArcticSuffixProposer(TextProposer):
     def close(self) -> None:
         """End the open requests (their responses stay in the worker's global cache)."""
         for req in self.requests:
-            self.worker.ask({"op": "stop", "req": req})
+            self.worker.ask({"op": "stop", "cache": self.cache, "req": req})
         self.requests = []

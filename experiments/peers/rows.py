@@ -127,7 +127,7 @@ def proposer_env(settings: DictConfig, name: str) -> dict:
 
 
 def runner(engine: PeerEngine, max_tokens: int, timed: Callable) -> Callable:
-    def run(prompt: torch.Tensor, sampling: SamplingConfig, policy=None):
+    def run(prompt: torch.Tensor, sampling: SamplingConfig, policy=None, cell=None):  # each call resets vLLM's prefix cache
         if policy is not None:
             raise ValueError("vLLM's rows run its own schedule (no policy)")
         out = engine.generate(prompt_rows(prompt), max_tokens, peer_sampling(sampling),  # each row's own prompt

@@ -85,3 +85,14 @@ class SideRowProposer(Protocol):
     def observe_side(self, logits: torch.Tensor) -> None:
         """logits [B, S, V] of the side rows, in their order."""
         ...
+
+
+@runtime_checkable
+class SharedStore(Protocol):
+    """State a proposer config shares across requests (a suffix cache of earlier outputs): later requests draft
+    from earlier ones. A measurement that must not carry one cell's requests into another's (the same prompts
+    under another policy or sampling) builds each cell's proposers on a `renewed` copy."""
+
+    def renewed(self) -> "SharedStore":
+        """The store as configured, before any request of this process."""
+        ...

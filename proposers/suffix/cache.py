@@ -3,7 +3,7 @@
 Each request's output is one sequence, extended as its tokens commit. Past `max_tokens` the oldest sequences are
 evicted whole (their counts replayed out of the trie); a sequence that alone would pass the bound stops growing
 there. One cache is shared by every proposer its config builds (the Hydra partial holds the one instance), so later
-requests draft from earlier ones. With a `path`, the cache starts from that file and writes itself there as each new
+requests draft from earlier ones; a measurement that keeps its cells apart builds each cell's on a `renewed` copy. With a `path`, the cache starts from that file and writes itself there as each new
 request opens; it holds token ids, so it remembers the tokenizer they came from and refuses another.
 """
 
@@ -36,8 +36,17 @@ class SuffixCache:
         self.open_nodes: dict[int, list] = {}
         self.tokens, self.evicted, self._ids = 0, 0, count()
         self.path, self.fingerprint = (Path(path).expanduser() if path is not None else None), None
+        self.stored: dict | None = None  # the file as it was read (renewed copies start from it)
         if self.path is not None and self.path.exists():
             self._load()
+
+    def renewed(self) -> SuffixCache:
+        """An empty cache of the same bounds holding what the file held when this one was built; it writes no
+        file (framework.core.proposer.SharedStore)."""
+        copy = SuffixCache(self.max_tokens, self.trie.max_depth)
+        if self.stored is not None:
+            copy._fill(self.stored)
+        return copy
 
     def bind(self, model) -> None:
         """Refuse a target whose tokenizer is not the one the cached ids came from (the first one bound, or the
@@ -82,6 +91,10 @@ class SuffixCache:
             raise ValueError(f"{self.path} is not a suffix cache: {type(error).__name__}: {error}") from error
         if not isinstance(stored, dict) or not {"fingerprint", "sequences"} <= set(stored):
             raise ValueError(f"{self.path} is not a suffix cache (no fingerprint and sequences)")
+        self.stored = stored
+        self._fill(stored)
+
+    def _fill(self, stored: dict) -> None:
         self.fingerprint = stored["fingerprint"]
         for sequence in stored["sequences"]:
             self.extend(self._new_sequence(), sequence.tolist())

@@ -96,3 +96,38 @@ def test_the_live_cache_drafts_from_the_prompt_and_stays_plain_greedy():
         assert draft["token_ids"][0] == 4 and any(p[0] == 5 for p in paths)
     finally:
         worker.close()
+
+
+def test_the_worker_keeps_caches_by_name_side_by_side(monkeypatch):
+    """Each measurement cell opens a cache of its own in the one worker: a request lives in the cache it names,
+    and an op naming a cache never opened is refused by that name."""
+    import sys
+    import types
+
+    from experiments.peers import arctic_worker
+
+    class Cache:
+        def __init__(self, depth, requests):
+            self.requests = {}
+
+        def start_request(self, req, prompt):
+            self.requests[req] = list(prompt)
+
+        def stop_request(self, req):
+            del self.requests[req]
+
+    module = types.ModuleType("arctic_inference.suffix_decoding")
+    module.SuffixDecodingCache = Cache
+    monkeypatch.setitem(sys.modules, "arctic_inference", types.ModuleType("arctic_inference"))
+    monkeypatch.setitem(sys.modules, "arctic_inference.suffix_decoding", module)
+    monkeypatch.setattr(arctic_worker, "version", lambda name: "stand-in")
+    worker = arctic_worker.Worker()
+    for name in ("", "cell-a"):
+        worker.open({"op": "open", "cache": name})
+    worker.start({"req": "r0", "prompt": [1, 2]})
+    worker.start({"cache": "cell-a", "req": "r0", "prompt": [3]})
+    assert worker.caches[""].requests == {"r0": [1, 2]} and worker.caches["cell-a"].requests == {"r0": [3]}
+    worker.stop({"cache": "cell-a", "req": "r0"})
+    assert worker.caches[""].requests == {"r0": [1, 2]} and worker.caches["cell-a"].requests == {}
+    with pytest.raises(KeyError, match="no cache named 'cell-b' is open"):
+        worker.start({"cache": "cell-b", "req": "r1", "prompt": [4]})

@@ -151,3 +151,25 @@ def test_a_cache_file_is_kept_read_back_and_refused_for_another_tokenizer(tmp_pa
     path.write_bytes(b"not a cache")
     with pytest.raises(ValueError, match="suffix_cache.pt is not a suffix cache"):
         SuffixCache(path=path)
+
+
+def test_a_renewed_cache_holds_what_its_file_held_and_writes_nothing(tmp_path):
+    """renewed (framework.core.proposer.SharedStore): the bounds kept, this process's requests gone, the file's
+    sequences back; the original is untouched and the copy never writes the file."""
+    path = tmp_path / "suffix_cache.pt"
+    target = tiny_random_model("llama", seed=5, vocab_size=64, init_std=0.3)
+    greedy = SamplingConfig(temperature=0.0)
+    first = SuffixCache(max_tokens=500, max_depth=8, path=path)
+    generate(HFTarget(target), SuffixProposer(first), torch.tensor([[11, 40, 3, 27]]), 12, greedy)
+    first.save()
+    cache = SuffixCache(max_tokens=500, max_depth=8, path=path)
+    generate(HFTarget(target), SuffixProposer(cache), torch.tensor([[9, 9, 2]]), 12, greedy)
+    fresh = cache.renewed()
+    assert (fresh.max_tokens, fresh.trie.max_depth, fresh.path) == (500, 8, None)
+    assert list(fresh.sequences.values()) == list(first.sequences.values()) and fresh.tokens < cache.tokens
+    assert counts_of(fresh.trie) == counts_of(first.trie)
+    assert SuffixCache().renewed().tokens == 0
+    written = path.read_bytes()
+    generate(HFTarget(target), SuffixProposer(fresh), torch.tensor([[5, 6, 7]]), 12, greedy)
+    generate(HFTarget(target), SuffixProposer(fresh), torch.tensor([[5, 6, 7]]), 12, greedy)
+    assert path.read_bytes() == written and fresh.tokens > 0
