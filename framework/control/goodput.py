@@ -38,10 +38,12 @@ from framework.core.policy import Plan
 from framework.core.tree import CandidateTree
 
 MOST_NODES = 256  # node counts whose cost is tabulated at start (beyond: interpolated on demand)
+REDECIDE = 8  # plain steps a decision that nothing pays is kept for: only drafting steps teach acceptance, and the
+# costs a plain step refines drift slowly, so an idle step costs a few float operations, not a decision
 
 
 class GoodputPolicy:
-    def __init__(self, max_depth: int = 12, rate: float = 0.2, explore: float = 0.03,
+    def __init__(self, max_depth: int = 12, rate: float = 0.2, explore: float = 0.01,
                  target_costs: dict | None = None, draft_costs: tuple[float, float] | None = None,
                  cache: str | Path | None = None, first_depth: int = 1, per_row: bool = True):
         """max_depth: the deepest plan; first_depth: the deepest before the proposer has drafted a tree (then
@@ -71,6 +73,8 @@ class GoodputPolicy:
         self.rates: dict[int, float] = {}  # batch size -> tokens per second achieved
         self.batch, self.started, self.table, self.curve, self.planned, self.drafted = 1, 1, None, None, Plan(0), 0
         self.idle_s = 0.0  # plain steps' time since the last step that drafted
+        self.decision, self.idle_steps = None, 0  # the last decide() and the plain steps planned since
+        self.resumed = False  # this step drafts after a plain one
         self.reach = first_depth - 1  # the deepest tree drafted so far: plans go at most one level deeper, so a
         # proposer's cost and acceptance are measured level by level before a deep plan is paid for
 
@@ -78,6 +82,7 @@ class GoodputPolicy:
 
     def start(self, target, batch_size: int) -> None:
         self.batch = self.started = batch_size  # rows decoding now; the batch as it started (its table, its rate)
+        self.decision = None
         self.row_choice = self.per_row and target is not None and target.packs_rows  # None: costs given, no target
         if self.given_target is not None:
             self.table = self.given_target
@@ -121,6 +126,25 @@ class GoodputPolicy:
     # ---- the decisions ----------------------------------------------------------------------------
 
     def plan(self) -> Plan:
+        if self.decision is None or self.idle_steps >= REDECIDE:
+            self.decision, self.idle_steps = self.decide(), 0
+        best, chosen, probe_s = self.decision
+        self.resumed = not self.planned.drafts  # the step before planned none
+        if best is not None:
+            self.planned = Plan(best + 1, rows=chosen)
+        elif self.explore * self.idle_s >= probe_s:  # a probe keeps the estimates current while nothing pays
+            self.planned = Plan(1, probe=True)
+        else:
+            self.planned = Plan(0)
+        if self.planned.drafts:
+            self.idle_s = 0.0
+        else:
+            self.idle_s += self.target_s(0) + self.rest_s
+            self.idle_steps += 1
+        return self.planned
+
+    def decide(self) -> tuple[int | None, torch.Tensor | None, float]:
+        """The depth that pays most (None: none pays), the rows that draft (None: all), and a probe's seconds."""
         g = self.goodput()
         tokens = self.levels.expected().cumsum(1)  # [B, D] each row's tokens by the deepest level drafted
         nodes = self.level_nodes.cumsum(0).round().long()
@@ -132,15 +156,9 @@ class GoodputPolicy:
             value, rows = tokens.sum(0) - g * (draft_s + self.extra_s(nodes)), None
         best = int(value[: min(self.reach + 1, self.max_depth)].argmax())  # a level past the deepest tree drafted, at most
         probe_s = float(self.draft_s(1) + self.extra_s(int(nodes[0])))
-        if value[best] > 0:
-            chosen = None if rows is None or bool(rows[:, best].all()) else rows[:, best]
-            self.planned = Plan(best + 1, rows=chosen)
-        elif self.explore * self.idle_s >= probe_s:  # a probe keeps the estimates current while nothing pays
-            self.planned = Plan(1, probe=True)
-        else:
-            self.planned = Plan(0)
-        self.idle_s = 0.0 if self.planned.drafts else self.idle_s + self.target_s(0) + self.rest_s
-        return self.planned
+        if value[best] <= 0:
+            return None, None, probe_s
+        return best, None if rows is None or bool(rows[:, best].all()) else rows[:, best], probe_s
 
     def trim(self, tree: CandidateTree) -> tuple[CandidateTree, torch.Tensor | None]:
         self.drafted = tree.shape.max_depth if tree.num_nodes else 0
@@ -190,8 +208,11 @@ class GoodputPolicy:
         if self.planned.drafts:
             levels = torch.arange(1, self.planned.depth + 1)
             nodes = (tree.depth()[None, :] == levels[:, None]).sum(1).double()  # [d]
+            if not tree.num_nodes:  # the proposer found nothing to draft (no match): its rows got nothing for the plan
+                offered = self.drafting() > 0
             self.levels.update(result.num_accepted.cpu(), self.planned.depth, offered)
             self.level_nodes[: levels.numel()] += r * (nodes - self.level_nodes[: levels.numel()])
+            self.decision = None  # what was learned changes the plan
         tokens = float(result.num_accepted.sum()) + B
         if self.clocked:
             self.observe_costs(tree, step)
@@ -206,12 +227,15 @@ class GoodputPolicy:
         """The step's timings: the target's against the table (side rows are the proposer's cost), the
         proposer's by levels planned, the verifier's and the rest with a tree and without."""
         n, side = tree.num_nodes, step.side_rows
+        # a step that drafts after plain ones also catches the proposer up on their tokens (a drafter's backlog): a
+        # cost of resuming, not of drafting on, so the fit of what drafting costs step after step leaves it out
+        fits_draft = self.planned.drafts and self.given_draft is None and not self.resumed
         if side:
-            if self.given_draft is None:
+            if fits_draft:
                 self.draft_fit.add(self.planned.depth, step.draft_s + max(step.target_s - self.target_s(n), 0.0))
         else:
             self.target_fit.add(float(self.curve[min(n, MOST_NODES)]) * self.share(), step.target_s)
-            if self.planned.drafts and self.given_draft is None:
+            if fits_draft:
                 self.draft_fit.add(self.planned.depth, step.draft_s)
         rest, r = step.verify_s + step.other_s, self.rate
         if n == 0:
@@ -222,9 +246,9 @@ class GoodputPolicy:
     def select(self, rows: torch.Tensor) -> None:
         self.levels.select(rows)
         self.calibration.select(rows)
-        self.batch = int(rows.numel())
+        self.batch, self.decision = int(rows.numel()), None
 
     def admit(self, count: int) -> None:
         self.levels.admit(count)
         self.calibration.admit(count)
-        self.batch += count
+        self.batch, self.decision = self.batch + count, None
