@@ -57,6 +57,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from functools import cache
+from itertools import product
 from pathlib import Path
 
 import hydra
@@ -97,6 +98,7 @@ from experiments.throughput import THROUGHPUT_ROWS, concurrencies, curves
 from experiments.workload import Workload, answer_text, build_workload
 from framework.control.cost_model import STEP_FIELDS, step_records
 from framework.control.device_profile import DeviceProfile
+from framework.core.policy import CostSized
 from framework.core import files
 from framework.core.prompts import prompt_lengths
 from framework.core.sampling import SamplingConfig, hf_sampling
@@ -171,6 +173,7 @@ class Plan:
     pld: dict[str, dict]  # transformers' prompt-lookup rows -> their num_tokens / max_ngram
     policies: dict[str, Callable | None]  # experiment.policies -> a factory of policy objects (None: fixed)
     batch_sizes: list[int]
+    decide_by: DeviceProfile | None = None  # experiment.policy_profile: the costs cost-sized policies decide from
 
     def runs(self, method: str, policy: str, batch: int) -> bool:
         """A policy sizes a proposer's speculation: rows without one (plain, transformers') run fixed only;
@@ -230,7 +233,12 @@ def plan(cfg: DictConfig) -> Plan:
         proposers[OWN] = cfg.proposer
     skipped = missing_rows(cfg, methods)  # a peer engine whose environment is not built: said, not run
     methods = [m for m in methods if m not in skipped]
-    return Plan(methods, proposers, samplings, categories, skipped, pld_variants(cfg, methods), policies, sizes)
+    decide_by = DeviceProfile.load(exp.policy_profile) if exp.get("policy_profile") else None
+    for method in proposers if decide_by is not None else ():  # every cell's costs are in it, before any work
+        for sampling, batch in product(samplings, sizes):
+            decide_by.step_costs(method, sampling, batch)
+    return Plan(methods, proposers, samplings, categories, skipped, pld_variants(cfg, methods), policies, sizes,
+                decide_by)
 
 
 def probe(plan: Plan, model, prompt: torch.Tensor, listed: bool) -> None:
@@ -324,14 +332,16 @@ class Policies:
     """One policy object per (method, policy, sampling, batch size), made at its first use: it learns costs and
     acceptance over that cell's prompts, never from another method or sampling."""
 
-    def __init__(self, factories: dict[str, Callable | None]):
-        self.factories, self.made = factories, {}
+    def __init__(self, factories: dict[str, Callable | None], decide_by: DeviceProfile | None = None):
+        self.factories, self.decide_by, self.made = factories, decide_by, {}
 
     def of(self, method: str, policy: str, unit: Unit):
         key = (method, policy, unit.sampling, unit.batch)
         if key not in self.made:
             factory = self.factories[policy]
-            self.made[key] = factory() if factory is not None else None
+            made = self.made[key] = factory() if factory is not None else None
+            if self.decide_by is not None and isinstance(made, CostSized):  # sized by the profile: no clock
+                made.use_costs(self.decide_by.step_costs(method, unit.sampling, unit.batch))
         return self.made[key]
 
 
@@ -367,7 +377,7 @@ def timed_cells(plan: Plan, runners: dict, work: Workload, records: Records, bas
                 explain: Callable | None = None) -> None:
     units = [Unit(c, s, b, i, t) for c in plan.categories for s in plan.samplings for b in plan.batch_sizes
              for i in range(work.units[c]) for t in range(1, work.turns(c, i) + 1)]
-    policies, rotation, think_end = Policies(plan.policies), 0, work.think_end()
+    policies, rotation, think_end = Policies(plan.policies, plan.decide_by), 0, work.think_end()
     for unit in tqdm(units, desc="compare", unit="run"):
         missing = [(m, p) for m, p in plan.rows(unit.batch) if unit.run_id(m, p) not in records.done]
         if not missing:

@@ -180,22 +180,33 @@ SIDE_BY_SIDE = "### Policies side by side (all categories)"
 
 
 def policies_side_by_side(summary: list[dict]) -> str:
-    """With several policies: per method and sampling, each policy's tokens per forward and speedup in one row
-    (batch size 1), the greedy identity of every policy and the fixed policy's lossless check; else nothing."""
+    """With several policies: one row per method (batch size 1), each (sampling, policy)'s speedup, and beside it in
+    brackets its projected speedup where the run had experiment.project; the greedy identity of every policy and
+    the fixed policy's lossless checks. Else nothing."""
     policies = list(dict.fromkeys(r.get("policy", FIXED) for r in summary))
     if len(policies) < 2:
         return ""
     cells = {(r["method"], r["sampling"], r.get("policy", FIXED)): r for r in summary if r.get("batch", 1) == 1}
-    head = ["method", "sampling", *(f"{p}: {k}" for p in policies for k in ("tokens/forward", "speedup")),
-            "greedy identical", "lossless check (fixed)"]
-    lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (2 * len(policies)) + "---|---|"]
-    for method, sampling in dict.fromkeys((m, s) for m, s, _ in cells):
-        rows = [cells.get((method, sampling, p)) for p in policies]
-        values = [v for r in rows for v in ((fmt(r["tokens_per_forward"]), f"{fmt(r['speedup'])}x") if r else ("-", "-"))]
-        greedy = ", ".join(r["greedy_identical"] for r in rows if r and r["greedy_identical"]) or "-"
-        fixed = cells.get((method, sampling, FIXED))
-        lines.append("| " + " | ".join([method, sampling, *values, greedy, check_cell(fixed) if fixed else "-"]) + " |")
-    return f"{SIDE_BY_SIDE}\n\n" + "\n".join(lines) + "\n\n"
+    samplings = list(dict.fromkeys(s for _, s, _ in cells))
+    projected = any(r.get("projected_speedup") is not None for r in cells.values())
+
+    def speedup(r: dict | None) -> str:
+        if r is None or r["speedup"] is None:
+            return "-"
+        beside = f" ({fmt(r['projected_speedup'])}x)" if projected and r.get("projected_speedup") is not None else ""
+        return f"{fmt(r['speedup'])}x{beside}"
+
+    head = ["method", *(f"{s}: {p}" for s in samplings for p in policies), "greedy identical", "lossless check (fixed)"]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(samplings) * len(policies)) + "---|---|"]
+    for method in dict.fromkeys(m for m, _, _ in cells):
+        rows = {(s, p): cells.get((method, s, p)) for s in samplings for p in policies}
+        greedy = ", ".join(r["greedy_identical"] for r in rows.values() if r and r["greedy_identical"]) or "-"
+        checks = "; ".join(f"{s}: {check_cell(cells[(method, s, FIXED)])}" for s in samplings
+                           if cells.get((method, s, FIXED)) and check_cell(cells[(method, s, FIXED)]) != "-") or "-"
+        lines.append("| " + " | ".join([method, *(speedup(r) for r in rows.values()), greedy, checks]) + " |")
+    note = " Speedups against plain decoding in the same run; in brackets, projected (experiment.project)." if projected \
+        else " Speedups against plain decoding in the same run."
+    return f"{SIDE_BY_SIDE}\n\n{note.strip()}\n\n" + "\n".join(lines) + "\n\n"
 
 
 def markdown(result: dict) -> str:

@@ -73,6 +73,11 @@ class MixProposer:
 
     def propose(self, state: DecodeState) -> CandidateTree:
         self.trees = [part.propose(self.part_state(state, j)) for j, part in enumerate(self.parts)]
+        if not any(tree.num_nodes for tree in self.trees):  # a plain step, or no part found anything: nothing to merge
+            B, device = state.root.shape[0], state.root.device
+            self.own = [torch.zeros(B, 0, dtype=torch.long, device=device) for _ in self.parts]
+            self.tree = CandidateTree.empty(B, device)
+            return self.tree
         part_paths = [node_token_paths(tree) for tree in self.trees]  # [B, N_j, D_j] per part
         merged = tree_from_paths(WeightedPaths.cat([leaf_paths(tree, paths, weight) for tree, paths, weight
                                                     in zip(self.trees, part_paths, self.weights)]), self.budget, state.root.device)

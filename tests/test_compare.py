@@ -12,7 +12,7 @@ from hydra.utils import instantiate
 from transformers import AutoTokenizer
 
 from experiments import compare, throughput
-from experiments.compare_report import BEGIN, BY_CATEGORY, COLUMNS, END, merge, publish, update_readme
+from experiments.compare_report import BEGIN, BY_CATEGORY, COLUMNS, END, merge, policies_side_by_side, publish, update_readme
 from experiments.workload import Workload, build_workload
 from framework.control.device_profile import DeviceProfile
 from framework.harness.stats import detectable_tv
@@ -376,13 +376,13 @@ def test_the_goodput_policy_has_rows_of_its_own(tmp_path):
     assert all(r["speedup"] is not None for r in cells.values())
     assert compare.policy_factory("fixed", load(tmp_path)) is None
     table = tmp_path / "compare.md"
-    assert "| method | sampling | fixed: tokens/forward | fixed: speedup | goodput: tokens/forward | goodput: speedup |" \
+    assert "| method | greedy: fixed | greedy: goodput | t1: fixed | t1: goodput | greedy identical | lossless check (fixed) |" \
         in table.read_text()
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{BEGIN}\nold\n{END}\ntail\n")
     update_readme(table, readme)
     published = readme.read_text()
-    assert "goodput: speedup" in published and "### By method" not in published and "| eagle2 | t1 |" in published
+    assert "t1: goodput" in published and "### By method" not in published and "| eagle2 | " in published
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -476,3 +476,43 @@ def test_a_device_profile_puts_each_rows_predicted_speedup_beside_the_measured(t
     assert "predicted speedup (error) | projected speedup |" in (tmp_path / "compare.md").read_text()
     with pytest.raises(FileNotFoundError, match="no device profile"):
         compare.plan(load(tmp_path, f"experiment.profile={tmp_path}/missing.json"))
+
+
+def test_a_policy_profile_sizes_each_goodput_cell_by_its_methods_costs(tmp_path, monkeypatch):
+    """experiment.policy_profile: every goodput cell's policy decides by the profile's costs for its method,
+    sampling and batch size (no clock); the fixed cells have none to take; a method or sampling the profile lacks
+    fails before any work, naming the command that profiles it."""
+    from framework.control.goodput import GoodputPolicy
+
+    both = lambda value: {m: value for m in ("plain", "prompt_lookup")}  # noqa: E731
+    laws = lambda value: {s: value for s in ("greedy", "t1")}  # noqa: E731
+    DeviceProfile({}, "toy", {1: {0: {0: 1.0, 8: 1.4}}, 2: {0: {0: 1.5, 8: 2.0}}}, both({1: {0: 0.0}}),
+                  {"prompt_lookup": laws({1: {0: 0.0, 4: 0.4}})}, both(laws({1: {0: 0.01, 8: 0.02}})),
+                  both({1: 0.005})).save(tmp_path / "profile.json")
+    used = []
+    real = GoodputPolicy.use_costs
+    monkeypatch.setattr(GoodputPolicy, "use_costs", lambda self, costs: used.append(costs) or real(self, costs))
+    compare.run(load(tmp_path, "experiment.methods=[prompt_lookup]", "experiment.policies=[fixed,goodput]",
+                     "experiment.batch_sizes=[1,2]", "experiment.check.samples=0",
+                     f"experiment.policy_profile={tmp_path}/profile.json"))
+    assert len(used) == 4  # (greedy, t1) x (1, 2): one policy per cell
+    assert sorted(c.target[0] for c in used) == [1.0, 1.0, 1.5, 1.5] and all(c.draft == pytest.approx((0.0, 0.1)) for c in used)
+    run = [r for r in records(tmp_path) if r["id"].startswith("run/prompt_lookup/") and "policy=goodput" in r["id"]]
+    assert len(run) == 8 and not any("error" in r for r in run)
+    with pytest.raises(ValueError, match=r"draft table has no 'draft' .*profile_device 'methods=\[..., draft\]'"):
+        compare.plan(load(tmp_path, "experiment.methods=[draft]", f"experiment.policy_profile={tmp_path}/profile.json"))
+
+
+def test_policies_side_by_side_is_a_row_per_method_with_projections_in_brackets():
+    def row(method, sampling, policy, speedup, projected=None, check=None):
+        return {"method": method, "sampling": sampling, "policy": policy, "batch": 1, "speedup": speedup,
+                "projected_speedup": projected, "greedy_identical": "2/2" if sampling == "greedy" else None,
+                "lossless_check": check, "check_samples": 64 if check else None, "check_detectable_tv": 0.1, "check_p": 0.5}
+    summary = [row("draft", "greedy", "fixed", 1.2, 1.75), row("draft", "greedy", "goodput", 1.1, 1.5),
+               row("draft", "t1", "fixed", 0.9, 1.2, "pass"), row("draft", "t1", "goodput", 1.0, 1.0),
+               row("medusa", "greedy", "fixed", 0.8), row("medusa", "t1", "fixed", None)]
+    text = policies_side_by_side(summary)
+    assert "| method | greedy: fixed | greedy: goodput | t1: fixed | t1: goodput | greedy identical | lossless check (fixed) |" in text
+    assert "| draft | 1.20x (1.75x) | 1.10x (1.50x) | 0.90x (1.20x) | 1.00x (1.00x) | 2/2, 2/2 | t1: pass (N=64, TV 0.100, p=0.500) |" in text
+    assert "| medusa | 0.80x | - | - | - | 2/2 | - |" in text and "in brackets, projected" in text
+    assert policies_side_by_side([r for r in summary if r["policy"] == "fixed"]) == ""

@@ -35,6 +35,22 @@ class CostTable:
         return piecewise(self.seconds, nodes)
 
 
+@dataclass(frozen=True)
+class StepCosts:
+    """What each part of a step costs a method on one device at one batch size (a device profile's, or given):
+    a policy sized by them reads no clock."""
+
+    target: dict[int, float]  # tree nodes per row -> seconds of the target's forward in this method's runs
+    draft: tuple[float, float]  # (per step, per level) seconds of a step that drafts
+    verify: tuple[float, float]  # (plain step, per node) seconds of the target's laws and the verifier
+    rest: float  # seconds per step of the rest (commits, state, emitting)
+
+    def __post_init__(self) -> None:
+        CostTable(self.target)  # a positive cost at 0 nodes and at every other size
+        if min(*self.draft, *self.verify, self.rest) < 0:
+            raise ValueError(f"step costs are seconds >= 0, got draft {self.draft}, verify {self.verify}, rest {self.rest}")
+
+
 def piecewise(points: dict[float, float], x: float) -> float:
     """The broken line through `points` (x -> y) at x: linear between neighbours; beyond either end the end's
     slope goes on (one point: that value everywhere)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from framework.control.costs import piecewise
+from framework.control.costs import StepCosts, piecewise
 from framework.core import files
 
 PLAIN = "plain"  # the method name of decoding without a proposer
@@ -66,6 +66,22 @@ class DeviceProfile:
 
     def other_s(self, method: str, batch: float) -> float:
         return interpolate(named(self.other, method, "other"), batch)
+
+    def step_costs(self, method: str, sampling: str, batch: int, context: float | None = None) -> StepCosts:
+        """What a step of `method` costs at `batch` rows (context: tokens per row; None: the middle of the forward
+        table's), as a policy decides by them: the target's forward by nodes (the method's scale applied), drafting
+        and verification as lines, the rest per step."""
+        by_context = self.forward[min(self.forward, key=lambda b: abs(b - batch))]
+        contexts = sorted(by_context)
+        context = contexts[len(contexts) // 2] if context is None else context
+        scale = self.scale(method, sampling, batch)
+        nodes = sorted(by_context[contexts[0]])
+        target = {int(n): self.forward_s(batch, context, n) * scale for n in nodes}
+        per_level = self.draft_s(method, sampling, batch, 2) - self.draft_s(method, sampling, batch, 1)
+        per_node = self.verify_s(method, sampling, batch, 1) - self.verify_s(method, sampling, batch, 0)
+        plain = self.verify_s(method, sampling, batch, 0)
+        return StepCosts(target, (max(self.draft_s(method, sampling, batch, 1) - per_level, 0.0), max(per_level, 0.0)),
+                         (plain, max(per_node, 0.0)), self.other_s(method, batch))
 
     # ---- a file ------------------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from framework.control.calibration import Calibration
-from framework.control.costs import CostTable, measured_costs
+from framework.control.costs import CostTable, StepCosts, measured_costs
 from framework.control.estimates import LevelAcceptance, LineFit
 from framework.core.policy import Plan
 from framework.core.tree import CandidateTree
@@ -69,6 +69,7 @@ class GoodputPolicy:
         self.target_fit = LineFit()  # the target's seconds by the table's extra seconds for the step's nodes
         self.rest_s = 0.0  # verification and bookkeeping of a plain step
         self.tree_s = 0.0  # what verifying any tree adds to them
+        self.node_s = 0.0  # and what each of its nodes adds (given costs only: a clock sees the table's shape)
         self.tables: dict[int, CostTable] = {}
         self.rates: dict[int, float] = {}  # batch size -> tokens per second achieved
         self.batch, self.started, self.table, self.curve, self.planned, self.drafted = 1, 1, None, None, Plan(0), 0
@@ -79,6 +80,13 @@ class GoodputPolicy:
         # proposer's cost and acceptance are measured level by level before a deep plan is paid for
 
     # ---- the costs --------------------------------------------------------------------------------
+
+    def use_costs(self, costs: StepCosts) -> None:
+        """Decide by a device's measured costs (a device profile's, framework.core.policy.CostSized) from now on:
+        no clock is read, so the decisions depend on the tokens and the profile alone."""
+        self.given_target, self.given_draft = CostTable(dict(costs.target)), costs.draft
+        self.rest_s, self.tree_s, self.node_s = costs.verify[0] + costs.rest, 0.0, costs.verify[1]
+        self.clocked = False
 
     def start(self, target, batch_size: int) -> None:
         self.batch = self.started = batch_size  # rows decoding now; the batch as it started (its table, its rate)
@@ -108,8 +116,8 @@ class GoodputPolicy:
     def extra_s(self, nodes) -> torch.Tensor | float:
         """What a tree of `nodes` adds to a plain step in the target and the verifier."""
         if isinstance(nodes, torch.Tensor):
-            return self.target_s(nodes) - self.target_s(0) + torch.where(nodes > 0, self.tree_s, 0.0)
-        return self.target_s(nodes) - self.target_s(0) + (self.tree_s if nodes else 0.0)
+            return self.target_s(nodes) - self.target_s(0) + torch.where(nodes > 0, self.tree_s, 0.0) + self.node_s * nodes
+        return self.target_s(nodes) - self.target_s(0) + (self.tree_s if nodes else 0.0) + self.node_s * nodes
 
     def draft_s(self, levels):
         """The proposer's seconds for `levels` (an int or a tensor of them)."""
@@ -218,7 +226,8 @@ class GoodputPolicy:
             self.observe_costs(tree, step)
             seconds = step.draft_s + step.target_s + step.verify_s + step.other_s
         else:
-            seconds = self.draft_s(self.planned.depth) + self.target_s(0) + self.extra_s(tree.num_nodes) * self.share()
+            seconds = (self.draft_s(self.planned.depth) + self.target_s(0) + self.rest_s
+                       + self.extra_s(tree.num_nodes) * self.share())
         # slow, from plain decoding's rate: the long-run rate is the bar (Dinkelbach), not the last steps'
         old = self.rates.get(self.started, self.batch / (self.target_s(0) + self.rest_s))
         self.rates[self.started] = old + 0.1 * r * (tokens / seconds - old)

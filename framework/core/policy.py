@@ -15,7 +15,7 @@ every step to its expected tokens per second.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -66,6 +66,15 @@ class Policy(Protocol):
 
     def admit(self, count: int) -> None:
         """`count` new requests join the batch after its rows (continuous batching): fresh per-row state."""
+        ...
+
+
+@runtime_checkable
+class CostSized(Protocol):
+    """A policy that can size its steps by a device's measured costs (framework.control.costs.StepCosts, from a
+    device profile) instead of its own clock: its decisions then depend on the tokens and the profile alone."""
+
+    def use_costs(self, costs) -> None:
         ...
 
 

@@ -66,6 +66,9 @@ class TokenHistory:
 
     def commit(self, result) -> None:
         """Append the root and the accepted tokens (result: a verifiers.Verification)."""
+        if result.path.shape[1] == 0:  # a step with no tree: the root alone, already written by note_root
+            self.lengths = self.lengths + 1
+            return
         count = result.num_accepted.cpu() + 1  # [B] the root, then the accepted nodes
         new = torch.cat([self.root[:, None], result.tokens.cpu()], dim=1)  # [B, 1 + D + 1]
         self.reserve(new.shape[1])

@@ -25,6 +25,8 @@ from proposers.self_spec.saved import saved_layers
 
 log = logging.getLogger(__name__)
 _chosen: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target model -> {setting: layers}
+_views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target model -> {layers: its view} (building one
+# takes ~30 ms, a request's proposer is fresh, and a view holds no state of its own: every module is the target's)
 
 
 class SelfSpeculationProposer(DraftModelProposer):
@@ -54,7 +56,10 @@ class SelfSpeculationProposer(DraftModelProposer):
             calibration = input_ids if not is_ragged(input_ids) else input_ids[longest:longest + 1, : int(lengths[longest])]
             self.layers = self.view_layers(model, calibration)
             backend = target.lm.tree_backend
-            super().__init__(layer_subset(model, self.layers), self.gamma, sampling=None, backend=backend,
+            views = _views.setdefault(model, {})
+            if self.layers not in views:
+                views[self.layers] = layer_subset(model, self.layers)
+            super().__init__(views[self.layers], self.gamma, sampling=None, backend=backend,
                              **self.settings)
             self.view_of = model
         super().prefill(input_ids, target)

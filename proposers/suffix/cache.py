@@ -9,6 +9,7 @@ request opens; it holds token ids, so it remembers the tokenizer they came from 
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from itertools import count
 from pathlib import Path
@@ -37,6 +38,7 @@ class SuffixCache:
         self.tokens, self.evicted, self._ids = 0, 0, count()
         self.path, self.fingerprint = (Path(path).expanduser() if path is not None else None), None
         self.stored: dict | None = None  # the file as it was read (renewed copies start from it)
+        self.bound: weakref.WeakSet = weakref.WeakSet()  # the models whose tokenizer was checked
         if self.path is not None and self.path.exists():
             self._load()
 
@@ -51,12 +53,15 @@ class SuffixCache:
     def bind(self, model) -> None:
         """Refuse a target whose tokenizer is not the one the cached ids came from (the first one bound, or the
         file's)."""
+        if model in self.bound:
+            return  # checked: a tokenizer's fingerprint takes tens of ms, and every request binds
         seen = vocabulary_fingerprint(model)
         if self.fingerprint is not None and seen != self.fingerprint:
             where = f" in {self.path}" if self.path is not None else ""
             raise ValueError(f"the suffix cache{where} holds token ids of another tokenizer ({self.fingerprint[:24]}) "
                              f"than this target's ({seen[:24]}); give it another path, or delete the file")
         self.fingerprint = seen
+        self.bound.add(model)
 
     def open(self) -> int:
         """A new sequence (a request's output); its id. The earlier ones are complete: saved, with a path."""

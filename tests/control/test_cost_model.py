@@ -164,3 +164,15 @@ def test_a_projection_replaces_model_forwards_and_keeps_host_work_as_measured():
     assert modelled.prefill_s("pld", 1, 100) == pytest.approx(forward_s(H100, EIGHT_B, 1, 0, 100) + forward_s(H100, drafter, 1, 0, 100))
     with pytest.raises(ValueError, match="needs 'pld'"):
         Projection(H100, EIGHT_B, {}).of(measured)
+
+
+def test_a_profile_gives_a_methods_step_costs_at_a_batch_size():
+    """What a cost-sized policy decides by: the forward by nodes at the middle context (or the one asked for) times
+    the method's scale, drafting and verification as lines, the rest per step; a method it lacks is named."""
+    costs = simple_profile(target_scale={"pld": {"greedy": {1: 1.5}}}).step_costs("pld", "greedy", 1)
+    assert costs.target == pytest.approx({0: 3.0, 10: 4.5})  # context 100 (of 0 and 100), x 1.5
+    assert costs.draft == pytest.approx((0.0, 0.2))  # 0.1 at one level, 0.3 at two: 0.2 a level, none per step
+    assert costs.verify == pytest.approx((0.01, 0.01)) and costs.rest == pytest.approx(0.03)
+    assert simple_profile().step_costs("pld", "greedy", 1, context=0).target == pytest.approx({0: 1.0, 10: 2.0})
+    with pytest.raises(ValueError, match=r"draft table has no 'eagle3' .*profile_device 'methods=\[..., eagle3\]'"):
+        simple_profile().step_costs("eagle3", "greedy", 1)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from framework.control.calibration import Calibration
-from framework.control.costs import CostTable, measured_costs
+from framework.control.costs import CostTable, StepCosts, measured_costs
 from framework.control.estimates import LevelAcceptance, LineFit
 from framework.control.goodput import GoodputPolicy
 from framework.core.policy import Plan
@@ -216,3 +216,73 @@ def test_a_row_that_accepts_nothing_stops_drafting_while_the_other_goes_on(packs
         assert all(plan.rows is not None and plan.rows.tolist() == [True, False] for plan in late)
     else:
         assert all(plan.rows is None for plan in late)
+
+
+def empty_steps(p: GoodputPolicy, count: int, seconds=(0.0, 0.0, 0.0, 0.0)) -> list[Plan]:
+    """`count` steps in which the proposer finds nothing to draft (no match), whatever the plan; their plans."""
+    plans = []
+    for _ in range(count):
+        plans.append(p.plan())
+        tree = point_tree(torch.zeros(1, 0))
+        p.trim(tree)
+        p.observe(tree, Verification(torch.zeros(1, 1, dtype=torch.long), torch.tensor([0]), torch.zeros(1, 0, dtype=torch.long)),
+                  StepStats(torch.tensor([0]), *seconds, 0, drafted=torch.tensor([0])))  # as the engine says: no tree
+    return plans
+
+
+def test_a_proposer_that_finds_nothing_stops_being_asked():
+    """A model-free drafter's search costs time even when it finds no match: a plan that got no tree is a try that
+    got nothing, so the plans turn plain, with rare probes (counting only trees offered kept it searching)."""
+    plans = empty_steps(policy(draft_costs=(0.1, 0.05)), 300)
+    late = [plan.depth for plan in plans[100:]]
+    assert late.count(0) > 180 and sum(d > 0 for d in late) >= 1  # probes: 1% of the time, each a fifth of a step
+
+
+def test_costs_from_a_profile_read_no_clock_and_decide():
+    """use_costs (framework.core.policy.CostSized): decisions depend on the given costs, never on the steps'
+    timings; a draft that costs more than its tokens are worth is not planned."""
+    def plans(costs: StepCosts, seconds) -> list[int]:
+        p = GoodputPolicy()
+        p.use_costs(costs)
+        p.start(None, 1)
+        tree, out = point_tree(torch.tensor([[0.9, 0.9]])), []
+        for _ in range(40):  # one node of two accepted
+            plan = p.plan()
+            now = tree.within_depth(plan.depth)[0] if plan.drafts else point_tree(torch.zeros(1, 0))
+            p.trim(now)
+            accepted = min(now.num_nodes, 1)
+            p.observe(now, Verification(torch.zeros(1, 3, dtype=torch.long), torch.tensor([accepted]),
+                                        torch.tensor([[0, -1][: now.num_nodes]]).view(1, now.num_nodes)),
+                      StepStats(torch.tensor([accepted]), *seconds, now.num_nodes))
+            out.append(plan.depth)
+        return out
+
+    cheap = StepCosts(COSTS, (0.0, 0.05), (0.01, 0.001), 0.02)
+    assert plans(cheap, (0.0, 0.0, 0.0, 0.0)) == plans(cheap, (5.0, 9.0, 3.0, 7.0))  # the clocks say nothing
+    assert sum(d > 0 for d in plans(cheap, (0.0,) * 4)[10:]) > 25
+    dear = StepCosts(COSTS, (2.0, 1.0), (0.01, 0.001), 0.02)  # a level costs three forwards
+    assert sum(d > 0 for d in plans(dear, (0.0,) * 4)[10:]) < 5
+
+
+def test_the_draft_cost_fit_leaves_out_a_resuming_steps_catch_up():
+    """After plain steps a drafter first catches up on their tokens (here 0.5 s): that step's time is a cost of
+    resuming, so the fit of drafting on is the steady steps' 0.01 s a level."""
+    p = GoodputPolicy(target_costs=COSTS)
+    p.start(None, 1)
+    tree = point_tree(torch.tensor([[0.9]]))
+    for resumed in [True, False, False, False, True, False, False]:  # the plans set by hand: one level each
+        p.planned, p.resumed = Plan(1), resumed
+        p.observe(tree, Verification(torch.zeros(1, 2, dtype=torch.long), torch.tensor([1]), torch.tensor([[0]])),
+                  StepStats(torch.tensor([1]), 0.5 if resumed else 0.01, 1.0, 0.0, 0.0, 1))
+    assert p.draft_s(1) == pytest.approx(0.01) and p.draft_s(3) == pytest.approx(0.03)
+
+
+def test_an_idle_stretch_decides_once_every_few_steps(monkeypatch):
+    p = policy(draft_costs=(0.1, 0.05))
+    empty_steps(p, 100)  # nothing pays by now
+    decided = []
+    real = p.decide
+    monkeypatch.setattr(p, "decide", lambda: decided.append(1) or real())
+    plans = empty_steps(p, 80)
+    probes = sum(plan.drafts for plan in plans)
+    assert len(decided) <= 80 // 8 + 2 * probes + 1 and len(decided) < 20
