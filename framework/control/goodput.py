@@ -76,6 +76,7 @@ class GoodputPolicy:
         self.idle_s = 0.0  # plain steps' time since the last step that drafted
         self.decision, self.idle_steps = None, 0  # the last decide() and the plain steps planned since
         self.resumed = False  # this step drafts after a plain one
+        self.resume_s = 0.0  # the proposer's seconds in such a step (its catch-up on the plain steps' tokens)
         self.reach = first_depth - 1  # the deepest tree drafted so far: plans go at most one level deeper, so a
         # proposer's cost and acceptance are measured level by level before a deep plan is paid for
 
@@ -163,7 +164,7 @@ class GoodputPolicy:
         else:
             value, rows = tokens.sum(0) - g * (draft_s + self.extra_s(nodes)), None
         best = int(value[: min(self.reach + 1, self.max_depth)].argmax())  # a level past the deepest tree drafted, at most
-        probe_s = float(self.draft_s(1) + self.extra_s(int(nodes[0])))
+        probe_s = max(float(self.draft_s(1)), self.resume_s) + float(self.extra_s(int(nodes[0])))
         if value[best] <= 0:
             return None, None, probe_s
         return best, None if rows is None or bool(rows[:, best].all()) else rows[:, best], probe_s
@@ -214,12 +215,15 @@ class GoodputPolicy:
             accepted.scatter_(1, (path + 1).clamp_min(0), path >= 0)
             self.calibration.update(tree.scores, tree.depth(), accepted[:, 1:], offered)
         if self.planned.drafts:
-            levels = torch.arange(1, self.planned.depth + 1)
-            nodes = (tree.depth()[None, :] == levels[:, None]).sum(1).double()  # [d]
-            if not tree.num_nodes:  # the proposer found nothing to draft (no match): its rows got nothing for the plan
+            # the levels verified: a level the trim (or the engine's cut) left out was never tried, so it is not
+            # charged; a plan the proposer found nothing for (no match) is a first level tried that got nothing
+            depth = min(tree.shape.max_depth, self.planned.depth) if tree.num_nodes else 1
+            if not tree.num_nodes:
                 offered = self.drafting() > 0
-            self.levels.update(result.num_accepted.cpu(), self.planned.depth, offered)
-            self.level_nodes[: levels.numel()] += r * (nodes - self.level_nodes[: levels.numel()])
+            levels = torch.arange(1, depth + 1)
+            nodes = (tree.depth()[None, :] == levels[:, None]).sum(1).double()  # [d]
+            self.levels.update(result.num_accepted.cpu(), depth, offered)
+            self.level_nodes[:depth] += r * (nodes - self.level_nodes[:depth])
             self.decision = None  # what was learned changes the plan
         tokens = float(result.num_accepted.sum()) + B
         if self.clocked:
@@ -238,14 +242,14 @@ class GoodputPolicy:
         n, side = tree.num_nodes, step.side_rows
         # a step that drafts after plain ones also catches the proposer up on their tokens (a drafter's backlog): a
         # cost of resuming, not of drafting on, so the fit of what drafting costs step after step leaves it out
-        fits_draft = self.planned.drafts and self.given_draft is None and not self.resumed
-        if side:
-            if fits_draft:
-                self.draft_fit.add(self.planned.depth, step.draft_s + max(step.target_s - self.target_s(n), 0.0))
-        else:
+        fits_draft = self.planned.drafts and self.given_draft is None
+        drafting_s = step.draft_s + (max(step.target_s - self.target_s(n), 0.0) if side else 0.0)
+        if not side:
             self.target_fit.add(float(self.curve[min(n, MOST_NODES)]) * self.share(), step.target_s)
-            if fits_draft:
-                self.draft_fit.add(self.planned.depth, step.draft_s)
+        if fits_draft and self.resumed:  # what a probe costs: its one level and the catch-up
+            self.resume_s += (self.rate if self.resume_s else 1.0) * (drafting_s - self.resume_s)
+        elif fits_draft:
+            self.draft_fit.add(self.planned.depth, drafting_s)
         rest, r = step.verify_s + step.other_s, self.rate
         if n == 0:
             self.rest_s += (r if self.rest_s else 1.0) * (rest - self.rest_s)

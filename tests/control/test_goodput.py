@@ -266,7 +266,7 @@ def test_costs_from_a_profile_read_no_clock_and_decide():
 
 def test_the_draft_cost_fit_leaves_out_a_resuming_steps_catch_up():
     """After plain steps a drafter first catches up on their tokens (here 0.5 s): that step's time is a cost of
-    resuming, so the fit of drafting on is the steady steps' 0.01 s a level."""
+    resuming, so the fit of drafting on is the steady steps' 0.01 s a level, and a probe is priced at the catch-up."""
     p = GoodputPolicy(target_costs=COSTS)
     p.start(None, 1)
     tree = point_tree(torch.tensor([[0.9]]))
@@ -275,6 +275,7 @@ def test_the_draft_cost_fit_leaves_out_a_resuming_steps_catch_up():
         p.observe(tree, Verification(torch.zeros(1, 2, dtype=torch.long), torch.tensor([1]), torch.tensor([[0]])),
                   StepStats(torch.tensor([1]), 0.5 if resumed else 0.01, 1.0, 0.0, 0.0, 1))
     assert p.draft_s(1) == pytest.approx(0.01) and p.draft_s(3) == pytest.approx(0.03)
+    assert p.resume_s == pytest.approx(0.5) and p.decide()[2] >= 0.5  # a probe costs the catch-up: probes are rarer
 
 
 def test_an_idle_stretch_decides_once_every_few_steps(monkeypatch):
