@@ -180,9 +180,9 @@ SIDE_BY_SIDE = "### Policies side by side (all categories)"
 
 
 def policies_side_by_side(summary: list[dict]) -> str:
-    """With several policies: one row per method (batch size 1), each (sampling, policy)'s speedup, and beside it in
-    brackets its projected speedup where the run had experiment.project; the greedy identity of every policy and
-    the fixed policy's lossless checks. Else nothing."""
+    """With several policies: one row per method (batch size 1), each (sampling, policy)'s speedup, and beside the
+    fixed policy's in brackets its projected speedup where the run had experiment.project; the greedy identity of
+    every policy and the fixed policy's lossless checks. Else nothing."""
     policies = list(dict.fromkeys(r.get("policy", FIXED) for r in summary))
     if len(policies) < 2:
         return ""
@@ -190,11 +190,11 @@ def policies_side_by_side(summary: list[dict]) -> str:
     samplings = list(dict.fromkeys(s for _, s, _ in cells))
     projected = any(r.get("projected_speedup") is not None for r in cells.values())
 
-    def speedup(r: dict | None) -> str:
-        if r is None or r["speedup"] is None:
+    def speedup(r: dict | None) -> str:  # a projection beside the fixed policy's only: a sizing policy decided by
+        if r is None or r["speedup"] is None:  # this device's costs, and would decide otherwise on another
             return "-"
-        beside = f" ({fmt(r['projected_speedup'])}x)" if projected and r.get("projected_speedup") is not None else ""
-        return f"{fmt(r['speedup'])}x{beside}"
+        shown = r.get("policy", FIXED) == FIXED and r.get("projected_speedup") is not None
+        return f"{fmt(r['speedup'])}x" + (f" ({fmt(r['projected_speedup'])}x)" if shown else "")
 
     head = ["method", *(f"{s}: {p}" for s in samplings for p in policies), "greedy identical", "lossless check (fixed)"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(samplings) * len(policies)) + "---|---|"]
@@ -204,8 +204,8 @@ def policies_side_by_side(summary: list[dict]) -> str:
         checks = "; ".join(f"{s}: {check_cell(cells[(method, s, FIXED)])}" for s in samplings
                            if cells.get((method, s, FIXED)) and check_cell(cells[(method, s, FIXED)]) != "-") or "-"
         lines.append("| " + " | ".join([method, *(speedup(r) for r in rows.values()), greedy, checks]) + " |")
-    note = " Speedups against plain decoding in the same run; in brackets, projected (experiment.project)." if projected \
-        else " Speedups against plain decoding in the same run."
+    note = (" Speedups against plain decoding in the same run; in brackets, the fixed policy's run projected onto "
+            "experiment.project's device.") if projected else " Speedups against plain decoding in the same run."
     return f"{SIDE_BY_SIDE}\n\n{note.strip()}\n\n" + "\n".join(lines) + "\n\n"
 
 

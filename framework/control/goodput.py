@@ -6,7 +6,7 @@ Units are seconds and tokens. Kept online:
   proposer's own node scores to acceptance (framework/control/calibration.py);
 - costs: the target's forward by node count at this batch size (measured once, cached:
   framework/control/costs.py; a line fitted to the steps' own times maps the table to them), the
-  proposer's time as a line in levels planned (its side rows count as its own), the rest of a plain step
+  proposer's time as a line in levels drafted (its side rows count as its own), the rest of a plain step
   and what verifying any tree adds to it;
 - g, the long-run tokens per second (never below plain decoding's).
 
@@ -65,7 +65,7 @@ class GoodputPolicy:
         self.calibration = Calibration(depths=max_depth)
         self.levels = LevelAcceptance(max_depth)
         self.level_nodes = torch.ones(max_depth, dtype=torch.float64)  # nodes verified at level d
-        self.draft_fit = LineFit()  # the proposer's seconds by levels planned
+        self.draft_fit = LineFit()  # the proposer's seconds by levels drafted
         self.target_fit = LineFit()  # the target's seconds by the table's extra seconds for the step's nodes
         self.rest_s = 0.0  # verification and bookkeeping of a plain step
         self.tree_s = 0.0  # what verifying any tree adds to them
@@ -238,7 +238,7 @@ class GoodputPolicy:
 
     def observe_costs(self, tree: CandidateTree, step) -> None:
         """The step's timings: the target's against the table (side rows are the proposer's cost), the
-        proposer's by levels planned, the verifier's and the rest with a tree and without."""
+        proposer's by levels drafted, the verifier's and the rest with a tree and without."""
         n, side = tree.num_nodes, step.side_rows
         # a step that drafts after plain ones also catches the proposer up on their tokens (a drafter's backlog): a
         # cost of resuming, not of drafting on, so the fit of what drafting costs step after step leaves it out
@@ -248,8 +248,8 @@ class GoodputPolicy:
             self.target_fit.add(float(self.curve[min(n, MOST_NODES)]) * self.share(), step.target_s)
         if fits_draft and self.resumed:  # what a probe costs: its one level and the catch-up
             self.resume_s += (self.rate if self.resume_s else 1.0) * (drafting_s - self.resume_s)
-        elif fits_draft:
-            self.draft_fit.add(self.planned.depth, drafting_s)
+        elif fits_draft:  # by the levels the proposer drafted: one that stops short of the plan costs what it drafted
+            self.draft_fit.add(self.drafted, drafting_s)
         rest, r = step.verify_s + step.other_s, self.rate
         if n == 0:
             self.rest_s += (r if self.rest_s else 1.0) * (rest - self.rest_s)

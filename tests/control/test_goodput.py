@@ -272,6 +272,7 @@ def test_the_draft_cost_fit_leaves_out_a_resuming_steps_catch_up():
     tree = point_tree(torch.tensor([[0.9]]))
     for resumed in [True, False, False, False, True, False, False]:  # the plans set by hand: one level each
         p.planned, p.resumed = Plan(1), resumed
+        p.trim(tree)
         p.observe(tree, Verification(torch.zeros(1, 2, dtype=torch.long), torch.tensor([1]), torch.tensor([[0]])),
                   StepStats(torch.tensor([1]), 0.5 if resumed else 0.01, 1.0, 0.0, 0.0, 1))
     assert p.draft_s(1) == pytest.approx(0.01) and p.draft_s(3) == pytest.approx(0.03)
@@ -287,3 +288,17 @@ def test_an_idle_stretch_decides_once_every_few_steps(monkeypatch):
     plans = empty_steps(p, 80)
     probes = sum(plan.drafts for plan in plans)
     assert len(decided) <= 80 // 8 + 2 * probes + 1 and len(decided) < 20
+
+
+def test_the_draft_cost_is_fitted_by_the_levels_drafted_not_planned():
+    """A proposer configured two levels deep drafts two whatever the plan: its time belongs to two levels (fitted by
+    the levels planned, 12, a level looked six times cheaper than it is)."""
+    p = GoodputPolicy(target_costs=COSTS)
+    p.start(None, 1)
+    tree = point_tree(torch.tensor([[0.9, 0.9]]))
+    for planned in (2, 12, 12, 2, 12):
+        p.planned = Plan(planned)
+        p.trim(tree)
+        p.observe(tree, Verification(torch.zeros(1, 3, dtype=torch.long), torch.tensor([2]), torch.tensor([[0, 1]])),
+                  StepStats(torch.tensor([2]), 0.2, 1.0, 0.0, 0.0, 2))
+    assert p.draft_s(2) == pytest.approx(0.2) and p.draft_s(1) == pytest.approx(0.1)
