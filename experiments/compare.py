@@ -176,13 +176,20 @@ class Plan:
     decide_by: DeviceProfile | None = None  # experiment.policy_profile: the costs cost-sized policies decide from
 
     def runs(self, method: str, policy: str, batch: int) -> bool:
-        """A policy sizes a proposer's speculation: rows without one (plain, transformers') run fixed only;
-        transformers' runners decode one prompt at a time."""
-        return (policy == FIXED or method in self.proposers) and (batch == 1 or runner_of(method) not in HF_METHODS)
+        """A policy sizes a proposer's speculation: a proposer runs under each listed policy, rows without one (plain,
+        transformers') under fixed only, whatever the list; transformers' runners decode one prompt at a time."""
+        sized = policy in self.policies if method in self.proposers else policy == FIXED
+        return sized and (batch == 1 or runner_of(method) not in HF_METHODS)
+
+    @property
+    def every_policy(self) -> list[str]:
+        """The listed policies, and fixed where a row without a proposer runs under it unlisted."""
+        unsized = any(m not in self.proposers for m in self.methods)
+        return list(self.policies) + ([FIXED] if unsized and FIXED not in self.policies else [])
 
     def rows(self, batch: int) -> list[tuple[str, str]]:
         """The (method, policy) pairs timed at this batch size."""
-        return [(m, p) for m in self.methods for p in self.policies if self.runs(m, p, batch)]
+        return [(m, p) for m in self.methods for p in self.every_policy if self.runs(m, p, batch)]
 
 
 def plan(cfg: DictConfig) -> Plan:
@@ -338,7 +345,7 @@ class Policies:
     def of(self, method: str, policy: str, unit: Unit):
         key = (method, policy, unit.sampling, unit.batch)
         if key not in self.made:
-            factory = self.factories[policy]
+            factory = self.factories.get(policy)  # fixed unlisted (a row without a proposer): none
             made = self.made[key] = factory() if factory is not None else None
             if self.decide_by is not None and isinstance(made, CostSized):  # sized by the profile: no clock
                 made.use_costs(self.decide_by.step_costs(method, unit.sampling, unit.batch))
@@ -507,7 +514,7 @@ def prime_policies(runners: dict, work: Workload, plan: Plan) -> None:
 
 def table(plan: Plan, categories: list[str], records: Iterable[dict], profiles: dict | None = None) -> list[dict]:
     """The rows of the cells that ran, in plan order (with device profiles: each row's predicted seconds)."""
-    rows = aggregate(plan.methods, plan.samplings, categories, records, list(plan.policies), plan.batch_sizes, profiles)
+    rows = aggregate(plan.methods, plan.samplings, categories, records, plan.every_policy, plan.batch_sizes, profiles)
     return [r for r in rows if plan.runs(r["method"], r["policy"], r["batch"])]
 
 
@@ -523,8 +530,7 @@ def notes(plan: Plan) -> list[str]:
     sizing = [p for p in plan.policies if p != FIXED]
     if unsized and sizing:
         said.append(f"Policies other than {FIXED} ({', '.join(sizing)}) size a proposer's speculation: the rows without "
-                    f"one ({', '.join(unsized)}) run under {FIXED} only"
-                    + ("." if FIXED in plan.policies else ", which experiment.policies leaves out: they have no rows."))
+                    f"one ({', '.join(unsized)}) run under {FIXED} only.")
     return said
 
 

@@ -59,10 +59,13 @@ def aggregate(methods: list[str], samplings, categories: list[str], records: Ite
         elif r["id"].startswith("plain/"):
             plains[r["id"]] = r
     keys = [(m, p, s, c, b) for m in methods for p in policies for s in samplings for c in categories for b in batches]
+    ran = {(k[0], k[1]) for k in runs}
+    # the check ran the method as configured: shown on its fixed rows, or on its first policy's where fixed did not run
+    checked = {m: next((p for p in [FIXED, *policies] if (m, p) in ran), FIXED) for m in methods}
     rows = []
     for key in keys:
         method, policy, sampling = key[:3]
-        check = checks.get((method, sampling), {}) if policy == FIXED else {}  # it ran the method as configured
+        check = checks.get((method, sampling), {}) if policy == checked[method] else {}
         row = cell_row(runs.get(key, []), check, *key)
         for name, profile in (profiles or {}).items():
             row.update(predicted(runs.get(key, []), plains, profile, name))
@@ -180,11 +183,14 @@ SIDE_BY_SIDE = "### Policies side by side (all categories)"
 
 
 def policies_side_by_side(summary: list[dict]) -> str:
-    """With several policies: one row per method (batch size 1), each (sampling, policy)'s speedup, and beside the
+    """Where a method ran under several policies: one row per method (batch size 1), each (sampling, policy)'s speedup, and beside the
     fixed policy's in brackets its projected speedup where the run had experiment.project; the greedy identity of
-    every policy and the fixed policy's lossless checks. Else nothing."""
+    every policy and the lossless checks (of the method as configured). Else nothing."""
     policies = list(dict.fromkeys(r.get("policy", FIXED) for r in summary))
-    if len(policies) < 2:
+    ran = defaultdict(set)
+    for r in summary:
+        ran[r["method"]].add(r.get("policy", FIXED))
+    if max((len(p) for p in ran.values()), default=0) < 2:  # no method under two policies: nothing side by side
         return ""
     cells = {(r["method"], r["sampling"], r.get("policy", FIXED)): r for r in summary if r.get("batch", 1) == 1}
     samplings = list(dict.fromkeys(s for _, s, _ in cells))
@@ -196,13 +202,13 @@ def policies_side_by_side(summary: list[dict]) -> str:
         shown = r.get("policy", FIXED) == FIXED and r.get("projected_speedup") is not None
         return f"{fmt(r['speedup'])}x" + (f" ({fmt(r['projected_speedup'])}x)" if shown else "")
 
-    head = ["method", *(f"{s}: {p}" for s in samplings for p in policies), "greedy identical", "lossless check (fixed)"]
+    head = ["method", *(f"{s}: {p}" for s in samplings for p in policies), "greedy identical", "lossless check (as configured)"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(samplings) * len(policies)) + "---|---|"]
     for method in dict.fromkeys(m for m, _, _ in cells):
         rows = {(s, p): cells.get((method, s, p)) for s in samplings for p in policies}
         greedy = ", ".join(r["greedy_identical"] for r in rows.values() if r and r["greedy_identical"]) or "-"
-        checks = "; ".join(f"{s}: {check_cell(cells[(method, s, FIXED)])}" for s in samplings
-                           if cells.get((method, s, FIXED)) and check_cell(cells[(method, s, FIXED)]) != "-") or "-"
+        shown = {s: [check_cell(r) for r in (rows[s, p] for p in policies) if r and check_cell(r) != "-"] for s in samplings}
+        checks = "; ".join(f"{s}: {found[0]}" for s, found in shown.items() if found) or "-"
         lines.append("| " + " | ".join([method, *(speedup(r) for r in rows.values()), greedy, checks]) + " |")
     note = (" Speedups against plain decoding in the same run; in brackets, the fixed policy's run projected onto "
             "experiment.project's device.") if projected else " Speedups against plain decoding in the same run."

@@ -157,11 +157,10 @@ def curves(cfg: DictConfig, plan, work, out: Path, command: str | None = None, h
             runners[method] = serving_runner(cfg, method)
         else:
             node = plan.proposers.get(method)
-            for policy, make_policy in plan.policies.items():
-                if node is None and policy != "fixed":
-                    continue  # plain decoding has nothing to size
-                name = method if policy == "fixed" else f"{method}/{policy}"
-                runners[name] = ours(ours_model, node, make_policy, cfg)
+            for policy in plan.every_policy:
+                if plan.runs(method, policy, 1):  # plain decoding has nothing to size: fixed, listed or not
+                    name = method if policy == "fixed" else f"{method}/{policy}"
+                    runners[name] = ours(ours_model, node, plan.policies.get(policy), cfg)
     # untimed, each runner at each concurrency: a short pass of as many requests (first calls build caches, a policy
     # measures its costs at that batch size, vLLM loads its engine for that max_num_seqs)
     failed: dict[tuple[str, int], str] = {}  # (runner, c) -> its error: that row reports it, the run goes on

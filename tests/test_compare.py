@@ -20,7 +20,8 @@ from framework.zoo.checkpoints import EMBEDDED
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 TINY = ["models=tiny", "experiment.prompts=[[1,2,3,4,5],[7,7,7,8,9,1,7]]", "experiment.max_new_tokens=5",
-        "experiment.assistant=draft", "prompt=[1,2,3]", "experiment.check.samples=256", "experiment.check.batch=256"]
+        "experiment.assistant=draft", "prompt=[1,2,3]", "experiment.check.samples=256", "experiment.check.batch=256",
+        "experiment.policies=[fixed]"]  # the cells as configured; the tests of policies name theirs
 METHODS = ["draft", "prompt_lookup", "hf_assisted", "hf_prompt_lookup"]
 
 
@@ -376,7 +377,7 @@ def test_the_goodput_policy_has_rows_of_its_own(tmp_path):
     assert all(r["speedup"] is not None for r in cells.values())
     assert compare.policy_factory("fixed", load(tmp_path)) is None
     table = tmp_path / "compare.md"
-    assert "| method | greedy: fixed | greedy: goodput | t1: fixed | t1: goodput | greedy identical | lossless check (fixed) |" \
+    assert "| method | greedy: fixed | greedy: goodput | t1: fixed | t1: goodput | greedy identical | lossless check (as configured) |" \
         in table.read_text()
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{BEGIN}\nold\n{END}\ntail\n")
@@ -512,8 +513,22 @@ def test_policies_side_by_side_is_a_row_per_method_with_projections_in_brackets(
                row("draft", "t1", "fixed", 0.9, 1.2, "pass"), row("draft", "t1", "goodput", 1.0, 1.0),
                row("medusa", "greedy", "fixed", 0.8), row("medusa", "t1", "fixed", None)]
     text = policies_side_by_side(summary)
-    assert "| method | greedy: fixed | greedy: goodput | t1: fixed | t1: goodput | greedy identical | lossless check (fixed) |" in text
+    assert "| method | greedy: fixed | greedy: goodput | t1: fixed | t1: goodput | greedy identical | lossless check (as configured) |" in text
     # projections beside the fixed policy's cells only (goodput decided by this device's costs)
     assert "| draft | 1.20x (1.75x) | 1.10x | 0.90x (1.20x) | 1.00x | 2/2, 2/2 | t1: pass (N=64, TV 0.100, p=0.500) |" in text
-    assert "| medusa | 0.80x | - | - | - | 2/2 | - |" in text and "in brackets, projected" in text
+    assert "| medusa | 0.80x | - | - | - | 2/2 | - |" in text and "in brackets, the fixed policy's run projected" in text
     assert policies_side_by_side([r for r in summary if r["policy"] == "fixed"]) == ""
+
+
+def test_the_default_policy_is_goodput_and_rows_without_a_proposer_run_fixed(tmp_path):
+    """Issue 56: goodput sizes every proposer's steps by default (compare's and the run's config); transformers'
+    rows have nothing to size and run under fixed though it is not listed, with their own rows."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        assert list(compose(config_name="compare").experiment.policies) == ["goodput"]
+        assert compose(config_name="config").policy._target_ == "framework.control.goodput.GoodputPolicy"
+    result = compare.run(load(tmp_path, "experiment.policies=[goodput]", "experiment.methods=[draft,hf_prompt_lookup]",
+                              "experiment.samplings=[greedy]", "experiment.check.samples=0"))
+    cells = {(r["method"], r["policy"]) for r in result["summary"]}
+    assert cells == {("draft", "goodput"), ("hf_prompt_lookup", "fixed")}
+    assert all(r["speedup"] is not None and r["greedy_identical"] == "2/2" for r in result["summary"])
+    assert "Policies side by side" not in (tmp_path / "compare.md").read_text()  # no method ran under two
