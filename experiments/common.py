@@ -219,6 +219,18 @@ def heldout_prompt(model, length: int) -> torch.Tensor:
     return torch.tensor([ids], dtype=torch.long)
 
 
+def text_ids(model, tokens: int) -> list[int]:
+    """`tokens` ids of held-out stdlib source in the model's tokenizer (random ids for a model without one)."""
+    tokenizer = tokenizer_of(model)
+    if tokenizer is None:
+        return torch.randint(0, model.config.vocab_size, (tokens,), generator=torch.Generator().manual_seed(0)).tolist()
+    text = "\n".join(build_corpus(stdlib_files())["heldout"]["text"][:8])
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) < tokens:
+        raise ValueError(f"the held-out text has {len(ids)} tokens, the profile asks for {tokens}")
+    return ids[:tokens]
+
+
 def job_overrides(job: Path) -> dict:
     """The overrides Hydra recorded for a job folder ({} without .hydra/overrides.yaml)."""
     path = job / ".hydra" / "overrides.yaml"

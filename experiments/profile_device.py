@@ -39,14 +39,12 @@ import transformers
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from experiments.common import option, torch_threads
+from experiments.common import option, text_ids, torch_threads
 from framework.control.cost_model import step_records
 from framework.control.device_profile import PLAIN, DeviceProfile, interpolate
 from framework.core.policy import FixedPolicy, Plan
 from framework.engine import generate
 from framework.lm.target import HFTarget
-from framework.lm.text import tokenizer_of
-from framework.zoo.corpus import build_corpus, stdlib_files
 
 log = logging.getLogger(__name__)
 MOST_NODES = 254  # Target.forward_costs' binary tree
@@ -60,18 +58,6 @@ class AtDepth(FixedPolicy):
 
     def plan(self) -> Plan:
         return Plan(self.depth)
-
-
-def text_ids(model, tokens: int) -> list[int]:
-    """`tokens` ids of held-out stdlib source in the model's tokenizer (random ids for a model without one)."""
-    tokenizer = tokenizer_of(model)
-    if tokenizer is None:
-        return torch.randint(0, model.config.vocab_size, (tokens,), generator=torch.Generator().manual_seed(0)).tolist()
-    text = "\n".join(build_corpus(stdlib_files())["heldout"]["text"][:8])
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    if len(ids) < tokens:
-        raise ValueError(f"the held-out text has {len(ids)} tokens, the profile asks for {tokens}")
-    return ids[:tokens]
 
 
 def forward_table(target: HFTarget, ids: list[int], batches, contexts, nodes, repeats: int) -> dict:
