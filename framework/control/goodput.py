@@ -71,6 +71,7 @@ class GoodputPolicy:
         self.tree_s = 0.0  # what verifying any tree adds to them
         self.node_s = 0.0  # and what each of its nodes adds (given costs only: a clock sees the table's shape)
         self.tables: dict[int, CostTable] = {}
+        self.curves: dict[int, tuple[CostTable, torch.Tensor]] = {}  # id(table) -> it and its seconds by 0..MOST_NODES
         self.rates: dict[int, float] = {}  # batch size -> tokens per second achieved
         self.batch, self.started, self.table, self.curve, self.planned, self.drafted = 1, 1, None, None, Plan(0), 0
         self.idle_s = 0.0  # plain steps' time since the last step that drafted
@@ -99,7 +100,10 @@ class GoodputPolicy:
             if batch_size not in self.tables:
                 self.tables[batch_size] = measured_costs(target, batch_size, self.cache)
             self.table = self.tables[batch_size]
-        curve = torch.tensor([self.table(n) for n in range(MOST_NODES + 1)], dtype=torch.float64)
+        if id(self.table) not in self.curves:  # a table's curve once (257 lookups: a millisecond each generation else)
+            tabulated = torch.tensor([self.table(n) for n in range(MOST_NODES + 1)], dtype=torch.float64)
+            self.curves[id(self.table)] = (self.table, tabulated)  # the table kept: its id stays its own
+        curve = self.curves[id(self.table)][1]
         self.curve = curve.cummax(0).values - curve[0]  # [n] extra seconds of n nodes; never less for more (the table is noisy)
         if not self.target_fit.sums[0]:  # the table itself is the first two observations
             self.target_fit.add(0.0, curve[0])
