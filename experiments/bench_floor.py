@@ -25,18 +25,11 @@ from omegaconf import DictConfig
 
 from experiments.common import option, text_ids, torch_threads
 from framework.core import files
-from framework.core.policy import FixedPolicy, Plan
+from framework.core.policy import AtDepth
 from framework.engine import generate
 from framework.lm.target import HFTarget
 
 PARTS = ("draft_s", "target_s", "verify_s", "other_s")
-
-
-class PlainSteps(FixedPolicy):
-    """Every step planned plain: the proposer keeps its books and drafts nothing."""
-
-    def plan(self) -> Plan:
-        return Plan(0)
 
 
 def timed(target, make, prompts, cfg: DictConfig, sampling, policy, seed: int) -> dict:
@@ -62,7 +55,7 @@ def measure(cfg: DictConfig) -> dict:
         prompts.append(torch.tensor([text[at: at + length]]))
         at += 2 * length
     makes = {m: instantiate(option("proposer", m, cfg, "methods")) for m in cfg.methods}
-    modes = {"idle": PlainSteps, "goodput": lambda: instantiate(option("policy", "goodput", cfg, "modes"))()}
+    modes = {"idle": lambda: AtDepth(0), "goodput": lambda: instantiate(option("policy", "goodput", cfg, "modes"))()}
     unknown = [m for m in cfg.modes if m not in modes]
     if unknown:
         raise ValueError(f"unknown modes {unknown} (have {sorted(modes)})")

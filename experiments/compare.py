@@ -241,8 +241,8 @@ def plan(cfg: DictConfig) -> Plan:
     skipped = missing_rows(cfg, methods)  # a peer engine whose environment is not built: said, not run
     methods = [m for m in methods if m not in skipped]
     decide_by = DeviceProfile.load(exp.policy_profile) if exp.get("policy_profile") else None
-    for method in proposers if decide_by is not None else ():  # every cell's costs are in it, before any work
-        for sampling, batch in product(samplings, sizes):
+    if decide_by is not None:  # every cell's costs are in it, before any work
+        for method, sampling, batch in product(proposers, samplings, sizes):
             decide_by.step_costs(method, sampling, batch)
     return Plan(methods, proposers, samplings, categories, skipped, pld_variants(cfg, methods), policies, sizes,
                 decide_by)

@@ -13,14 +13,14 @@ import functools
 import importlib.util
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import transformers
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 from transformers.generation.streamers import BaseStreamer
 
@@ -129,15 +129,27 @@ class FirstTokenClock(BaseStreamer):
 
 
 def renewed(factory):
-    """A proposer factory (a Hydra partial) whose shared stores, in it or in the partials it holds, are renewed
-    (framework.core.proposer.SharedStore); drafter weights and every other argument stay the same objects."""
-    def fresh(value):
+    """A proposer factory (a Hydra partial) whose shared stores, in it or in the partials and containers it holds (a
+    mix's parts), are renewed (framework.core.proposer.SharedStore); drafter weights and every other argument stay
+    the same objects."""
+    def fresh(value):  # the same object where nothing in it is renewed
         if isinstance(value, functools.partial):
             return renewed(value)
-        return value.renewed() if isinstance(value, SharedStore) else value
+        if isinstance(value, SharedStore):
+            return value.renewed()
+        if isinstance(value, Mapping):  # a mix's parts by name
+            items = {k: fresh(v) for k, v in value.items()}
+            return items if any(items[k] is not v for k, v in value.items()) else value
+        if isinstance(value, (list, tuple, ListConfig)):
+            items = [fresh(v) for v in value]
+            return items if any(a is not b for a, b in zip(items, value)) else value
+        return value
     if not isinstance(factory, functools.partial):
         return factory
-    return functools.partial(factory.func, *map(fresh, factory.args), **{k: fresh(v) for k, v in factory.keywords.items()})
+    args, keywords = [fresh(a) for a in factory.args], {k: fresh(v) for k, v in factory.keywords.items()}
+    if all(a is b for a, b in zip(args, factory.args)) and all(keywords[k] is v for k, v in factory.keywords.items()):
+        return factory
+    return functools.partial(factory.func, *args, **keywords)
 
 
 def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants: dict):

@@ -42,22 +42,12 @@ from omegaconf import DictConfig
 from experiments.common import option, text_ids, torch_threads
 from framework.control.cost_model import step_records
 from framework.control.device_profile import PLAIN, DeviceProfile, interpolate
-from framework.core.policy import FixedPolicy, Plan
+from framework.core.policy import AtDepth
 from framework.engine import generate
 from framework.lm.target import HFTarget
 
 log = logging.getLogger(__name__)
 MOST_NODES = 254  # Target.forward_costs' binary tree
-
-
-class AtDepth(FixedPolicy):
-    """Every step planned at one depth (None: the proposer's own setting)."""
-
-    def __init__(self, depth: int | None):
-        self.depth = depth
-
-    def plan(self) -> Plan:
-        return Plan(self.depth)
 
 
 def forward_table(target: HFTarget, ids: list[int], batches, contexts, nodes, repeats: int) -> dict:

@@ -532,3 +532,20 @@ def test_the_default_policy_is_goodput_and_rows_without_a_proposer_run_fixed(tmp
     assert cells == {("draft", "goodput"), ("hf_prompt_lookup", "fixed")}
     assert all(r["speedup"] is not None and r["greedy_identical"] == "2/2" for r in result["summary"])
     assert "Policies side by side" not in (tmp_path / "compare.md").read_text()  # no method ran under two
+
+
+def test_a_cells_factory_renews_the_shared_stores_it_holds_and_nothing_else():
+    """renewed (experiments.methods): a suffix cache renewed where it sits, also inside a mix's parts; every other
+    argument the same object, and a factory with nothing to renew returned as it is."""
+    from functools import partial as hydra_partial
+
+    from experiments.methods import renewed
+    from proposers import MixProposer, PromptLookupProposer, SuffixCache, SuffixProposer
+
+    cache, lookup = SuffixCache(max_tokens=50), hydra_partial(PromptLookupProposer, max_ngram=3)
+    mix = hydra_partial(MixProposer, parts={"suffix": hydra_partial(SuffixProposer, cache=cache), "lookup": lookup}, budget=8)
+    fresh = renewed(mix)
+    part = fresh.keywords["parts"]["suffix"].keywords["cache"]
+    assert part is not cache and part.max_tokens == 50 and fresh.keywords["parts"]["lookup"] is lookup
+    assert renewed(lookup) is lookup and renewed(hydra_partial(SuffixProposer, cache=cache)).keywords["cache"] is not cache
+    assert fresh().parts[0].cache is part  # the mix built from it drafts from the renewed cache

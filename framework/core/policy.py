@@ -98,3 +98,14 @@ class FixedPolicy:
 
     def admit(self, count: int) -> None:
         pass
+
+
+class AtDepth(FixedPolicy):
+    """Every step planned at one depth (0: plain steps, the proposer only keeps its books; None: its own setting):
+    what a device profile measures and an ablation fixes."""
+
+    def __init__(self, depth: int | None):
+        self.depth = depth
+
+    def plan(self) -> Plan:
+        return Plan(self.depth)

@@ -10,6 +10,7 @@ from hydra.utils import instantiate
 
 from experiments.common import CONF
 from experiments.profile_device import profile
+from framework.control.costs import StepCosts
 from framework.control.cost_model import STEP_FIELDS, Prediction, StepRecord, predict, step_records, steps_of
 from framework.control.device_profile import DeviceProfile, interpolate
 from framework.control.roofline import Accelerator, ModelSize, Projection, forward_s
@@ -176,3 +177,7 @@ def test_a_profile_gives_a_methods_step_costs_at_a_batch_size():
     assert simple_profile().step_costs("pld", "greedy", 1, context=0).target == pytest.approx({0: 1.0, 10: 2.0})
     with pytest.raises(ValueError, match=r"draft table has no 'eagle3' .*profile_device 'methods=\[..., eagle3\]'"):
         simple_profile().step_costs("eagle3", "greedy", 1)
+    with pytest.raises(ValueError, match=r"step costs are seconds >= 0, got draft \(-1.0, 0.1\)"):
+        StepCosts({0: 1.0}, (-1.0, 0.1), (0.0, 0.0), 0.0)
+    with pytest.raises(ValueError, match="a cost table needs a positive cost at 0 nodes"):
+        StepCosts({1: 1.0}, (0.0, 0.1), (0.0, 0.0), 0.0)
