@@ -98,8 +98,8 @@ from experiments.throughput import THROUGHPUT_ROWS, concurrencies, curves
 from experiments.workload import Workload, answer_text, build_workload
 from framework.control.cost_model import STEP_FIELDS, step_records
 from framework.control.device_profile import DeviceProfile
-from framework.core.policy import CostSized
 from framework.core import files
+from framework.core.policy import CostSized
 from framework.core.prompts import prompt_lengths
 from framework.core.sampling import SamplingConfig, hf_sampling
 from framework.engine import generate

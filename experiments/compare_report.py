@@ -183,9 +183,9 @@ SIDE_BY_SIDE = "### Policies side by side (all categories)"
 
 
 def policies_side_by_side(summary: list[dict]) -> str:
-    """Where a method ran under several policies: one row per method (batch size 1), each (sampling, policy)'s speedup, and beside the
-    fixed policy's in brackets its projected speedup where the run had experiment.project; the greedy identity of
-    every policy and the lossless checks (of the method as configured). Else nothing."""
+    """Where a method ran under several policies: one row per method (batch size 1), each (sampling, policy)'s
+    speedup, beside the fixed policy's in brackets its projected speedup where the run had experiment.project; the
+    greedy identity of every policy and the lossless checks (of the method as configured). Else nothing."""
     policies = list(dict.fromkeys(r.get("policy", FIXED) for r in summary))
     ran = defaultdict(set)
     for r in summary:

@@ -180,12 +180,13 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
         """for_cell(cell) -> the factory of that cell's proposers (default: make_proposer's shared stores renewed
         once per cell, so one cell's requests never draft from another's answers to the same prompts)."""
         cells: dict = {}
+        for_cell = for_cell or (lambda _: renewed(make_proposer))
 
         def run(prompt: torch.Tensor, sampling: SamplingConfig, policy=None, cell=None):
             make = make_proposer
             if make_proposer is not None and cell is not None:
                 if cell not in cells:
-                    cells[cell] = (for_cell or (lambda _: renewed(make_proposer)))(cell)
+                    cells[cell] = for_cell(cell)
                 make = cells[cell]
             before = ours_calls.calls
             _sync(ours_model)

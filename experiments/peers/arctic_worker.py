@@ -10,8 +10,9 @@ request a line on stdin, one JSON answer a line on stdout:
     {"op": "close"}
 
 Every op but close names its `cache` (default ""): caches opened by name live side by side, each with its own
-requests and global cache of responses (a measurement keeps one per cell). `response` is what the request committed since its last speculate (added to its prompt tree and the global
-cache of responses first), `context` the tail its match is sought for. Standard library and arctic-inference only.
+requests and global cache of responses (a measurement keeps one per cell). `response` is what the request committed
+since its last speculate (added to its prompt tree and the global cache of responses first), `context` the tail its
+match is sought for. Standard library and arctic-inference only.
 """
 
 from __future__ import annotations

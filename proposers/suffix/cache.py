@@ -3,8 +3,9 @@
 Each request's output is one sequence, extended as its tokens commit. Past `max_tokens` the oldest sequences are
 evicted whole (their counts replayed out of the trie); a sequence that alone would pass the bound stops growing
 there. One cache is shared by every proposer its config builds (the Hydra partial holds the one instance), so later
-requests draft from earlier ones; a measurement that keeps its cells apart builds each cell's on a `renewed` copy. With a `path`, the cache starts from that file and writes itself there as each new
-request opens; it holds token ids, so it remembers the tokenizer they came from and refuses another.
+requests draft from earlier ones; a measurement that keeps its cells apart builds each cell's on a `renewed` copy.
+With a `path`, the cache starts from that file and writes itself there as each new request opens; it holds token
+ids, so it remembers the tokenizer they came from and refuses another.
 """
 
 from __future__ import annotations
