@@ -38,6 +38,8 @@ from framework.core.policy import Plan
 from framework.core.tree import CandidateTree
 
 MOST_NODES = 256  # node counts whose cost is tabulated at start (beyond: interpolated on demand)
+PROBE_CAP = 2.0  # a probe is priced at most this many plain steps: a one-off cost (a cache made, pages touched first)
+# seen in one must not stop the probes that would show it was one
 REDECIDE = 8  # plain steps a decision that nothing pays is kept for: only drafting steps teach acceptance, and the
 # costs a plain step refines drift slowly, so an idle step costs a few float operations, not a decision
 
@@ -145,7 +147,8 @@ class GoodputPolicy:
         self.resumed = not self.planned.drafts  # the step before planned none
         if best is not None:
             self.planned = Plan(best + 1, rows=chosen)
-        elif self.explore * self.idle_s >= probe_s:  # a probe keeps the estimates current while nothing pays
+        elif self.explore * self.idle_s >= min(probe_s, PROBE_CAP * (self.target_s(0) + self.rest_s)):
+            # a probe keeps the estimates current while nothing pays
             self.planned = Plan(1, probe=True)
         else:
             self.planned = Plan(0)
@@ -250,8 +253,9 @@ class GoodputPolicy:
         drafting_s = step.draft_s + (max(step.target_s - self.target_s(n), 0.0) if side else 0.0)
         if not side:
             self.target_fit.add(float(self.curve[min(n, MOST_NODES)]) * self.share(), step.target_s)
-        if fits_draft and self.resumed:  # what a probe costs: its one level and the catch-up
-            self.resume_s += (self.rate if self.resume_s else 1.0) * (drafting_s - self.resume_s)
+        if fits_draft and self.resumed:  # what a probe costs: its one level and the catch-up; a lower cost is taken
+            # at once (what was paid once more was a one-off), a higher one slowly
+            self.resume_s += (self.rate if 0.0 < self.resume_s < drafting_s else 1.0) * (drafting_s - self.resume_s)
         elif fits_draft:  # by the levels the proposer drafted: one that stops short of the plan costs what it drafted
             self.draft_fit.add(self.drafted, drafting_s)
         rest, r = step.verify_s + step.other_s, self.rate

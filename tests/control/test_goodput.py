@@ -302,3 +302,24 @@ def test_the_draft_cost_is_fitted_by_the_levels_drafted_not_planned():
         p.observe(tree, Verification(torch.zeros(1, 3, dtype=torch.long), torch.tensor([2]), torch.tensor([[0, 1]])),
                   StepStats(torch.tensor([2]), 0.2, 1.0, 0.0, 0.0, 2))
     assert p.draft_s(2) == pytest.approx(0.2) and p.draft_s(1) == pytest.approx(0.1)
+
+
+def test_a_one_off_cost_in_a_probe_does_not_stop_the_probes():
+    """A proposer's first drafting step may pay a one-off (a cache made, pages first read), here 50 plain steps'
+    worth: probes go on, each priced at most two plain steps, and the next one shows the cost was a one-off (priced
+    at the one-off, probes came once every 5000 plain steps)."""
+    p = GoodputPolicy(target_costs=COSTS)
+    p.start(None, 1)
+    tree, drafting, probes = point_tree(torch.tensor([[0.9]])), [], 0
+    for _ in range(700):  # nothing is ever accepted
+        plan = p.plan()
+        now = tree if plan.drafts else point_tree(torch.zeros(1, 0))
+        p.trim(now)
+        seconds = (50.0 if not drafting else 0.1) if plan.drafts else 0.0
+        drafting += [seconds] if plan.drafts else []
+        probes += plan.probe
+        p.observe(now, Verification(torch.zeros(1, 1, dtype=torch.long), torch.tensor([0]),
+                                    torch.full((1, now.num_nodes), -1)),
+                  StepStats(torch.tensor([0]), seconds, 1.0 + 0.05 * now.num_nodes, 0.0, 0.0, now.num_nodes))
+    assert drafting[0] == 50.0 and probes >= 2
+    assert p.resume_s < 1.0 and p.decide()[2] < 1.0

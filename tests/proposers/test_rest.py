@@ -266,6 +266,8 @@ def test_proposer_uses_the_targets_tokenizer(tokenizers, text_folder, tmp_path):
     model = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "model")).eval()
     source = DatastoreSource(str(text_folder), cache_dir=str(tmp_path / "cache"))
     prompt = tok(TEXTS[0][:12], return_tensors="pt", add_special_tokens=False)["input_ids"]
+    RestProposer(source).prefill(prompt, HFTarget(model))
+    assert source.for_model(model).index is not None  # made at the prefill: a decoding step never pays for it
     out = generate(HFTarget(model), RestProposer(source), prompt, 8, SamplingConfig(temperature=0))
     assert out.tokens.shape == (1, 8) and source.for_model(model) is next(iter(source.stores.values()))
     foreign = build_datastore(str(text_folder), other, tmp_path / "other_cache")
