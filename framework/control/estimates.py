@@ -7,10 +7,11 @@ import torch
 
 
 class LineFit:
-    """y = a + b x by decayed least squares over what the steps showed (b alone while x never varied)."""
+    """y = a + b x by decayed least squares over what the steps showed. While x does not vary (never did, or the
+    steps that varied it have decayed away): b = `slope` and a the rest, or, without a slope, b alone."""
 
-    def __init__(self, decay: float = 0.95):
-        self.decay, self.sums = decay, [0.0] * 5  # n, sum x, sum x^2, sum y, sum xy
+    def __init__(self, decay: float = 0.95, slope: float | None = None):
+        self.decay, self.slope, self.sums = decay, slope, [0.0] * 5  # n, sum x, sum x^2, sum y, sum xy
         self.a = self.b = 0.0
 
     def add(self, x: float, y: float) -> None:
@@ -21,6 +22,8 @@ class LineFit:
         if det > 1e-6 * n * sxx:
             self.b = (n * sxy - sx * sy) / det
             self.a = (sy - self.b * sx) / n
+        elif self.slope is not None:
+            self.a, self.b = (sy - self.slope * sx) / n, self.slope
         else:  # one x so far: all of y is per unit of x
             self.a, self.b = (0.0, sy / sx) if sx > 0 else (sy / n, 0.0)
 

@@ -40,6 +40,8 @@ from framework.core.tree import CandidateTree
 MOST_NODES = 256  # node counts whose cost is tabulated at start (beyond: interpolated on demand)
 PROBE_CAP = 2.0  # a probe is priced at most this many plain steps: a one-off cost (a cache made, pages touched first)
 # seen in one must not stop the probes that would show it was one
+TRIES = 3.0  # steps that drafted a level (decayed counts) before its guessed worth is trusted: the level past the best
+# is drafted once in ~30 drafting steps
 REDECIDE = 8  # plain steps a decision that nothing pays is kept for: only drafting steps teach acceptance, and the
 # costs a plain step refines drift slowly, so an idle step costs a few float operations, not a decision
 
@@ -68,7 +70,8 @@ class GoodputPolicy:
         self.levels = LevelAcceptance(max_depth)
         self.level_nodes = torch.ones(max_depth, dtype=torch.float64)  # nodes verified at level d
         self.draft_fit = LineFit()  # the proposer's seconds by levels drafted
-        self.target_fit = LineFit()  # the target's seconds by the table's extra seconds for the step's nodes
+        self.target_fit = LineFit(slope=1.0)  # the target's seconds by the table's extra seconds for the step's nodes
+        # (steps of one node count only, as a chain drafter's: the table's shape, shifted to their times)
         self.rest_s = 0.0  # verification and bookkeeping of a plain step
         self.tree_s = 0.0  # what verifying any tree adds to them
         self.node_s = 0.0  # and what each of its nodes adds (given costs only: a clock sees the table's shape)
@@ -170,10 +173,13 @@ class GoodputPolicy:
             value, rows = net.clamp_min(0).sum(0) - g * draft_s, net > 0
         else:
             value, rows = tokens.sum(0) - g * (draft_s + self.extra_s(nodes)), None
-        best = int(value[: min(self.reach + 1, self.max_depth)].argmax())  # a level past the deepest tree drafted, at most
+        reach = min(self.reach + 1, self.max_depth)  # a level past the deepest tree drafted, at most
+        best = int(value[:reach].argmax())
         probe_s = max(float(self.draft_s(1)), self.resume_s) + float(self.extra_s(int(nodes[0])))
         if value[best] <= 0:
             return None, None, probe_s
+        if best + 1 < reach and self.levels.trials[best + 1] < TRIES:  # the next level's worth is a guess (its
+            best += 1  # acceptance as the first's, its drafting cost proportional) until it has been tried
         return best, None if rows is None or bool(rows[:, best].all()) else rows[:, best], probe_s
 
     def trim(self, tree: CandidateTree) -> tuple[CandidateTree, torch.Tensor | None]:
