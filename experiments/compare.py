@@ -91,9 +91,9 @@ from experiments.compare_report import (
     write_profiles,
 )
 from experiments.first_tokens import first_tokens, plot, summarise
-from experiments.peers.rows import ROWS as PEER_ROWS
-from experiments.peers.rows import ARCTIC_ROW, missing_rows
 from experiments.methods import HF_METHODS, HF_PLD_DEFAULTS, build_methods, full_length_only, transformers_mtp_refusal
+from experiments.peers.rows import ARCTIC_ROW, missing_rows
+from experiments.peers.rows import ROWS as PEER_ROWS
 from experiments.throughput import THROUGHPUT_ROWS, concurrencies, curves
 from experiments.workload import Workload, answer_text, build_workload
 from framework.control.cost_model import STEP_FIELDS, step_records

@@ -300,7 +300,7 @@ def against_batch(summary: list[dict]) -> str:
     lines = ["| method | sampling | " + " | ".join(f"B={b}: tokens/s (speedup)" for b in batches) + " |",
              "|---|---|" + "---:|" * len(batches)]
     baseline = {}
-    for (name, sampling, batch), r in cells.items():
+    for (_, sampling, batch), r in cells.items():
         baseline.setdefault((sampling, batch), r.get("plain_tokens_per_s"))
     keys = list(dict.fromkeys((m, s) for m, s, _ in cells))
     for method, sampling in [("baseline", s) for s in dict.fromkeys(s for _, s in keys)] + keys:

@@ -32,9 +32,9 @@ from framework.core.proposer import SharedStore
 from framework.core.sampling import SamplingConfig, hf_sampling
 from framework.engine import GenerationStats
 from framework.lm.target import HFTarget
+from framework.lm.text import tokenizer_of
 from framework.metrics.engine_counters import EngineCounters
 from proposers.common.head_files import safetensors_keys
-from framework.lm.text import tokenizer_of
 
 HF_METHODS = ("hf_plain", "hf_assisted", "hf_pld", "hf_pld_matched", "hf_mtp", "hf_early_exit")  # one prompt at a time, no policy
 

@@ -28,7 +28,8 @@ from transformers import GenerationConfig
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
 from experiments.common import write_json
-from experiments.peers.rows import ROWS as VLLM_ROWS, serving_runner
+from experiments.peers.rows import ROWS as VLLM_ROWS
+from experiments.peers.rows import serving_runner
 from framework.core import files
 from framework.core.sampling import SamplingConfig, hf_sampling
 from framework.scheduler import AllAtOnce, Request, Scheduler

@@ -78,8 +78,9 @@ def draft_acceptance(draft, target, windows: torch.Tensor, mask: torch.Tensor | 
 
 
 def train_drafts(target, draft: nn.Module, data: dict[str, TokenData], out_dir: str | Path,
-                 cfg: DraftTrainConfig = DraftTrainConfig()) -> dict[str, nn.Module] | None:
+                 cfg: DraftTrainConfig | None = None) -> dict[str, nn.Module] | None:
     """Distils one copy of `draft` per loss (or resumes); None when time_limit_s ran out first."""
+    cfg = cfg if cfg is not None else DraftTrainConfig()  # a fresh one per call: the fields are mutable
     device = resolve_device(cfg.device)
     target = target.to(device)
     drafts = {name: copy.deepcopy(draft).float().train() for name in cfg.losses}

@@ -12,7 +12,16 @@ from hydra.utils import instantiate
 from transformers import AutoTokenizer
 
 from experiments import compare, throughput
-from experiments.compare_report import BEGIN, BY_CATEGORY, COLUMNS, END, merge, policies_side_by_side, publish, update_readme
+from experiments.compare_report import (
+    BEGIN,
+    BY_CATEGORY,
+    COLUMNS,
+    END,
+    merge,
+    policies_side_by_side,
+    publish,
+    update_readme,
+)
 from experiments.workload import Workload, build_workload
 from framework.control.device_profile import DeviceProfile
 from framework.harness.stats import detectable_tv

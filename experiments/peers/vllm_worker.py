@@ -64,7 +64,6 @@ class Worker:
                             speculative_config=request.get("speculative_config"), disable_log_stats=False,
                             distributed_executor_backend="uni" if in_process else None)
         import torch  # noqa: PLC0415
-
         import transformers  # noqa: PLC0415
         return {"versions": {"vllm": vllm.__version__, "torch": torch.__version__,
                              "transformers": transformers.__version__}, "threads": torch.get_num_threads()}

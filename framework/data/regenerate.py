@@ -64,8 +64,9 @@ def regenerate_shard(target, tokenizer, documents: list[Document], cfg: Regenera
 
 
 def regenerate(source: DocumentSource, target, tokenizer, folder: str | Path,
-               cfg: RegenerateConfig = RegenerateConfig()) -> Path:
+               cfg: RegenerateConfig | None = None) -> Path:
     """Every conversation of `source` with the target's own answers, as messages-schema JSONL shards in `folder`."""
+    cfg = cfg if cfg is not None else RegenerateConfig()  # a fresh one per call: the fields are mutable
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     documents = [d for d in source.documents() if d.messages is not None]

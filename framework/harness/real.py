@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import copy
-
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable

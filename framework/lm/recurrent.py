@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
+
 def is_recurrent(layer) -> bool:
     return isinstance(layer, LinearAttentionCacheLayerMixin)
 

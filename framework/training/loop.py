@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-
 import math
 import time
 from collections.abc import Callable, Iterator

@@ -148,7 +148,7 @@ def save_checkpoint(path: Path, model, tokenizer, optimizer, state: dict) -> Non
 
 
 def train(model_config: Callable[[int], transformers.PretrainedConfig], tokenizer, streams: dict[str, TokenData],
-          out_dir: str | Path, cfg: TrainConfig = TrainConfig(), teacher=None, init=None,
+          out_dir: str | Path, cfg: TrainConfig | None = None, teacher=None, init=None,
           objective: Callable | None = None) -> Path | None:
     """Trains (or resumes) a causal LM on streams["train"]; returns the folder of the final model.
 
@@ -158,6 +158,7 @@ def train(model_config: Callable[[int], transformers.PretrainedConfig], tokenize
     training loss (evaluation stays next-token cross-entropy).
     Returns <out_dir>/final, or None when `time_limit_s` ran out first (call again to resume).
     """
+    cfg = cfg if cfg is not None else TrainConfig()  # a fresh one per call: the fields are mutable
     out_dir = Path(out_dir)
     with files.exclusive(out_dir, "zoo training"):
         return _train(model_config, tokenizer, streams, out_dir, cfg, teacher, init, objective)

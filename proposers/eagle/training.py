@@ -187,8 +187,9 @@ def accuracy(head: EagleHead, target, windows: torch.Tensor, ranks: int, depth: 
 
 
 def train_head(target, heads: dict[str, EagleHead], data: dict[str, TokenData], out_dir: str | Path,
-               cfg: EagleTrainConfig = EagleTrainConfig()) -> dict[str, EagleHead] | None:
+               cfg: EagleTrainConfig | None = None) -> dict[str, EagleHead] | None:
     """Trains (or resumes) one head per loss against the frozen target; None when time_limit_s ran out first."""
+    cfg = cfg if cfg is not None else EagleTrainConfig()  # a fresh one per call: the fields are mutable
     if set(heads) != set(cfg.losses):
         raise ValueError(f"heads {sorted(heads)} and losses {sorted(cfg.losses)} must be named alike")
     device = resolve_device(cfg.device)

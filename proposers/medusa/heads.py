@@ -11,7 +11,6 @@ published layouts are read and written by proposers/medusa/published.py.
 
 from __future__ import annotations
 
-
 from dataclasses import asdict, dataclass
 from pathlib import Path
 

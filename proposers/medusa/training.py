@@ -123,8 +123,9 @@ def accuracy(heads: MedusaHeads, target, windows: torch.Tensor, ranks: int, bf16
 
 
 def train_heads(target, data: dict[str, TokenData], out_dir: str | Path,
-                cfg: MedusaTrainConfig = MedusaTrainConfig()) -> dict[str, MedusaHeads] | None:
+                cfg: MedusaTrainConfig | None = None) -> dict[str, MedusaHeads] | None:
     """Trains one head set per loss (or resumes); None when time_limit_s ran out first."""
+    cfg = cfg if cfg is not None else MedusaTrainConfig()  # a fresh one per call: the fields are mutable
     device = resolve_device(cfg.device)
     target = target.to(device)
     heads = {}

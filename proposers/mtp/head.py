@@ -19,8 +19,8 @@ module on the same inputs so that their caches keep one slot layout; the publish
 from __future__ import annotations
 
 import copy
-from inspect import signature
 from dataclasses import dataclass
+from inspect import signature
 
 import torch
 import transformers

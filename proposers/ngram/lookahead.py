@@ -28,12 +28,12 @@ from proposers.ngram.pool import NgramPool
 
 
 def window_pattern(levels: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """depth [S] and sees_side [S, S] of a window of `levels` x `width` (row l * width + i)."""
-    l = torch.arange(levels).repeat_interleave(width)  # [S]
+    """depth [S] and sees_side [S, S] of a window of `levels` x `width` (row level * width + i)."""
+    level = torch.arange(levels).repeat_interleave(width)  # [S]
     i = torch.arange(width).repeat(levels)  # [S]
-    first_level_left = (l[None, :] == 0) & (i[None, :] <= i[:, None])
-    own_column_below = (i[None, :] == i[:, None]) & (l[None, :] >= 1) & (l[None, :] <= l[:, None])
-    return l + i + 1, first_level_left | own_column_below
+    first_level_left = (level[None, :] == 0) & (i[None, :] <= i[:, None])
+    own_column_below = (i[None, :] == i[:, None]) & (level[None, :] >= 1) & (level[None, :] <= level[:, None])
+    return level + i + 1, first_level_left | own_column_below
 
 
 class LookaheadProposer(TextProposer):

@@ -79,7 +79,7 @@ class SelfSpeculationProposer(DraftModelProposer):
                 measured = choose()
                 if measured.speed < 1.0:
                     warnings.warn(f"self-speculation ({key}): the best view measured on this target, "
-                                  f"{measured.describe()}: expect plain decoding to be faster")
+                                  f"{measured.describe()}: expect plain decoding to be faster", stacklevel=2)
                 layers = measured.layers
             log.info("self-speculation %s drafts with layers %s of %d (%s)", key, list(layers),
                      len(decoder_stack(model).layers), "saved beside the target" if saved else "measured")

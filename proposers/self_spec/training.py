@@ -34,8 +34,8 @@ class EarlyExitObjective:
         if not 1 <= low <= high <= num_layers - 1:
             raise ValueError(f"exits {self.exits} must lie in 1..{num_layers - 1} for this {num_layers}-layer target")
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
-        rates = torch.tensor([self.layer_dropout * l / max(num_layers - 1, 1) for l in range(num_layers)])
-        kept = tuple(int(l) for l in torch.nonzero(torch.rand(num_layers, generator=g) >= rates).flatten())
+        rates = torch.tensor([self.layer_dropout * layer / max(num_layers - 1, 1) for layer in range(num_layers)])
+        kept = tuple(int(layer) for layer in torch.nonzero(torch.rand(num_layers, generator=g) >= rates).flatten())
         candidates = [E for E in range(low, high + 1) if E - 1 in kept and E - 1 != kept[-1]]
         order = torch.randperm(len(candidates), generator=g)[: self.exits_per_step]
         return kept, sorted(candidates[int(i)] for i in order)

@@ -16,7 +16,6 @@ from framework.lm.models import tiny_random_model
 from framework.lm.packing import Packing
 from framework.lm.target import HFTarget
 from proposers import DraftModelProposer
-
 from tests.framework.test_ragged_prompts import STACKS
 
 PROMPTS = [[5, 9, 2, 7, 11, 3, 8, 1, 2, 40, 3, 9], [7, 7], [30, 2, 11, 5, 6]]

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from experiments.peers.engine import ENVIRONMENTS
 from experiments.peers.setup import PEERS
 from framework.lm.models import tiny_random_model
 from proposers.eagle.head import random_head
 from proposers.eagle.training import unroll
-from experiments.peers.engine import ENVIRONMENTS
 
 HERE = Path(__file__).resolve().parent
 PYTHON = ENVIRONMENTS / "speculators" / "bin" / "python"

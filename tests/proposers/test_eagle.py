@@ -18,8 +18,8 @@ from proposers import EagleProposer, MtpProposer
 from proposers.eagle.head import EagleHead, random_head
 from proposers.eagle.proposer import HeadReader
 from proposers.eagle.training import unroll
-from proposers.mtp.head import random_mtp
 from proposers.eagle.tree import dynamic_tree
+from proposers.mtp.head import random_mtp
 
 ARCHS = ["llama", "qwen2", "mistral", "gpt2"]
 CHOICES = [(0,), (1,), (0, 0), (1, 0), (0, 1), (0, 0, 0)]

@@ -12,8 +12,8 @@ from transformers import AutoModelForCausalLM
 from transformers.cache_utils import MtpCache
 from transformers.modeling_layers import MtpModel
 
-from framework.engine import generate
 from framework.core.sampling import SamplingConfig
+from framework.engine import generate
 from framework.harness.real import greedy_identity
 from framework.lm.target import HFTarget
 from proposers import MtpProposer

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from framework.core.sampling import SamplingConfig
+from framework.engine import generate
 from framework.harness.exact import compare
 from framework.harness.real import exact_loop_law, greedy_identity, teacher_forced_law
 from framework.lm.layer_view import layer_subset
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
-from framework.engine import generate
 from proposers import EarlyExitProposer, LayerSkipProposer
 from proposers.self_spec import proposer as self_spec
 from proposers.self_spec.choose import Calibration, best_exit, best_skip_set, expected_tokens

@@ -11,12 +11,12 @@ import torch
 
 from framework.data.chat import Message
 from framework.data.sources import Document, tokenize
+from framework.zoo.checkpoints import load_causal_lm
 from proposers.draft_training import DraftObjective
 from proposers.eagle.head import random_head
 from proposers.eagle.training import EagleObjective, EagleTrainConfig
 from proposers.medusa.heads import random_heads
 from proposers.medusa.training import MedusaObjective, MedusaTrainConfig
-from framework.zoo.checkpoints import load_causal_lm
 
 TURNS = [Message("user", "What is 2 plus 3?"), Message("assistant", "It is 5."), Message("user", "And twice that?"),
          Message("assistant", "Ten, of course.")]
