@@ -64,7 +64,8 @@ def main(args: DictConfig) -> None:
     scale = D**-0.5
     rows = []
     print(f"{torch.cuda.get_device_name()}  bf16  Hq={args.q_heads} Hkv={args.kv_heads} D={D}  batch 1\n")
-    print("| prefix | tree nodes | triton ms | sdpa (dense mask) ms | eager ms | triton GB/s | % of peak | sdpa / triton | max abs diff vs sdpa |")
+    print("| prefix | tree nodes | triton ms | sdpa (dense mask) ms | eager ms | triton GB/s | % of peak | "
+          "sdpa / triton | max abs diff vs sdpa |")
     print("|---|---|---|---|---|---|---|---|---|")
     for prefix in args.prefixes:
         for nodes in args.trees:
@@ -78,8 +79,9 @@ def main(args: DictConfig) -> None:
             t_sdpa = timed(lambda: torch.nn.functional.scaled_dot_product_attention(
                 q, k, v, attn_mask=dense, scale=scale, enable_gqa=True), args.warmup, args.reps)
             t_eager = timed(lambda: eager(q, k, v, dense, scale, group), args.warmup, args.reps)
-            diff = (tree_attention_triton(q, k, v, mask, scale).float() - torch.nn.functional.scaled_dot_product_attention(
-                q, k, v, attn_mask=dense, scale=scale, enable_gqa=True).float()).abs().max().item()
+            diff = (tree_attention_triton(q, k, v, mask, scale).float()
+                    - torch.nn.functional.scaled_dot_product_attention(
+                        q, k, v, attn_mask=dense, scale=scale, enable_gqa=True).float()).abs().max().item()
             moved = (k.numel() + v.numel() + 2 * q.numel()) * q.element_size()
             gbs = moved / (t_triton * 1e-3) / 1e9
             row = {"prefix": prefix, "nodes": nodes, "triton_ms": t_triton, "sdpa_ms": t_sdpa, "eager_ms": t_eager,

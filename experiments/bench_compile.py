@@ -31,9 +31,11 @@ from proposers.draft_model import DraftModelProposer
 def main(args: DictConfig) -> None:
     torch.set_num_threads(args.threads)
     draft = load_causal_lm(args.draft)
-    targets = {"eager": HFTarget(load_causal_lm(args.target)), "compiled": HFTarget(load_causal_lm(args.target), compile=True)}
+    targets = {"eager": HFTarget(load_causal_lm(args.target)),
+               "compiled": HFTarget(load_causal_lm(args.target), compile=True)}
     prompt = heldout_prompt(targets["eager"].lm.model, args.prompt)
-    settings = {"plain": lambda: None, "draft": lambda: DraftModelProposer(draft, gamma=4, stop_below=0.3, adaptive_depth=8)}
+    settings = {"plain": lambda: None,
+                "draft": lambda: DraftModelProposer(draft, gamma=4, stop_below=0.3, adaptive_depth=8)}
     greedy = SamplingConfig(temperature=0.0)
 
     def run(name: str, setting: str):
@@ -53,11 +55,13 @@ def main(args: DictConfig) -> None:
         eager, compiled = (statistics.median(times[n]) for n in ("eager", "compiled"))
         results[setting] = {"eager_s": eager, "compiled_s": compiled, "eager_over_compiled": eager / compiled,
                             "same_tokens": bool(torch.equal(tokens["eager"], tokens["compiled"]))}
-    print(f"compile time {results['compile_s']:.1f} s" + (f" (fell back: {results['failure']})" if results["failure"] else ""))
+    print(f"compile time {results['compile_s']:.1f} s"
+          + (f" (fell back: {results['failure']})" if results["failure"] else ""))
     print("| setting | eager s | compiled s | eager / compiled | same tokens |\n|---|---:|---:|---:|---|")
     for setting in settings:
         r = results[setting]
-        print(f"| {setting} | {r['eager_s']:.2f} | {r['compiled_s']:.2f} | {r['eager_over_compiled']:.2f}x | {r['same_tokens']} |")
+        print(f"| {setting} | {r['eager_s']:.2f} | {r['compiled_s']:.2f} | {r['eager_over_compiled']:.2f}x | "
+              f"{r['same_tokens']} |")
     if args.json:
         files.write_json(args.json, results)
 

@@ -76,14 +76,16 @@ def row(method: str, mode: str, runs: list[dict], plain: list[dict]) -> dict:
     ratios = sorted(p["seconds"] / r["seconds"] for p, r in zip(plain, runs))
     per_step = lambda k: 1e3 * statistics.median(r[k] / r["steps"] for r in runs)  # noqa: E731
     outside = 1e3 * statistics.median((r["seconds"] - sum(r[k] for k in PARTS)) / r["steps"] for r in runs)
-    return {"method": method, "mode": mode, "speedup": statistics.median(ratios), "lowest": ratios[0], "highest": ratios[-1],
-            "steps": runs[0]["steps"], **{f"{k[:-2]}_ms": per_step(k) for k in PARTS}, "outside_ms": outside}
+    return {"method": method, "mode": mode, "speedup": statistics.median(ratios), "lowest": ratios[0],
+            "highest": ratios[-1], "steps": runs[0]["steps"], **{f"{k[:-2]}_ms": per_step(k) for k in PARTS},
+            "outside_ms": outside}
 
 
 def table(result: dict) -> str:
     lines = [f"speculation switched off against plain decoding ({result['sampling']}, {result['threads']} thread(s), "
              f"median of {result['rounds']} rounds, each against its own plain run)",
-             "| method | mode | speedup [lowest..highest] | steps | ms per step: draft / target / verify / other / outside |",
+             "| method | mode | speedup [lowest..highest] | steps | "
+             "ms per step: draft / target / verify / other / outside |",
              "|---|---|---:|---:|---|"]
     for r in result["rows"]:
         lines.append(f"| {r['method']} | {r['mode']} | {r['speedup']:.3f}x [{r['lowest']:.3f}..{r['highest']:.3f}] | "

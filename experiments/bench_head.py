@@ -55,7 +55,8 @@ def main(args: DictConfig) -> None:
     target.provide_hidden((-1,))
     target.prefill(prompt)
     tree = {n: CandidateTree.from_parents(prompt[:, :n], TreeShape.full(2, 6).parents[:n]) for n in (1, 32)}
-    cases = {f"target forward_tree, {n} node(s)": (lambda n=n: target.forward_tree(prompt[:, -1], tree[n]), target.lm.drop_pending)
+    cases = {f"target forward_tree, {n} node(s)": (lambda n=n: target.forward_tree(prompt[:, -1], tree[n]),
+                                                    target.lm.drop_pending)
              for n in tree}
     lm = CachedLM(draft, tree_backend="auto")
     lm.reset(1)
@@ -73,7 +74,8 @@ def main(args: DictConfig) -> None:
         hf.provide_hidden(proposer.hidden_layers)
         out = hf.prefill(prompt)
         state = DecodeState(prompt[0, -1:], torch.zeros(1, model.config.vocab_size, dtype=torch.bool),
-                            SamplingConfig(temperature=0.0), TorchSource(0), None, out.hidden, torch.tensor([args.prompt]))
+                            SamplingConfig(temperature=0.0), TorchSource(0), None, out.hidden,
+                            torch.tensor([args.prompt]))
         root = proposer.catch_up(state)  # the prompt is in the head's cache from here on
         for m in (1, 8):
             cases[f"{name} head read, {m} node(s)"] = (

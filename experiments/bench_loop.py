@@ -122,7 +122,8 @@ def main(args: DictConfig) -> None:
                      f"init_std={args.init_std}; draft: {args.draft_layers} layer(s); random prompt")
     else:
         target_model = load_causal_lm(args.target)
-        drafts = {"plain": None, "draft (indep.)": load_causal_lm(args.draft), "self-draft": load_causal_lm(args.target)}
+        drafts = {"plain": None, "draft (indep.)": load_causal_lm(args.draft),
+                  "self-draft": load_causal_lm(args.target)}
         prompt = heldout_prompt(target_model, args.prompt)
         described = (f"{args.target} ({target_model.config.num_hidden_layers} layers), draft {args.draft} "
                      f"({drafts['draft (indep.)'].config.num_hidden_layers} layer(s)); held-out prompt")
@@ -176,7 +177,8 @@ def main(args: DictConfig) -> None:
                  "ms/token", "speedup vs plain"], rows))
 
     if args.json:
-        files.write_json(args.json, {"args": OmegaConf.to_container(args), "tree_forward_ms": tree_ms, "forward_ratio": ratio,
+        files.write_json(args.json, {"args": OmegaConf.to_container(args), "tree_forward_ms": tree_ms,
+                                     "forward_ratio": ratio,
                                      "generation": {str(t): runs for t, runs in gen_results.items()}}, indent=1)
 
 

@@ -41,7 +41,8 @@ def main(cfg: DictConfig) -> None:
     with torch_threads(cfg.threads), torch.no_grad():
         target = HFTarget(instantiate(cfg.target))
         vocab = target.vocab_size
-        print("| rows B | nodes N | speculating k | dense (ms) | packed (ms) | dense / packed |\n|---:|---:|---:|---:|---:|---:|")
+        print("| rows B | nodes N | speculating k | dense (ms) | packed (ms) | dense / packed |\n"
+              "|---:|---:|---:|---:|---:|---:|")
         for B in cfg.batches:
             prompts = torch.randint(0, vocab, (B, cfg.prompt_tokens), generator=torch.Generator().manual_seed(0))
             target.prefill(prompts)

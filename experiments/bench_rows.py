@@ -134,14 +134,16 @@ def measure(target_model, factory, sampling, prompt: torch.Tensor, warmup: int, 
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| method | batch | nodes | proposer ms | in models ms | bookkeeping ms | step ms | proposer / B=1 | bookkeeping / B=1 proposer |",
+    lines = ["| method | batch | nodes | proposer ms | in models ms | bookkeeping ms | step ms | proposer / B=1 | "
+             "bookkeeping / B=1 proposer |",
              "|---|---|---|---|---|---|---|---|---|"]
     first = {r["method"]: r for r in results if r["batch"] == 1}
     for r in results:
         one = first.get(r["method"])
         ratio = lambda key: f"{r[key] / one['proposer_ms']:.1f}x" if one else "-"  # noqa: E731
-        lines.append(f"| {r['method']} | {r['batch']} | {r['nodes']} | {r['proposer_ms']:.1f} | {r['in_models_ms']:.1f} | "
-                     f"{r['bookkeeping_ms']:.1f} | {r['step_ms']:.0f} | {ratio('proposer_ms')} | {ratio('bookkeeping_ms')} |")
+        lines.append(f"| {r['method']} | {r['batch']} | {r['nodes']} | {r['proposer_ms']:.1f} | "
+                     f"{r['in_models_ms']:.1f} | {r['bookkeeping_ms']:.1f} | {r['step_ms']:.0f} | "
+                     f"{ratio('proposer_ms')} | {ratio('bookkeeping_ms')} |")
     return "\n".join(lines)
 
 

@@ -46,7 +46,8 @@ def experiments_run(folder: Path, cfg: DictConfig, processes: int, threads: int)
 
 def per_forward(result: dict, kind: str) -> float:
     """Seconds per target forward (the prefill counted as one) of the speculative or the plain run."""
-    wall, stats = (result["wall_s"], result["stats"]) if kind == "spec" else (result["plain_wall_s"], result["plain_stats"])
+    wall, stats = ((result["wall_s"], result["stats"]) if kind == "spec"
+                   else (result["plain_wall_s"], result["plain_stats"]))
     return wall / (stats["steps"] + 1)
 
 
@@ -55,11 +56,14 @@ def main(cfg: DictConfig) -> None:
     out = Path(cfg.output_dir)
     runs = {
         f"1 process, {cfg.threads} thread(s)": experiments_run(out / "one", cfg, 1, cfg.threads),
-        f"1 process, {cfg.processes * cfg.threads} threads": experiments_run(out / "one_wide", cfg, 1, cfg.processes * cfg.threads),
-        f"tp {cfg.processes} processes x {cfg.threads} thread(s)": experiments_run(out / "tp", cfg, cfg.processes, cfg.threads),
+        f"1 process, {cfg.processes * cfg.threads} threads":
+            experiments_run(out / "one_wide", cfg, 1, cfg.processes * cfg.threads),
+        f"tp {cfg.processes} processes x {cfg.threads} thread(s)":
+            experiments_run(out / "tp", cfg, cfg.processes, cfg.threads),
     }
     base = next(iter(runs.values()))
-    same = {name: r["tokens"] == base["tokens"] and r["plain_tokens"] == base["plain_tokens"] for name, r in runs.items()}
+    same = {name: r["tokens"] == base["tokens"] and r["plain_tokens"] == base["plain_tokens"]
+            for name, r in runs.items()}
     print("| placement | same tokens | plain s/forward | speculative s/forward | plain vs first row | speedup |")
     print("|---|---|---|---|---|---|")
     rows = []
@@ -70,9 +74,9 @@ def main(cfg: DictConfig) -> None:
         rows.append(row)
         print(f"| {name} | {'yes' if row['same_tokens'] else 'NO'} | {row['plain_s_per_forward'] * 1e3:.1f} ms | "
               f"{row['spec_s_per_forward'] * 1e3:.1f} ms | {row['plain_vs_one']:.2f}x | {row['speedup']:.2f}x |")
-    write_json(cfg.output_dir, "bench_sharded.json", {"settings": {k: cfg[k] for k in ("models", "sampling", "processes",
-                                                                                       "threads", "max_new_tokens")},
-                                                       "overrides": list(cfg.overrides), "rows": rows})
+    write_json(cfg.output_dir, "bench_sharded.json",
+               {"settings": {k: cfg[k] for k in ("models", "sampling", "processes", "threads", "max_new_tokens")},
+                "overrides": list(cfg.overrides), "rows": rows})
     if not all(same.values()):
         raise SystemExit(1)
 

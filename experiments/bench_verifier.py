@@ -198,11 +198,13 @@ def links_check(vocab: int, gen: torch.Generator, requests: int = 1024, slots: i
     order = order_links(first_child, next_sibling)
     node = order.slots >= 0
     rows = torch.cat([torch.zeros(requests, 1, dtype=torch.long, device=device), order.slots.clamp_min(0)], 1)
-    rows = (rows + torch.arange(requests, device=device)[:, None] * slots)[torch.nn.functional.pad(node, (1, 0), value=True)]
+    rows = (rows + torch.arange(requests, device=device)[:, None] * slots)[
+        torch.nn.functional.pad(node, (1, 0), value=True)]
     flat_p, drafts = p[rows], candidates.gather(1, order.slots.clamp_min(0))[node]
     ordering = best_of(lambda: order_links(first_child, next_sibling), repeats, device)
     linked = best_of(lambda: linked_trees(candidates, first_child, next_sibling, p, validate=False), repeats, device)
-    flat = best_of(lambda: flat_trees(drafts, order.counts, order.parents[node], None, flat_p, validate=False), repeats, device)
+    flat = best_of(lambda: flat_trees(drafts, order.counts, order.parents[node], None, flat_p, validate=False),
+                   repeats, device)
     return {"shape": f"linked trees, {slots} slots", "kind": "point", "batch": requests, "vocab": vocab,
             "order_links_s": ordering, "linked_s": linked, "flat_s": flat, "ratio": linked / flat}
 
@@ -238,8 +240,9 @@ def same_tokens_check(vocab: int, gen: torch.Generator, device: torch.device, ba
                     synchronize(device)
                     timed[label + "_s"] = time.perf_counter() - start
                 same = torch.equal(timed[name].tokens, timed["pytorch"].tokens)
-                rows.append({"shape": shape, "kind": kind, "batch": batch, "vocab": vocab, "path": f"{name} ({path_note})",
-                             "matches_pytorch": same, "seconds": timed[name + "_s"], "pytorch_seconds": timed["pytorch_s"],
+                rows.append({"shape": shape, "kind": kind, "batch": batch, "vocab": vocab,
+                             "path": f"{name} ({path_note})", "matches_pytorch": same,
+                             "seconds": timed[name + "_s"], "pytorch_seconds": timed["pytorch_s"],
                              "accepted": int(timed["pytorch"].num_accepted.sum())})
     return rows
 
@@ -248,7 +251,8 @@ def triton_table(rows: list[dict]) -> str:
     lines = ["| shape | kind | Triton path | batch | same tokens as PyTorch | accepted nodes | "
              "seconds per call | PyTorch seconds per call |", "|---|---|---|---:|---|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['shape']} | {r['kind']} | {r['path']} | {r['batch']} | {'yes' if r['matches_pytorch'] else 'NO'} | "
+        lines.append(f"| {r['shape']} | {r['kind']} | {r['path']} | {r['batch']} | "
+                     f"{'yes' if r['matches_pytorch'] else 'NO'} | "
                      f"{r['accepted']} | {r['seconds']:.3f} | {r['pytorch_seconds']:.4f} |")
     return "\n".join(lines)
 
@@ -282,7 +286,8 @@ def run(args: DictConfig) -> bool:
         for name, verifier in paths.items():
             for kind in (KINDS_ON_GPU if on_gpu and name != "triton-chain" else KINDS):
                 seconds = time_setting(kind, parents, p, q, tokens, args.total, False, gen, verifier)
-                rows.append(result(shape, kind, batch, parents.numel(), args.vocab, args.total, seconds, False, floor, name))
+                rows.append(result(shape, kind, batch, parents.numel(), args.vocab, args.total, seconds, False,
+                                   floor, name))
         seconds = time_setting("iid", parents, p, q, tokens, args.total, True, gen) if shape == "chain-4" else None
         if seconds is not None:
             validated = result(shape, "iid", batch, parents.numel(), args.vocab, args.total, seconds, True, floor)
@@ -300,15 +305,16 @@ def run(args: DictConfig) -> bool:
     rows.append(ragged)
     checks = validation_check(args.check_vocab, gen, device=device)
     print(f"\ninput checks at V = {args.check_vocab:,} ({checks['batch']} chains of {CHAIN_LEN}, iid): "
-          f"{checks['checks_s'] * 1e3:.1f} ms beside {checks['verify_s'] * 1e3:.1f} ms of verification: {checks['ratio']:.2f}x")
+          f"{checks['checks_s'] * 1e3:.1f} ms beside {checks['verify_s'] * 1e3:.1f} ms of verification: "
+          f"{checks['ratio']:.2f}x")
     links = links_check(args.vocab, gen, requests=min(1024, args.total), device=device)
-    print(f"\nsibling links ({links['batch']} requests, 16 slots, shuffled): order_links {links['order_links_s'] * 1e3:.2f} ms; "
-          f"linked_trees {links['linked_s'] * 1e3:.2f} ms, flat_trees on the same trees in order {links['flat_s'] * 1e3:.2f} ms: "
-          f"{links['ratio']:.2f}x")
+    print(f"\nsibling links ({links['batch']} requests, 16 slots, shuffled): order_links "
+          f"{links['order_links_s'] * 1e3:.2f} ms; linked_trees {links['linked_s'] * 1e3:.2f} ms, "
+          f"flat_trees on the same trees in order {links['flat_s'] * 1e3:.2f} ms: {links['ratio']:.2f}x")
     rows += [checks, links]
     # On CPU the interpreter runs each program in Python: a correctness check on a small batch, no speed figure.
-    triton_rows = [] if args.no_triton else same_tokens_check(args.vocab if on_gpu else min(args.vocab, 512), gen, device,
-                                                            path_note="compiled" if on_gpu else "interpreter")
+    triton_rows = [] if args.no_triton else same_tokens_check(args.vocab if on_gpu else min(args.vocab, 512), gen,
+                                                            device, path_note="compiled" if on_gpu else "interpreter")
     if triton_rows:
         print("\n" + triton_table(triton_rows))
     if args.json:

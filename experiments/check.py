@@ -64,7 +64,8 @@ def check_greedy(cfg: DictConfig) -> list[dict]:
             report = greedy_identity(target, make or (lambda: None), ids, cfg.experiment.greedy.max_new_tokens,
                                      verifier=verifier_of(cfg), policy=policy() if policy else None)
             rows.append({"check": "greedy", "setting": f"{dtype} prompt={ids[0].tolist()}", "passed": report.equal,
-                         "detail": "identical" if report.equal else f"first difference at token {report.first_difference}"})
+                         "detail": ("identical" if report.equal
+                                    else f"first difference at token {report.first_difference}")})
     return rows
 
 
@@ -79,7 +80,8 @@ def check_statistical(cfg: DictConfig) -> list[dict]:
 
     def law_of(name):
         if name not in laws:
-            laws[name] = teacher_forced_law(target, prompt, s.depth, instantiate(s.samplings[name]), min_prob=s.min_prob)
+            laws[name] = teacher_forced_law(target, prompt, s.depth, instantiate(s.samplings[name]),
+                                            min_prob=s.min_prob)
         return laws[name]
 
     def g(name, n, seed, **kw):
@@ -102,12 +104,14 @@ def check_statistical(cfg: DictConfig) -> list[dict]:
     rejected = sum(not g("t1", null_n, cfg.seed + 1 + r).passes(0.05) for r in range(s.null_repeats))
     bound = max(3, int(0.05 * s.null_repeats + 3 * (0.05 * 0.95 * s.null_repeats) ** 0.5 + 1))
     rows.append({"check": "statistical", "setting": f"null bracket {s.null_repeats} x N={null_n}",
-                 "passed": rejected <= bound, "detail": f"{rejected}/{s.null_repeats} rejected at alpha=0.05 (allowed <= {bound})"})
+                 "passed": rejected <= bound,
+                 "detail": f"{rejected}/{s.null_repeats} rejected at alpha=0.05 (allowed <= {bound})"})
     if make is not None:
         lossy = g("t1", n, cfg.seed, verifier=typical_verifier())
         rows.append({"check": "statistical", "setting": f"typical acceptance (must fail) N={n}",
                      "passed": not lossy.passes(s.alpha),
-                     "detail": f"G={lossy.test.statistic:.1f} p={lossy.test.p_value:.3g} TV~{lossy.test.observed_tv:.3f}"})
+                     "detail": f"G={lossy.test.statistic:.1f} p={lossy.test.p_value:.3g} "
+                               f"TV~{lossy.test.observed_tv:.3f}"})
     return rows
 
 
@@ -115,8 +119,9 @@ def exact_setup(cfg: DictConfig):
     """The exact checks' toy target, the proposer with its parts swapped for the toy's, and the policy (or None)."""
     e = cfg.experiment.exact
     target, make = instantiate(e.target), instantiate(_with(cfg).proposer)
+    # a null setting stays (a dynamic tree's choices)
     parts = {name: instantiate(node) for name, node in e.parts.items()
-             if cfg.proposer is not None and cfg.proposer.get(name) is not None}  # a null setting stays (a dynamic tree's choices)
+             if cfg.proposer is not None and cfg.proposer.get(name) is not None}
     factory = (lambda: make(**parts)) if make is not None else None
     policy = policy_factory_of(cfg, **OmegaConf.to_container(e.policy_costs)) if cfg.get("policy") is not None else None
     return target, factory, policy

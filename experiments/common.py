@@ -110,9 +110,9 @@ def timed_generate(target: HFTarget, proposer, prompt: torch.Tensor, cfg: DictCo
     verifier, stop = verifier_of(cfg), stop_token_of(cfg, target)  # before the clock starts
     constraint = constraint if constraint is not None else constraint_of(cfg, target)
     start = time.perf_counter()
-    out = generate(target, proposer, prompt, cfg.max_new_tokens if max_new_tokens is None else max_new_tokens, sampling=sampling, seed=cfg.seed,
-                   eos_token_id=stop, verifier=verifier, policy=shared_clock(policy, target), constraint=constraint,
-                   logprobs=cfg.get("logprobs"))
+    out = generate(target, proposer, prompt, cfg.max_new_tokens if max_new_tokens is None else max_new_tokens,
+                   sampling=sampling, seed=cfg.seed, eos_token_id=stop, verifier=verifier,
+                   policy=shared_clock(policy, target), constraint=constraint, logprobs=cfg.get("logprobs"))
     return out, time.perf_counter() - start  # generate returns CPU tokens: device work is done
 
 

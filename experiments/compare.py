@@ -7,7 +7,7 @@
     python -m experiments.compare workload=spec_bench workload.suite.source=<question.jsonl> experiment.samples=48
     python -m experiments.compare -m 'experiment.methods=[proposer]' proposer=draft proposer.gamma=2,4,6 \
         hydra/launcher=joblib && python -m experiments.compare experiment.merge=multirun/<date>/<time>
-    python -m experiments.compare experiment=categories proposer=draft_tree   # Spec-Bench style, one method, timing only
+    python -m experiments.compare experiment=categories proposer=draft_tree # Spec-Bench style, one method, timing only
     python -m experiments.compare experiment=bench_hf    # beside transformers' generate, against its plain decoding
 
 Methods: the proposer configs of conf/proposer (all of them that run on the target when
@@ -39,7 +39,8 @@ under `fixed` only. Tokens per second count every row; tokens per forward are pe
 
 Per prompt and sampling, the baseline (experiment.baseline: our plain decoding, or transformers') runs once,
 then every method still to run, in turn (the first rotating): a method's speedup is the baseline's time of
-its own passes over its time, and its step cost one of its forwards in baseline forwards, so a rerun that fills in missing cells is interleaved too. Each run is appended to
+its own passes over its time, and its step cost one of its forwards in baseline forwards, so a rerun that
+fills in missing cells is interleaved too. Each run is appended to
 <run folder>/records.jsonl as it finishes: a rerun of the same command (the run folder is fixed,
 see conf/compare.yaml) skips what is there, a failing run is recorded with its error and the
 rest goes on. The lossless check per (method, sampling): the first speculated token after the
@@ -136,7 +137,8 @@ def policy_configs() -> list[str]:
 
 
 def policy_factory(name: str, cfg: DictConfig) -> Callable | None:
-    """conf/policy/<name> instantiated: a factory of policy objects, or None for the fixed policy (generate's default)."""
+    """conf/policy/<name> instantiated: a factory of policy objects, or None for the fixed policy (generate's
+    default)."""
     factory = instantiate(option("policy", name, cfg, "experiment.policies"))
     if factory is not None and not callable(factory):
         raise ValueError(f"experiment.policies: conf/policy/{name}.yaml must build a factory (_partial_: true), "
@@ -217,8 +219,10 @@ def plan(cfg: DictConfig) -> Plan:
     whole_number("experiment.per_category", exp.per_category, 1)
     whole_number("experiment.warmup", exp.warmup, 0)
     whole_number("experiment.check.samples", exp.check.samples, 0)
-    if exp.samples is not None and (isinstance(exp.samples, bool) or not isinstance(exp.samples, int) or exp.samples < 1):
-        raise ValueError(f"experiment.samples must be an integer >= 1 (prompts timed in all) or null, got {exp.samples!r}")
+    if exp.samples is not None and (isinstance(exp.samples, bool) or not isinstance(exp.samples, int)
+                                    or exp.samples < 1):
+        raise ValueError("experiment.samples must be an integer >= 1 (prompts timed in all) or null, "
+                         f"got {exp.samples!r}")
     wrong = [s for s in exp.samplings if s not in sampling_configs()]
     if wrong:
         raise ValueError(f"unknown samplings {wrong} in experiment.samplings (have {sampling_configs()})")
@@ -279,11 +283,13 @@ def fingerprint(cfg: DictConfig, batch: int = 1) -> str:
               "verifier": OmegaConf.to_container(cfg.verifier, resolve=True) if cfg.get("verifier") else None,
               # the run's own proposer group is one row name whatever its settings: its records are its settings'
               "own": OmegaConf.to_container(cfg.proposer, resolve=True) if OWN in (exp.methods or []) else None}
-    if any(m in PEER_ROWS for m in exp.methods or []):  # vLLM's settings name its rows' records (runs without keep theirs)
+    # vLLM's settings name its rows' records (runs without keep theirs)
+    if any(m in PEER_ROWS for m in exp.methods or []):
         fields["vllm"] = OmegaConf.to_container(exp.vllm, resolve=True)
     if batch != 1:  # B = 1 keeps the key of the records made before the batch axis
         fields["batch"] = batch
-    if exp.prompts is None and cfg.workload.suite._target_ != ZOO_SUITE:  # the zoo's keeps the keys made before workloads
+    # the zoo's keeps the keys made before workloads
+    if exp.prompts is None and cfg.workload.suite._target_ != ZOO_SUITE:
         fields["workload"] = OmegaConf.to_container(cfg.workload, resolve=True)
     return json.dumps(fields, sort_keys=True)  # a token-id workload is not named by its category and index
 
@@ -372,7 +378,8 @@ def attempt(runner, prompt, law, policy=None, think_end: int | None = None, cell
         # steps: the (step, row) pairs that decoded, so that accepted / steps is per row at any batch size
         out.update(steps=sum(s.accepted.numel() for s in stats.steps), accepted=stats.accepted_total,
                    split={k: summary[k] for k in ("draft_s", "target_s", "verify_s", "other_s")},
-                   accepted_counts=torch.cat([s.accepted.flatten() for s in stats.steps]).tolist() if stats.steps else [])
+                   accepted_counts=(torch.cat([s.accepted.flatten() for s in stats.steps]).tolist()
+                                    if stats.steps else []))
         # what the cost model predicts the run's seconds from (framework/control/cost_model.py), column by column
         prompts = prompt_lengths(prompt).tolist()
         out.update(prompt_tokens=prompts, step_trace={k: [getattr(s, k) for s in step_records(stats.steps, prompts)]
@@ -407,7 +414,8 @@ def timed_cells(plan: Plan, runners: dict, work: Workload, records: Records, bas
             out = attempt(runners[runner_of(method)], prompt, law, policies.of(method, policy, unit), think_end,
                           cell=(method, policy, unit.sampling, unit.batch))
             if "error" not in out and "error" not in plain:
-                out["plain_seconds"], out["plain_forwards"], out["plain_id"] = plain["seconds"], plain["forwards"], plain_id
+                out["plain_seconds"], out["plain_forwards"], out["plain_id"] = (
+                    plain["seconds"], plain["forwards"], plain_id)
                 out.update(greedy_identity(out["tokens"], plain["tokens"], prompt, explain) if law.greedy
                            else {"same_as_plain": None})
             elif "error" in plain:
@@ -421,7 +429,8 @@ def logits_of(model) -> Callable:
     prompt and those tokens (transformers' own forward of the whole sequence)."""
     @torch.no_grad()
     def explain(prompt: torch.Tensor, before: list[int], candidates: list[int]) -> list[float]:
-        ids = torch.cat([prompt.cpu(), torch.tensor(before, dtype=torch.long)])[None].to(next(model.parameters()).device)
+        ids = torch.cat([prompt.cpu(), torch.tensor(before, dtype=torch.long)])[None].to(
+            next(model.parameters()).device)
         logits = model(ids).logits[0, -1].float()
         return [float(logits[c]) for c in candidates]
     return explain
@@ -473,8 +482,8 @@ def lossless_checks(cfg: DictConfig, plan: Plan, model, records: Records, out: P
             if rid in records.done or law.greedy:  # greedy: identity with plain decoding is the check
                 continue
             try:
-                result = first_tokens(model, instantiate(plan.proposers[method]), prompt, law, check.samples, check.batch, cfg.seed,
-                                      verifier_of(cfg))
+                result = first_tokens(model, instantiate(plan.proposers[method]), prompt, law, check.samples,
+                                      check.batch, cfg.seed, verifier_of(cfg))
                 stats = summarise(result["counts"], result["target"])
                 plot(result, check.top, out / f"first_token_{method}_{sampling}.png",
                      f"{method} ({sampling}): first token, N={stats['samples']:,}; G-test p={stats['g_test_p']:.3f}")
@@ -524,13 +533,13 @@ def notes(plan: Plan) -> list[str]:
     hf = [m for m in plan.methods if runner_of(m) in HF_METHODS]
     larger = [b for b in plan.batch_sizes if b > 1]
     if hf and larger:
-        said.append(f"At batch sizes above 1 ({', '.join(map(str, larger))}): transformers' runners decode one prompt at a time, "
-                    f"so their rows ({', '.join(hf)}) are at batch size 1 only.")
+        said.append(f"At batch sizes above 1 ({', '.join(map(str, larger))}): transformers' runners decode one "
+                    f"prompt at a time, so their rows ({', '.join(hf)}) are at batch size 1 only.")
     unsized = [m for m in plan.methods if m not in plan.proposers]
     sizing = [p for p in plan.policies if p != FIXED]
     if unsized and sizing:
-        said.append(f"Policies other than {FIXED} ({', '.join(sizing)}) size a proposer's speculation: the rows without "
-                    f"one ({', '.join(unsized)}) run under {FIXED} only.")
+        said.append(f"Policies other than {FIXED} ({', '.join(sizing)}) size a proposer's speculation: the rows "
+                    f"without one ({', '.join(unsized)}) run under {FIXED} only.")
     return said
 
 
@@ -578,7 +587,8 @@ def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
               "samplings": {name: asdict(law) for name, law in the_plan.samplings.items()}, "command": command(),
               "config": OmegaConf.to_container(cfg, resolve=True)}
     files.write_text(out / "prompts.jsonl", "".join(
-        json.dumps({"category": c, "prompt": i, "turn": t, "tokens": len(r.ids), "template": r.template, "text": r.text}) + "\n"
+        json.dumps({"category": c, "prompt": i, "turn": t, "tokens": len(r.ids), "template": r.template,
+                    "text": r.text}) + "\n"
         for (c, i, t, _), r in sorted(work.rendered.items(), key=lambda kv: (kv[0][:3], kv[1].text))))  # as rendered
     write_outputs(result, out)
     write_profiles(result, records.done.values(), out)

@@ -38,10 +38,11 @@ PREDICTED = "predicted speedup (error)"  # this machine's profile's prediction b
 PROJECTED = "projected speedup"  # experiment.project's profile (another device, or a roofline projection)
 LATENCY = [f"{k}_{q}" for k in CLOCKS for q in PERCENTILES]
 COLUMNS = ["method", "policy", "sampling", "category", "batch", "tokens_per_forward", "speedup", "step_cost",
-           "tokens_per_s", "plain_tokens_per_s", "mean_accepted", "accepted_length_pooled", "accepted_length_per_request",
-           "marginal", "conditional", "consistency", "thinking_length", "answer_length", *LATENCY, "prompts", "greedy_identical", "lossless_check", "check_samples", "check_detectable_tv", "check_p",
-           *(f"{k[:-2]}_frac" for k in SPLIT), "seconds", "plain_seconds", "predicted_speedup", "prediction_error", "seconds_error", "projected_speedup",
-           "errors"]
+           "tokens_per_s", "plain_tokens_per_s", "mean_accepted", "accepted_length_pooled",
+           "accepted_length_per_request", "marginal", "conditional", "consistency", "thinking_length", "answer_length",
+           *LATENCY, "prompts", "greedy_identical", "lossless_check", "check_samples", "check_detectable_tv", "check_p",
+           *(f"{k[:-2]}_frac" for k in SPLIT), "seconds", "plain_seconds", "predicted_speedup", "prediction_error",
+           "seconds_error", "projected_speedup", "errors"]
 
 
 def aggregate(methods: list[str], samplings, categories: list[str], records: Iterable[dict],
@@ -81,7 +82,8 @@ def predicted(cell: list[dict], plains: dict[str, dict], profile: DeviceProfile,
     ok = [r for r in cell if "error" not in r]
     pairs = [(r, plains.get(r.get("plain_id"))) for r in ok]
     if not ok or any("step_trace" not in r or p is None or "step_trace" not in p for r, p in pairs):
-        return {f"{name}_speedup": None, **({"prediction_error": None, "seconds_error": None} if name == PREDICTION else {})}
+        return {f"{name}_speedup": None,
+                **({"prediction_error": None, "seconds_error": None} if name == PREDICTION else {})}
     mine = [predict_record(profile, r, r["method"]) for r, _ in pairs]
     plain = [predict_record(profile, p, PLAIN) for _, p in pairs]
     seconds, plain_s = sum(m.seconds for m in mine), sum(p.seconds for p in plain)
@@ -128,7 +130,8 @@ def cell_row(cell: list[dict], check: dict, method: str, policy: str, sampling: 
         "check_p": check.get("g_test_p"),
         **{f"{k[:-2]}_frac": (split[k] / loop if loop else None) for k in SPLIT},
         "seconds": seconds, "plain_seconds": plain, "errors": "; ".join(errors) or None,
-        "accepted_hist": {str(k): v for k, v in sorted(Counter(a for r in ok for a in r.get("accepted_counts", [])).items())},
+        "accepted_hist": {str(k): v for k, v in
+                          sorted(Counter(a for r in ok for a in r.get("accepted_counts", [])).items())},
         "plain_tokens_per_s": tokens / plain if plain else None,  # the baseline's, on the same prompts
         **trace_metrics([RequestTrace.of(t) for r in ok for t in r.get("traces", [])]),
         **engine_metrics(ok),
@@ -157,10 +160,12 @@ def trace_metrics(traces: list[RequestTrace]) -> dict:
     return {"accepted_length_pooled": acceptance["accepted_length_pooled"],
             "accepted_length_per_request": acceptance["accepted_length_per_request"],
             "marginal": acceptance["marginal"], "conditional": acceptance["conditional"],
-            "consistency": ("ok" if not acceptance["consistency_failures"] else "; ".join(acceptance["consistency_failures"][:3]))
+            "consistency": ("ok" if not acceptance["consistency_failures"]
+                            else "; ".join(acceptance["consistency_failures"][:3]))
             if acceptance["drafting_steps"] else None,
             "thinking_length": thinking.get("thinking"), "answer_length": thinking.get("answer"),
-            **flat, "acceptance": json.loads(json.dumps(acceptance)), "latency": latency}  # keys as compare.json has them
+            **flat, "acceptance": json.loads(json.dumps(acceptance)),
+            "latency": latency}  # keys as compare.json has them
 
 
 def check_verdict(check: dict) -> str | None:
@@ -202,12 +207,14 @@ def policies_side_by_side(summary: list[dict]) -> str:
         shown = r.get("policy", FIXED) == FIXED and r.get("projected_speedup") is not None
         return f"{fmt(r['speedup'])}x" + (f" ({fmt(r['projected_speedup'])}x)" if shown else "")
 
-    head = ["method", *(f"{s}: {p}" for s in samplings for p in policies), "greedy identical", "lossless check (as configured)"]
+    head = ["method", *(f"{s}: {p}" for s in samplings for p in policies), "greedy identical",
+            "lossless check (as configured)"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(samplings) * len(policies)) + "---|---|"]
     for method in dict.fromkeys(m for m, _, _ in cells):
         rows = {(s, p): cells.get((method, s, p)) for s in samplings for p in policies}
         greedy = ", ".join(r["greedy_identical"] for r in rows.values() if r and r["greedy_identical"]) or "-"
-        shown = {s: [check_cell(r) for r in (rows[s, p] for p in policies) if r and check_cell(r) != "-"] for s in samplings}
+        shown = {s: [check_cell(r) for r in (rows[s, p] for p in policies) if r and check_cell(r) != "-"]
+                 for s in samplings}
         checks = "; ".join(f"{s}: {found[0]}" for s, found in shown.items() if found) or "-"
         lines.append("| " + " | ".join([method, *(speedup(r) for r in rows.values()), greedy, checks]) + " |")
     note = (" Speedups against plain decoding in the same run; in brackets, the fixed policy's run projected onto "
@@ -224,7 +231,8 @@ def markdown(result: dict) -> str:
     text += against_batch(result["summary"]) + metrics_table(result["summary"])
     text += engines_side_by_side(result["summary"], ((result.get("config") or {}).get("experiment") or {}).get("vllm"))
     if result.get("skipped"):
-        text += "\nSkipped (do not run on this target): " + "; ".join(f"{k} ({v})" for k, v in result["skipped"].items()) + "\n"
+        text += ("\nSkipped (do not run on this target): "
+                 + "; ".join(f"{k} ({v})" for k, v in result["skipped"].items()) + "\n")
     text += "".join(f"\n{note}\n" for note in result.get("notes", []))
     return text + f"\n{BY_CATEGORY}\n\n" + cell_table(result["rows"], shown) + configuration(result)
 
@@ -248,7 +256,8 @@ def configuration(result: dict) -> str:
              f"- hardware and versions: `{json.dumps(result.get('hardware', {}))}`; transformers "
              f"{settings.get('transformers', '-')}, torch {settings.get('torch', '-')}"]
     for name, method in settings.get("methods", {}).items():
-        lines.append(f"- {name}: draft vocabulary {method['draft_vocabulary'] or '-'}; `{json.dumps(method['config'])}`")
+        lines.append(f"- {name}: draft vocabulary {method['draft_vocabulary'] or '-'}; "
+                     f"`{json.dumps(method['config'])}`")
     for name, peer in (settings.get("peers") or {}).items():
         lines.append(f"- {name}: vLLM's worker (`{json.dumps(peer['versions'])}`, one core); speculative_config "
                      f"`{json.dumps(peer['speculative_config'])}`")
@@ -276,17 +285,20 @@ def metrics_table(summary: list[dict]) -> str:
     head = ["method", "sampling", "batch", "accepted length pooled", "per request", "marginal by position",
             "conditional by position", "checks", *(["thinking / answer"] if thinking else []),
             *(f"{k} ms {'/'.join(q.upper() for q in PERCENTILES)}" for k in ("TTFT", "TPOT"))]
-    lines = ["| " + " | ".join(head) + " |", "|---|---|---:|---:|---:|---|---|---|" + ("---:|" if thinking else "") + "---|---|"]
+    lines = ["| " + " | ".join(head) + " |",
+             "|---|---|---:|---:|---:|---|---|---|" + ("---:|" if thinking else "") + "---|---|"]
     for r in summary:
         latency = [" / ".join(milliseconds(r.get(f"{k}_{q}")) for q in PERCENTILES) for k in ("ttft", "tpot")]
         split = [f"{fmt(r.get('thinking_length'))} / {fmt(r.get('answer_length'))}"] if thinking else []
-        lines.append("| " + " | ".join([series(r), r["sampling"], str(r.get("batch", 1)), fmt(r.get("accepted_length_pooled")),
-                                        fmt(r.get("accepted_length_per_request")), rates(r.get("marginal")),
-                                        rates(r.get("conditional")), r.get("consistency") or "-", *split, *latency]) + " |")
-    note = ("Accepted length pooled: 1 + accepted / drafting steps over every step (vLLM, SGLang, AIPerf); per request: "
-            "the mean of each request's own (SpecForge). Marginal: P(first i drafts accepted); conditional: P(i | the "
-            "first i - 1, and i drafted). Checks: pooled = 1 + sum of marginals (0.02), marginals never increase, every "
-            "step keeps its accepted drafts + 1. TTFT and TPOT over requests (a batch's rows share its clock).")
+        lines.append("| " + " | ".join([series(r), r["sampling"], str(r.get("batch", 1)),
+                                        fmt(r.get("accepted_length_pooled")), fmt(r.get("accepted_length_per_request")),
+                                        rates(r.get("marginal")), rates(r.get("conditional")),
+                                        r.get("consistency") or "-", *split, *latency]) + " |")
+    note = ("Accepted length pooled: 1 + accepted / drafting steps over every step (vLLM, SGLang, AIPerf); "
+            "per request: the mean of each request's own (SpecForge). Marginal: P(first i drafts accepted); "
+            "conditional: P(i | the first i - 1, and i drafted). Checks: pooled = 1 + sum of marginals (0.02), "
+            "marginals never increase, every step keeps its accepted drafts + 1. TTFT and TPOT over requests "
+            "(a batch's rows share its clock).")
     return f"\n{ACCEPTANCE}\n\n" + "\n".join(lines) + f"\n\n{note}\n"
 
 
@@ -310,7 +322,8 @@ def against_batch(summary: list[dict]) -> str:
                 values.append(fmt(baseline.get((sampling, b)), 1))
                 continue
             r = cells.get((method, sampling, b))
-            values.append(f"{fmt(r['tokens_per_s'], 1)} ({fmt(r['speedup'])}x)" if r and r["speedup"] is not None else "-")
+            values.append(f"{fmt(r['tokens_per_s'], 1)} ({fmt(r['speedup'])}x)" if r and r["speedup"] is not None
+                          else "-")
         lines.append("| " + " | ".join([method, sampling, *values]) + " |")
     return f"\n{AGAINST_BATCH}\n\n" + "\n".join(lines) + "\n"
 
@@ -346,7 +359,8 @@ MD_COLUMNS = [
            lambda r: " / ".join(fmt(r[f"{k[:-2]}_frac"] and 100 * r[f"{k[:-2]}_frac"], 0) for k in SPLIT)),
     Column(PREDICTED, "---:", lambda r: "-" if r.get("predicted_speedup") is None else
            f"{fmt(r['predicted_speedup'])}x ({100 * r['prediction_error']:+.0f}%)"),
-    Column(PROJECTED, "---:", lambda r: "-" if r.get("projected_speedup") is None else f"{fmt(r['projected_speedup'])}x"),
+    Column(PROJECTED, "---:", lambda r: "-" if r.get("projected_speedup") is None else
+           f"{fmt(r['projected_speedup'])}x"),
 ]
 OPTIONAL = {  # column -> whether the rows need it
     PREDICTED: lambda rows: any(r.get("predicted_speedup") is not None for r in rows),
@@ -391,7 +405,8 @@ def write_profiles(result: dict, records: Iterable[dict], out: Path) -> list[Pat
             continue
         folder = out / "profiles" / row["method"] / (policy if policy != FIXED else "") / row["sampling"] / (
             f"batch={batch}" if batch != 1 else "")
-        conditions = {"workload": result.get("workload"), "sampling": (result.get("samplings") or {}).get(row["sampling"]),
+        conditions = {"workload": result.get("workload"),
+                      "sampling": (result.get("samplings") or {}).get(row["sampling"]),
                       "policy": policy, "concurrency": batch, "engine": "speculum", "hardware": result.get("hardware"),
                       "max_new_tokens": (config.get("experiment") or {}).get("max_new_tokens")}
         profile = speculation_profile(by_category, row["method"], {"config": config.get("target"),
@@ -446,18 +461,20 @@ def plots(rows: list[dict], summary: list[dict], out: Path) -> None:
 
     smallest = min((r.get("batch", 1) for r in rows), default=1)
     cell_plots(plt, [r for r in rows if r.get("batch", 1) == smallest], out)
-    per_request_plot(plt, [r for r in summary if r.get("batch", 1) == smallest], out / "accepted_length_per_request.png")
+    per_request_plot(plt, [r for r in summary if r.get("batch", 1) == smallest],
+                     out / "accepted_length_per_request.png")
     if len({r.get("batch", 1) for r in summary}) > 1:
         against_batch_plot(plt, summary, out / "speedup_vs_batch.png", "speedup", "speedup vs plain of the same batch")
-        against_batch_plot(plt, summary, out / "throughput_vs_batch.png", "tokens_per_s", "tokens per second (all rows)",
-                           baseline="plain_tokens_per_s")
+        against_batch_plot(plt, summary, out / "throughput_vs_batch.png", "tokens_per_s",
+                           "tokens per second (all rows)", baseline="plain_tokens_per_s")
 
 
 def per_request_plot(plt, summary: list[dict], path: Path) -> None:
     """Each request's own accepted length (from its histogram), per method and sampling: the spread the pooled
     and per-request means summarise."""
     cells = [(f"{series(r)}\n{r['sampling']}", [1 + sum(int(a) * n for a, n in h.items()) / sum(h.values())
-                                                for h in (r.get("acceptance") or {}).get("per_request_histograms", []) if h])
+                                                for h in (r.get("acceptance") or {}).get("per_request_histograms", [])
+                                                if h])
              for r in summary]
     cells = [(name, values) for name, values in cells if values]
     if not cells:
@@ -481,7 +498,8 @@ def cell_plots(plt, rows: list[dict], out: Path) -> None:
         row = by.get((m, s, c))
         return (row and row["speedup"]) or 0.0
 
-    fig, axes = plt.subplots(len(samplings), 1, figsize=(max(6, 0.9 * len(methods) * len(categories) / 2), 3.5 * len(samplings)), squeeze=False)
+    fig, axes = plt.subplots(len(samplings), 1, figsize=(max(6, 0.9 * len(methods) * len(categories) / 2),
+                                                         3.5 * len(samplings)), squeeze=False)
     width = 0.8 / max(1, len(categories))
     for ax, sampling in zip(axes[:, 0], samplings):
         for j, category in enumerate(categories):
@@ -532,7 +550,8 @@ def cell_plots(plt, rows: list[dict], out: Path) -> None:
     plt.close(fig)
 
 
-def against_batch_plot(plt, summary: list[dict], path: Path, key: str, ylabel: str, baseline: str | None = None) -> None:
+def against_batch_plot(plt, summary: list[dict], path: Path, key: str, ylabel: str,
+                       baseline: str | None = None) -> None:
     """One panel per sampling, one line per (method, policy) of `key` against the batch size: a method's colour,
     solid under the fixed policy; `baseline`: the baseline's own line of that row key (dashed black)."""
     samplings = list(dict.fromkeys(r["sampling"] for r in summary))
@@ -609,7 +628,8 @@ def publish(table: Path, root: Path = REPOSITORY, page: str = "results", readme:
             shown.append(f"![{name}]({page}/{name}.png)")
     title = "Results" if page == "results" else f"Results: {page}"
     text = RESULTS_HEAD.format(title=title, table=table) + table.read_text()
-    return files.write_text(root / "docs" / f"{page}.md", text + ("\n### Plots\n\n" + "\n\n".join(shown) + "\n" if shown else ""))
+    return files.write_text(root / "docs" / f"{page}.md",
+                            text + ("\n### Plots\n\n" + "\n\n".join(shown) + "\n" if shown else ""))
 
 
 def merge(folder: Path) -> dict:
@@ -629,10 +649,12 @@ def merge(folder: Path) -> dict:
     loaded = [(", ".join(f"{k}={o[k]}" for k in varied if k in o), json.loads(j.read_text()))
               for j, o in zip(jobs, overrides)]
     counts = Counter(m for _, result in loaded for m in {r["method"] for r in result["summary"]})  # jobs per method
-    merged = {"rows": [], "summary": [], "skipped": {}, "notes": [], "jobs": [str(j.parent.relative_to(folder)) for j in jobs]}
+    merged = {"rows": [], "summary": [], "skipped": {}, "notes": [],
+              "jobs": [str(j.parent.relative_to(folder)) for j in jobs]}
     for label, result in loaded:
         for part in ("rows", "summary"):
-            merged[part] += [{**r, "method": f"{r['method']} ({label})" if label and counts[r["method"]] > 1 else r["method"]}
+            merged[part] += [{**r, "method": (f"{r['method']} ({label})" if label and counts[r["method"]] > 1
+                                              else r["method"])}
                              for r in result[part]]
         merged["skipped"].update(result.get("skipped", {}))
         merged["notes"] += [n for n in result.get("notes", []) if n not in merged["notes"]]

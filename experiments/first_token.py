@@ -44,7 +44,8 @@ def run(cfg: DictConfig) -> dict:
                 for k in ("target", "proposer", "sampling", "prompt")}
     start = time.perf_counter()
     result = first_tokens(model, factory, prompt, sampling, exp.samples, exp.batch, cfg.seed, progress=True,
-                          partial=out / "first_token.partial.json", settings=settings)  # resume: hydra.run.dir=<this folder>
+                          partial=out / "first_token.partial.json",  # resume: hydra.run.dir=<this folder>
+                          settings=settings)
     stats = summarise(result["counts"], result["target"])
     name = cfg.proposer._target_.rsplit(".", 1)[-1] if cfg.proposer is not None else "plain"
     out.mkdir(parents=True, exist_ok=True)
@@ -53,7 +54,8 @@ def run(cfg: DictConfig) -> dict:
          f"(multinomial {stats['multinomial_std']:.2e}); standardized {stats['standardized_std'] or float('nan'):.3f} "
          f"over {stats['standardized_tokens']} tokens; G-test p={stats['g_test_p']:.3f}")
     seconds = time.perf_counter() - start  # of this invocation (a resumed run counts its own part only)
-    files.write_json(out / "first_token.json", {**stats, "proposer": name, "fanned_out": result["fanned"],  # None: no round left to run
+    files.write_json(out / "first_token.json", {**stats, "proposer": name,
+                                                "fanned_out": result["fanned"],  # None: no round left to run
                                                 "seconds": round(seconds, 1)})
     return stats
 

@@ -45,7 +45,8 @@ class FirstCandidates:
             self.law += tree.draft_probs[:, 0].sum(0).double().cpu()
         elif tree.num_nodes:  # point: each row's depth-1 candidates, equally weighted
             depth1 = tree.tokens[:, tree.parents < 0].cpu()  # [B, k]
-            self.law.index_add_(0, depth1.flatten(), torch.full((depth1.numel(),), 1.0 / depth1.shape[1], dtype=torch.float64))
+            self.law.index_add_(0, depth1.flatten(),
+                                torch.full((depth1.numel(),), 1.0 / depth1.shape[1], dtype=torch.float64))
         return tree
 
     def commit(self, result):
@@ -135,8 +136,8 @@ def first_tokens(model, factory, prompt: torch.Tensor, sampling, samples: int, b
         bar.update(rows)
         if partial is not None:
             seen = counts.nonzero().flatten()
-            files.write_json(partial, {"key": key, "done": done, "tokens": seen.tolist(), "counts": counts[seen].tolist(),
-                                       "draft": draft.tolist()})
+            files.write_json(partial, {"key": key, "done": done, "tokens": seen.tolist(),
+                                       "counts": counts[seen].tolist(), "draft": draft.tolist()})
     bar.close()
     return {"counts": counts, "draft": draft / draft.sum().clamp_min(1e-300), "target": target_law, "fanned": fans}
 
@@ -202,10 +203,12 @@ class SharedPrefix:
         keys = [tuple(t for t in path if t >= 0) for path in distinct.tolist()]
         missing = [k for k, key in enumerate(keys) if key not in self.index]
         fresh = self.run(distinct, parent, missing, root[:1]) if missing else {}
-        logits = torch.stack([fresh[k][0] if k in fresh else self.logits[self.index[key]] for k, key in enumerate(keys)])
+        logits = torch.stack([fresh[k][0] if k in fresh else self.logits[self.index[key]]
+                              for k, key in enumerate(keys)])
         hidden = None
         if self.lm.hidden_layers:
-            hidden = torch.stack([fresh[k][1] if k in fresh else self.hidden[self.index[key]] for k, key in enumerate(keys)])
+            hidden = torch.stack([fresh[k][1] if k in fresh else self.hidden[self.index[key]]
+                                  for k, key in enumerate(keys)])
         for k in missing:  # kept while the budget lasts
             if (len(self.logits) + 1) * logits[0].numel() * logits.element_size() > self.kept_bytes:
                 break
@@ -225,7 +228,8 @@ class SharedPrefix:
         needed[0] = True  # the root: position 0 of every forward
         if int(needed.sum()) - 1 > self.max_nodes and len(missing) > 1:
             half = len(missing) // 2
-            return {**self.run(distinct, parent, missing[:half], root), **self.run(distinct, parent, missing[half:], root)}
+            return {**self.run(distinct, parent, missing[:half], root),
+                    **self.run(distinct, parent, missing[half:], root)}
         at = needed.nonzero().flatten()  # [M] in sorted order: parents first
         local = torch.full((distinct.shape[0],), -1, dtype=torch.long)
         local[at] = torch.arange(at.numel())
@@ -280,8 +284,9 @@ def summarise(counts: torch.Tensor, target: torch.Tensor, least_expected: float 
                   {(i,): float(p) for i, p in enumerate(target.tolist()) if p > 0})
     return {"samples": int(n), "deviation_std": float(deviation[support].std()),
             "multinomial_std": float(noise[support].pow(2).mean().sqrt()),
-            "standardized_std": float(z.pow(2).mean().sqrt()) if z.numel() else None, "standardized_tokens": int(z.numel()),
-            "outside_support": int(counts[~support].sum()), "g_test_p": test.p_value, "g_test_passes": test.passes(1e-3),
+            "standardized_std": float(z.pow(2).mean().sqrt()) if z.numel() else None,
+            "standardized_tokens": int(z.numel()), "outside_support": int(counts[~support].sum()),
+            "g_test_p": test.p_value, "g_test_passes": test.passes(1e-3),
             "g_test_dof": test.dof, "detectable_tv": test.detectable_tv()}  # the TV it detects with power 0.9
 
 

@@ -1,6 +1,7 @@
 """The decoding methods a measurement times side by side: ours (plain or with a proposer) and transformers'
-own generate (plain, assisted, prompt lookup, the checkpoint's MTP modules), each a runner (prompts [B, L], sampling, policy) -> (new tokens
-per row, seconds, forwards, stats). transformers' runners decode one prompt (B = 1) under their own schedule.
+own generate (plain, assisted, prompt lookup, the checkpoint's MTP modules), each a runner (prompts [B, L],
+sampling, policy) -> (new tokens per row, seconds, forwards, stats). transformers' runners decode one prompt
+(B = 1) under their own schedule.
 
 A library of experiments.compare (and its presets experiment=bench_hf, categories); not an entry point.
 """
@@ -36,7 +37,8 @@ from framework.lm.text import tokenizer_of
 from framework.metrics.engine_counters import EngineCounters
 from proposers.common.head_files import safetensors_keys
 
-HF_METHODS = ("hf_plain", "hf_assisted", "hf_pld", "hf_pld_matched", "hf_mtp", "hf_early_exit")  # one prompt at a time, no policy
+# one prompt at a time, no policy
+HF_METHODS = ("hf_plain", "hf_assisted", "hf_pld", "hf_pld_matched", "hf_mtp", "hf_early_exit")
 
 
 HF_ATTENTION = ("sdpa", "eager")
@@ -48,7 +50,8 @@ ASSISTANT_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assi
 _PLD = inspect.signature(PromptLookupCandidateGenerator.__init__).parameters
 
 
-HF_PLD_DEFAULTS = {"num_tokens": _PLD["num_output_tokens"].default, "max_ngram": _PLD["max_matching_ngram_size"].default}
+HF_PLD_DEFAULTS = {"num_tokens": _PLD["num_output_tokens"].default,
+                   "max_ngram": _PLD["max_matching_ngram_size"].default}
 
 
 class ForwardCounter:
@@ -170,7 +173,8 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
     if "hf_assisted" in methods:
         node = option("proposer", cfg.experiment.assistant, cfg, "experiment.assistant")
         if "draft_model" not in node:
-            raise ValueError(f"experiment.assistant={cfg.experiment.assistant!r} has no draft_model to lend transformers")
+            raise ValueError(f"experiment.assistant={cfg.experiment.assistant!r} has no draft_model "
+                             "to lend transformers")
         assistant = instantiate(node.draft_model)  # its own instance: our proposer's copy runs speculum_tree
         assisted = {"assistant_model": assistant, **other_tokenizer(hf_model, assistant)}
         settings["assistant"] = {"config": cfg.experiment.assistant, **assistant_schedule(assistant),
@@ -192,14 +196,16 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
             _sync(ours_model)
             out, seconds = timed_generate(target, make() if make else None, prompt, cfg, sampling, tokens,
                                           policy=policy)
-            return Timed([[t for t in row if t >= 0] for row in out.tokens.tolist()], seconds, ours_calls.calls - before,
-                         out.stats, out.stats.prefill_s)
+            return Timed([[t for t in row if t >= 0] for row in out.tokens.tolist()], seconds,
+                         ours_calls.calls - before, out.stats, out.stats.prefill_s)
         return run
 
     def hf(extra: dict) -> Callable:
-        def run(prompt: torch.Tensor, sampling: SamplingConfig, policy=None, cell=None):  # generate keeps nothing across calls
+        # generate keeps nothing across calls
+        def run(prompt: torch.Tensor, sampling: SamplingConfig, policy=None, cell=None):
             if prompt.shape[0] != 1 or policy is not None:
-                raise ValueError("transformers' runners decode one prompt at a time, under their own schedule (no policy)")
+                raise ValueError("transformers' runners decode one prompt at a time, under their own schedule "
+                                 "(no policy)")
             ids = prompt.to(next(hf_model.parameters()).device)
             before = hf_calls.calls
             torch.manual_seed(cfg.seed)  # transformers samples from torch's global generator
@@ -208,7 +214,8 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
             clock = FirstTokenClock(start)
             out = hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens,
                                     min_new_tokens=tokens, eos_token_id=None, streamer=clock,
-                                    pad_token_id=hf_model.generation_config.pad_token_id, **hf_sampling(sampling), **extra)
+                                    pad_token_id=hf_model.generation_config.pad_token_id, **hf_sampling(sampling),
+                                    **extra)
             new = out[0, ids.shape[1]:].tolist()  # .tolist() waits for the device
             return Timed([new], time.perf_counter() - start, hf_calls.calls - before, None, clock.ttft_s)
         return run
@@ -257,7 +264,8 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
         return ours(factory(""), for_cell)
 
     def lookup(name: str) -> dict:
-        return {"prompt_lookup_num_tokens": variants[name]["num_tokens"], "max_matching_ngram_size": variants[name]["max_ngram"]}
+        return {"prompt_lookup_num_tokens": variants[name]["num_tokens"],
+                "max_matching_ngram_size": variants[name]["max_ngram"]}
 
     runners = {"hf_plain": lambda: hf({}), "hf_assisted": lambda: hf(assisted),
                "hf_pld": lambda: hf(lookup("hf_pld")), "hf_pld_matched": lambda: hf(lookup("hf_pld_matched")),
@@ -267,7 +275,8 @@ def build_methods(cfg: DictConfig, methods: list[str], proposers: dict, variants
     peers, settings["peers"] = peer_runners(cfg, methods, Timed)  # vLLM's rows: workers in its own environment
     runners.update({name: (lambda run=run: run) for name, run in peers.items()})
     factories = {m: instantiate(proposers[m]) for m in methods if m not in runners}
-    settings["methods"] = {m.removeprefix("ours_"): method_settings(m, proposers[m], make) for m, make in factories.items()}
+    settings["methods"] = {m.removeprefix("ours_"): method_settings(m, proposers[m], make)
+                           for m, make in factories.items()}
     settings["target_vocabulary"] = ours_model.config.vocab_size
     built = {m: runners[m]() if m in runners else ours(factories[m]) for m in methods}
     return built, settings, ours_model
@@ -301,11 +310,13 @@ def other_tokenizer(model, assistant) -> dict:
     AssistedCandidateGeneratorDifferentTokenizers at greedy, UniversalSpeculativeDecodingGenerator when sampling:
     generate routes there when given both tokenizers); nothing to add when the two share one."""
     target_tokenizer, assistant_tokenizer = tokenizer_of(model), tokenizer_of(assistant)
-    if target_tokenizer is None or assistant_tokenizer is None or target_tokenizer.get_vocab() == assistant_tokenizer.get_vocab():
+    if (target_tokenizer is None or assistant_tokenizer is None
+            or target_tokenizer.get_vocab() == assistant_tokenizer.get_vocab()):
         return {}
     return {"tokenizer": target_tokenizer, "assistant_tokenizer": assistant_tokenizer}
 
 
 def full_length_only(cfg: DictConfig) -> None:
     if cfg.eos_token_id is not None:
-        raise ValueError("every method runs to max_new_tokens here (transformers' EOS is off too): leave eos_token_id null")
+        raise ValueError("every method runs to max_new_tokens here (transformers' EOS is off too): "
+                         "leave eos_token_id null")

@@ -29,11 +29,13 @@ def main(args: DictConfig) -> None:
     cases = exact_cases()
     clean_failures = [r for r in map(run_case, cases) if not r.passed]
     # the token rule's mutants share the clean pipeline just run on every case: no need to run it again per case
-    results = [run_mutant(m, cases, stop_when_caught=not args.full, clean_checked=m.clean == Pipeline() and not clean_failures)
+    results = [run_mutant(m, cases, stop_when_caught=not args.full,
+                          clean_checked=m.clean == Pipeline() and not clean_failures)
                for m in mutants()]
     print(mutants_table(results))
     survivors = [r.mutant.name for r in results if not r.caught]
-    print("\n| loop bug | lives in | witness | TV (clean code) | TV (with the bug) | caught |\n|---|---|---|---|---|---|")
+    print("\n| loop bug | lives in | witness | TV (clean code) | TV (with the bug) | caught |\n"
+          "|---|---|---|---|---|---|")
     for m in loop_mutants():
         clean, buggy = m.tvs()
         caught = clean <= CLEAN_AT_MOST and buggy > CAUGHT_ABOVE

@@ -24,7 +24,8 @@ from verifiers.traversal import TraversalVerifier
 
 SHAPES = {"chain2": [-1, 0], "chain3": [-1, 0, 1], "root2 (iid)": [-1, -1], "root3 (iid)": [-1, -1, -1],
           "binary2 (iid)": [-1, -1, 0, 0], "two chains of 2 (iid)": [-1, 0, -1, 2]}
-RULES = {"token": LOSSLESS, "block": BlockVerifier(), "traversal": TraversalVerifier(), "multidraft": multidraft_verifier()}
+RULES = {"token": LOSSLESS, "block": BlockVerifier(), "traversal": TraversalVerifier(),
+         "multidraft": multidraft_verifier()}
 
 
 @hydra.main(config_path="../conf", config_name="oracle", version_base="1.3")
@@ -37,7 +38,8 @@ def main(args: DictConfig) -> None:
             laws = ToyLaws(args.vocab, seed)
             best = best_acceptance(parents, laws, args.kind)
             cells = [rule_acceptance(rule, parents, laws, args.kind) for rule in RULES.values()]
-            print(f"| {name.replace('iid', args.kind)} | {seed} | {best:.4f} | " + " | ".join(f"{c:.4f} ({c / best:.3f})" for c in cells) + " |")
+            print(f"| {name.replace('iid', args.kind)} | {seed} | {best:.4f} | "
+                  + " | ".join(f"{c:.4f} ({c / best:.3f})" for c in cells) + " |")
     return
 
 

@@ -78,7 +78,8 @@ class Samples:
     rest: dict = field(default_factory=lambda: defaultdict(list))  # B -> the rest per step of each generation
     draft: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))  # s -> B -> (levels, s)
     verify: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))  # s -> B -> (nodes, s)
-    target: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))  # s -> B -> (measured, table) s
+    # s -> B -> (measured, table) s
+    target: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
 
 
 def generations(target: HFTarget, factory, samplings: dict, ids: list[int], cfg: DictConfig, into: Samples | None,
@@ -92,7 +93,8 @@ def generations(target: HFTarget, factory, samplings: dict, ids: list[int], cfg:
                 for depth in [None] if factory is None else [None, *cfg.levels]:
                     proposer = factory() if factory is not None else None
                     start = time.perf_counter()
-                    out = generate(target, proposer, prompt, cfg.max_new_tokens, sampling, seed=seed, policy=AtDepth(depth))
+                    out = generate(target, proposer, prompt, cfg.max_new_tokens, sampling, seed=seed,
+                                   policy=AtDepth(depth))
                     seconds = time.perf_counter() - start
                     if into is None:
                         continue
@@ -114,9 +116,11 @@ def tables_of(samples: Samples, drafts: bool) -> dict:
     return {
         "prefill": {B: {P: mean(v) for P, v in by_p.items()} for B, by_p in samples.starts.items()},
         "other": {B: mean(v) for B, v in samples.rest.items()},
-        "draft": {s: {B: line(points, deepest(points)) for B, points in by_b.items()} for s, by_b in samples.draft.items()}
+        "draft": {s: {B: line(points, deepest(points)) for B, points in by_b.items()}
+                  for s, by_b in samples.draft.items()}
         if drafts else {},
-        "verify": {s: {B: line(points, MOST_NODES) for B, points in by_b.items()} for s, by_b in samples.verify.items()},
+        "verify": {s: {B: line(points, MOST_NODES) for B, points in by_b.items()}
+                   for s, by_b in samples.verify.items()},
         "target_scale": {s: {B: sum(m for m, _ in pairs) / sum(t for _, t in pairs) for B, pairs in by_b.items()}
                          for s, by_b in samples.target.items()},
     }
@@ -140,8 +144,8 @@ def profile(cfg: DictConfig) -> DeviceProfile:
     positions = getattr(target.lm.model.config, "max_position_embeddings", None)
     longest = max(max(cfg.contexts) + max(cfg.nodes) + 1, max(cfg.prompt_tokens) + cfg.max_new_tokens)
     if positions is not None and longest > positions:
-        raise ValueError(f"a context and its nodes, or a prompt and its new tokens, reach {longest} positions; the target "
-                         f"has {positions}: lower contexts, nodes or prompt_tokens")
+        raise ValueError(f"a context and its nodes, or a prompt and its new tokens, reach {longest} positions; "
+                         f"the target has {positions}: lower contexts, nodes or prompt_tokens")
     ids = text_ids(target.lm.model, max(max(cfg.contexts), max(cfg.prompt_tokens)) * max(cfg.batches))
     factories = {m: instantiate(node) if node is not None else None for m, node in nodes.items()}  # models loaded once
     for factory in factories.values():
@@ -160,9 +164,10 @@ def profile(cfg: DictConfig) -> DeviceProfile:
     tables = {m: tables_of(samples[m], nodes[m] is not None) for m in nodes}
     pick = lambda key: {m: t[key] for m, t in tables.items()}  # noqa: E731
     return DeviceProfile(hardware(target), target.cost_key(), forward, pick("prefill"),
-                         {m: t["draft"] for m, t in tables.items() if nodes[m] is not None}, pick("verify"), pick("other"),
-                         pick("target_scale"), notes={"max_new_tokens": cfg.max_new_tokens, "levels": list(cfg.levels),
-                                                      "rounds": cfg.repeats})
+                         {m: t["draft"] for m, t in tables.items() if nodes[m] is not None}, pick("verify"),
+                         pick("other"), pick("target_scale"),
+                         notes={"max_new_tokens": cfg.max_new_tokens, "levels": list(cfg.levels),
+                                "rounds": cfg.repeats})
 
 
 @hydra.main(config_path="../conf", config_name="profile_device", version_base="1.3")

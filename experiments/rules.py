@@ -7,9 +7,10 @@ The figure compared is exact per step: the decode runs with the first rule, and 
 every rule's expected accepted nodes on that step's tree and target laws is computed by enumerating
 its coins (experiments/rules_expected.py): the same drafts, no coin noise. Tokens per forward =
 1 + mean expected accepted. The drafts are still one draw per step: each ratio carries the standard
-error of its paired per-step differences (the draft's noise; +-2 s.e. is a 95% interval). Each rule also decodes on its own (same prompts and seeds) for the
-sampled figure, whose noise is several percent at a thousand steps. Writes <output_dir>/rules.json
-(rules.jsonl as it goes) and prints a Markdown table with each rule's ratio to the first rule's.
+error of its paired per-step differences (the draft's noise; +-2 s.e. is a 95% interval). Each rule also
+decodes on its own (same prompts and seeds) for the sampled figure, whose noise is several percent at a
+thousand steps. Writes <output_dir>/rules.json (rules.jsonl as it goes) and prints a Markdown table with
+each rule's ratio to the first rule's.
 """
 
 from __future__ import annotations
@@ -37,20 +38,23 @@ def measure(cfg: DictConfig, progress: Path | None = None) -> list[dict]:
     exp = cfg.experiment
     model = instantiate(cfg.target)
     target = HFTarget(model)
-    prompts = [encode_prompt(t, tokenizer_of(model)) for t in stdlib_prompt_sets()[exp.category]["prompt"][: exp.prompts]]
+    prompts = [encode_prompt(t, tokenizer_of(model))
+               for t in stdlib_prompt_sets()[exp.category]["prompt"][: exp.prompts]]
     nodes = {name: option("proposer", name, cfg, "experiment.proposers") for name in exp.proposers}
     for label, variant in (exp.get("variants") or {}).items():
         node = option("proposer", variant.config, cfg, f"experiment.variants.{label}")
         unknown = set(variant.set) - set(node)
         if unknown:
-            raise ValueError(f"experiment.variants.{label}: {sorted(unknown)} are not settings of proposer={variant.config}")
+            raise ValueError(f"experiment.variants.{label}: {sorted(unknown)} are not settings of "
+                             f"proposer={variant.config}")
         nodes[label] = OmegaConf.merge(node, variant.set)
     rows = []
     for proposer_name, node in nodes.items():
         make = instantiate(node)
         for sampling_name in exp.samplings:
             sampling = instantiate(option("sampling", sampling_name, cfg, "experiment.samplings"))
-            verifiers = {name: instantiate(option("verifier", name, cfg, "experiment.verifiers")) for name in exp.verifiers}
+            verifiers = {name: instantiate(option("verifier", name, cfg, "experiment.verifiers"))
+                         for name in exp.verifiers}
             # the first rule decodes; every rule's exact expected acceptance is taken on its steps' trees
             measured = ExpectedAcceptance(next(iter(verifiers.values())), verifiers)
             sampled = {}
@@ -60,7 +64,8 @@ def measure(cfg: DictConfig, progress: Path | None = None) -> list[dict]:
                 steps = emitted = 0
                 for i, prompt in enumerate(prompts):
                     decoding = measured if verifier_name == exp.verifiers[0] else verifier
-                    out = generate(target, make(), prompt, exp.max_new_tokens, sampling, seed=cfg.seed + i, verifier=decoding)
+                    out = generate(target, make(), prompt, exp.max_new_tokens, sampling, seed=cfg.seed + i,
+                                   verifier=decoding)
                     steps += out.stats.summary()["steps"]
                     emitted += int((out.tokens >= 0).sum()) - 1  # the prefill's root token is no step's
                 sampled[verifier_name] = emitted / steps
@@ -72,8 +77,8 @@ def measure(cfg: DictConfig, progress: Path | None = None) -> list[dict]:
                              "sampled_tokens_per_forward": sampled.get(verifier_name)})
                 if progress is not None:
                     files.append_line(progress, json.dumps(rows[-1]))
-                print(f"{proposer_name} {sampling_name} {verifier_name}: {rows[-1]['tokens_per_forward']:.3f} expected, "
-                      f"{sampled.get(verifier_name)} sampled tokens per forward", flush=True)
+                print(f"{proposer_name} {sampling_name} {verifier_name}: {rows[-1]['tokens_per_forward']:.3f} "
+                      f"expected, {sampled.get(verifier_name)} sampled tokens per forward", flush=True)
     return rows
 
 
@@ -82,8 +87,10 @@ def _or_dash(value: float | None) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    reference = {(r["proposer"], r["sampling"]): r["tokens_per_forward"] for r in rows if r["verifier"] == rows[0]["verifier"]}
-    lines = ["| proposer | sampling | verifier | tokens per forward (expected) | vs " + rows[0]["verifier"] + " | ± (s.e.) | sampled |",
+    reference = {(r["proposer"], r["sampling"]): r["tokens_per_forward"] for r in rows
+                 if r["verifier"] == rows[0]["verifier"]}
+    lines = ["| proposer | sampling | verifier | tokens per forward (expected) | "
+             "vs " + rows[0]["verifier"] + " | ± (s.e.) | sampled |",
              "|---|---|---|---:|---:|---:|---:|"]
     for r in rows:
         ratio = r["tokens_per_forward"] / reference[(r["proposer"], r["sampling"])]

@@ -1,6 +1,6 @@
 """One method against plain decoding of the same target, in the same run (docs/design.md section 9).
 
-    python -m experiments.run                                        # zoo target + zoo draft, greedy, then one sampled line
+    python -m experiments.run                                    # zoo target + zoo draft, greedy, then one sampled line
     python -m experiments.run proposer=draft_tree sampling=t07 'prompt="def parse(text):"'
     python -m experiments.run -m proposer=none,draft,draft_tree sampling=greedy,t1
     python -m experiments.run target.path=/my/hf/checkpoint models.draft.path=/my/hf/draft
@@ -139,9 +139,11 @@ def report(result: dict) -> str:
         *shown,
         *same,
         *drawn,
-        f"tokens per forward:  {s['tokens_per_forward']:.2f} (mean accepted {s['mean_accepted']:.2f} over {s['steps']} target forwards)",
+        f"tokens per forward:  {s['tokens_per_forward']:.2f} (mean accepted {s['mean_accepted']:.2f} over "
+        f"{s['steps']} target forwards)",
         f"wall time (median of {n}): speculative {result['wall_s']:.4f} s, plain {result['plain_wall_s']:.4f} s"
-        f" -> speedup {result['speedup']:.2f}x ({result['tokens_per_s']:.0f} vs {result['plain_tokens_per_s']:.0f} tokens/s)",
+        f" -> speedup {result['speedup']:.2f}x ({result['tokens_per_s']:.0f} vs "
+        f"{result['plain_tokens_per_s']:.0f} tokens/s)",
         f"time split (speculative loop {s['loop_s']:.4f} s, prefill {s['prefill_s']:.4f} s): {split}",
         f"result: {result['path']}",
     ])

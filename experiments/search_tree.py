@@ -81,7 +81,8 @@ def eagle_trees(target, head: EagleHead, accept: torch.Tensor, prompts: torch.Te
     best_static = max(static, key=lambda n: static[n]["tokens_per_ms"])
     top_k, depth, budget = (int(x) for x in max(dynamic, key=lambda n: dynamic[n]["tokens_per_ms"]).split(","))
     print(f"kept: static tree of {best_static} nodes; dynamic top_k {top_k}, depth {depth}, budget {budget}")
-    tree = {"choices": searched.choices[:best_static], "budget": budget, "top_k": top_k, "depth": depth, "cost_ms": cost}
+    tree = {"choices": searched.choices[:best_static], "budget": budget, "top_k": top_k, "depth": depth,
+            "cost_ms": cost}
     return tree, {"static": static, "dynamic": dynamic, "searched_expected_tokens": searched.expected_tokens}
 
 

@@ -58,8 +58,10 @@ def schema_errors(value, schema: dict, where: str = "$") -> list[str]:
             if key in value:
                 errors += schema_errors(value[key], sub, f"{where}.{key}")
     if kind == "array":
-        errors += [f"{where}: over {schema['maxItems']} items"] if len(value) > schema.get("maxItems", len(value)) else []
-        errors += [e for i, item in enumerate(value) for e in schema_errors(item, schema.get("items", {}), f"{where}[{i}]")]
+        errors += ([f"{where}: over {schema['maxItems']} items"] if len(value) > schema.get("maxItems", len(value))
+                   else [])
+        errors += [e for i, item in enumerate(value)
+                   for e in schema_errors(item, schema.get("items", {}), f"{where}[{i}]")]
     if kind == "string" and len(value) > schema.get("maxLength", len(value)):
         errors.append(f"{where}: longer than {schema['maxLength']}")
     if kind == "integer" and not schema.get("minimum", value) <= value <= schema.get("maximum", value):
@@ -165,14 +167,16 @@ def _run(cfg: DictConfig) -> dict:
     fresh = GrammarConstraint(grammar, tokenizer, target.vocab_size, [stop])
     prompts = [encode_prompt(p, tokenizer) for p in cfg.experiment.prompts]
     runs = OmegaConf.merge(cfg, {"max_new_tokens": cfg.experiment.max_new_tokens})
-    methods = {"plain": None} | {m: instantiate(option("proposer", m, cfg, "experiment.methods")) for m in cfg.experiment.methods}
+    methods = {"plain": None} | {m: instantiate(option("proposer", m, cfg, "experiment.methods"))
+                                 for m in cfg.experiment.methods}
     rows: dict[str, dict] = {name: {"tokens": [], "seconds": [], "forwards": 0, "grammar_s": 0.0, "target_s": 0.0}
                              for name in methods}
     for prompt in prompts:
         for round_ in range(cfg.experiment.repeats + 1):  # round 0 warms up, untimed
             for name, make in methods.items():
                 timing = TimedConstraint(constraint)  # the run's own constraint, its seconds kept
-                out, seconds = timed_generate(target, make() if make else None, prompt, runs, sampling, constraint=timing)
+                out, seconds = timed_generate(target, make() if make else None, prompt, runs, sampling,
+                                              constraint=timing)
                 if round_ == 0:
                     continue
                 row = rows[name]
@@ -209,7 +213,8 @@ def report(result: dict) -> str:
              "|---|---:|---:|---:|---:|---:|"]
     for name, m in result["methods"].items():
         lines.append(f"| {name} | {100 * m['valid']:.0f}% | {100 * m['greedy_identical']:.0f}% | "
-                     f"{m['tokens_per_forward']:.2f} | {m['speedup']:.2f}x | {100 * m['grammar_share_of_target']:.1f}% |")
+                     f"{m['tokens_per_forward']:.2f} | {m['speedup']:.2f}x | "
+                     f"{100 * m['grammar_share_of_target']:.1f}% |")
     if "chain_cost" in result:
         c = result["chain_cost"]
         lines.append(f"grammar on a {c['nodes']}-node chain: {c['grammar_ms']:.3f} ms vs the target's forward "

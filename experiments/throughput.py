@@ -6,10 +6,10 @@ experiment.arrivals says) with at most c decoding together; output tokens per se
 request TTFT, TPOT and end-to-end latency (p50, p95). Ours go through framework/scheduler.py (plain decoding, and
 each proposer under each policy); beside them transformers' batched `generate` (static batches of c prompts, left
 padded) and its continuous-batching manager (`generate_batch`, at most c requests per batch), and vLLM's rows
-(experiment.vllm.rows, its max_num_seqs = c; where `python -m experiments.peers.setup vllm` built it). Methods run in turn
-per (sampling, c), so a noisy machine slows them alike. At greedy every request's tokens are checked against plain
-decoding's. Writes throughput.json, throughput.md and a plot per sampling (tokens per second and speedup against
-concurrency).
+(experiment.vllm.rows, its max_num_seqs = c; where `python -m experiments.peers.setup vllm` built it). Methods run
+in turn per (sampling, c), so a noisy machine slows them alike. At greedy every request's tokens are checked against
+plain decoding's. Writes throughput.json, throughput.md and a plot per sampling (tokens per second and speedup
+against concurrency).
 
 A library of experiments.compare; not an entry point.
 """
@@ -52,7 +52,8 @@ def concurrencies(exp: DictConfig) -> list[int]:
 
 def requests_of(work, exp: DictConfig, arrivals) -> list[Request]:
     """Every timed prompt of the workload (its categories in turn), each a request of max_new_tokens."""
-    prompts = [work.ids(category, index)[0].tolist() for category, units in work.units.items() for index in range(units)]
+    prompts = [work.ids(category, index)[0].tolist() for category, units in work.units.items()
+               for index in range(units)]
     times = arrivals.times(len(prompts))
     return [Request(prompt, exp.max_new_tokens, at, i) for i, (prompt, at) in enumerate(zip(prompts, times))]
 
@@ -109,7 +110,8 @@ def hf_continuous(model, cfg: DictConfig):
         block = 32
         settings = ContinuousBatchingConfig(
             max_requests_per_batch=concurrency, block_size=block, num_blocks=concurrency * (-(-longest // block) + 1),
-            max_batch_tokens=max(concurrency, 256), use_cuda_graph=False, use_async_batching=False, default_compile_level=0)
+            max_batch_tokens=max(concurrency, 256), use_cuda_graph=False, use_async_batching=False,
+            default_compile_level=0)
         config = GenerationConfig(max_new_tokens=budget, eos_token_id=-1, pad_token_id=0, **hf_sampling(sampling))
         start = time.perf_counter()
         out = model.generate_batch([list(r.prompt) for r in requests], config, continuous_batching_config=settings,
@@ -188,7 +190,8 @@ def curves(cfg: DictConfig, plan, work, out: Path, command: str | None = None, h
                 total = sum(len(t) for t in got["tokens"])
                 row = {"sampling": sampling_name, "concurrency": c, "method": name, "requests": len(requests),
                        "tokens": total, "seconds": got["seconds"], "tokens_per_s": total / got["seconds"],
-                       "latency_p50_s": percentile(got["latency"], 0.5), "latency_p95_s": percentile(got["latency"], 0.95),
+                       "latency_p50_s": percentile(got["latency"], 0.5),
+                       "latency_p95_s": percentile(got["latency"], 0.95),
                        "ttft_p50_s": percentile(got["ttft"], 0.5), "tpot_p50_s": percentile(got["tpot"], 0.5),
                        "steps": got["steps"], "mean_batch": got["mean_batch"]}
                 if name == "plain":
@@ -266,7 +269,8 @@ def plots(result: dict, out: Path) -> None:
         bases = list(dict.fromkeys(m.split("/")[0] for m in methods))  # a colour per method, a line style per policy
         policies = list(dict.fromkeys(m.split("/", 1)[1] for m in methods if "/" in m))
         for method in methods:
-            mine = sorted((r for r in rows if r["method"] == method and "error" not in r), key=lambda r: r["concurrency"])
+            mine = sorted((r for r in rows if r["method"] == method and "error" not in r),
+                          key=lambda r: r["concurrency"])
             xs = [r["concurrency"] for r in mine]
             base, _, policy = method.partition("/")
             look = {"color": plt.cm.tab20(bases.index(base) % 20), "marker": "o", "label": method,

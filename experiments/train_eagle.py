@@ -62,8 +62,8 @@ def paired_lengths(target, heads: dict, prompts: torch.Tensor, g, proposer: type
         for name, head in heads.items():
             per_prompt = []
             for seed, prompt in enumerate(prompts):  # the same seed per prompt for every head
-                stats = generate(HFTarget(target), proposer(head, top_k=g.top_k, depth=g.depth, budget=g.budget), prompt[None],
-                                 g.new_tokens, sampling, seed=seed).stats
+                stats = generate(HFTarget(target), proposer(head, top_k=g.top_k, depth=g.depth, budget=g.budget),
+                                 prompt[None], g.new_tokens, sampling, seed=seed).stats
                 per_prompt.append(stats.summary()["tokens_per_forward"])
             lengths[name] = torch.tensor(per_prompt, dtype=torch.float64)
         row = {name: float(x.mean()) for name, x in lengths.items()}
@@ -85,14 +85,16 @@ def run(cfg: DictConfig) -> Path | None:
         vocabulary = None
         if h.architecture == "eagle3" and h.get("draft_vocab_size"):  # the most frequent labels of the train split
             labels = streams["train"].ids[streams["train"].loss_mask]
-            vocabulary, covered = draft_vocabulary(labels, h.draft_vocab_size, target.get_output_embeddings().weight.shape[0])
+            vocabulary, covered = draft_vocabulary(labels, h.draft_vocab_size,
+                                                   target.get_output_embeddings().weight.shape[0])
             print(f"draft vocabulary: {h.draft_vocab_size} tokens cover {covered:.3f} of the train split's labels")
         heads = {}
         for name in settings.losses:  # the same initial weights for every loss: the comparison is of the losses alone
             torch.manual_seed(settings.seed)
             head = EagleHead.for_target(target, h.architecture, h.target_layers, num_heads=h.num_heads,
                                         num_kv_heads=h.num_kv_heads, intermediate_size=h.intermediate_size,
-                                        **({"draft_vocab_size": h.draft_vocab_size} if h.get("draft_vocab_size") else {}))
+                                        **({"draft_vocab_size": h.draft_vocab_size}
+                                           if h.get("draft_vocab_size") else {}))
             heads[name] = head if vocabulary is None else head.set_vocabulary(vocabulary)
     done = train_and_search(exp, root, streams, settings, target, heads, EagleProposer)
     if done is None:
@@ -139,7 +141,8 @@ def train_and_search(exp, root: Path, streams: dict, settings, target, heads: di
     for name, tables in by_loss.items():
         for kind in ("text", "continuations"):
             held = tables["heldout"][kind]
-            print(f"{name}, held-out {kind}: top-1 (target's token) per depth {[round(x, 3) for x in held['top1_target']]}, "
+            print(f"{name}, held-out {kind}: top-1 (target's token) per depth "
+                  f"{[round(x, 3) for x in held['top1_target']]}, "
                   f"sampled acceptance {[round(x, 3) for x in held['accept_sampled']]}")
     # kept: the head whose chain is longest on validation continuations, greedy and sampled alike
     kept = max(by_loss, key=lambda n: chain_length(by_loss[n]["valid"]["continuations"]))
@@ -156,7 +159,7 @@ def train_and_search(exp, root: Path, streams: dict, settings, target, heads: di
     torch.set_num_threads(t.cost_threads)  # the thread count decoding runs at
     cost = forward_tree_cost(target, tuple(t.cost_sizes), repeats=t.cost_repeats)  # ms, this machine
     prompts = continuations["heldout"][: t.budget_prompts, : g.prompt_tokens]
-    tree, measured = eagle_trees(target, head, torch.tensor(tables["valid"]["continuations"]["accept"]), prompts, t, cost,
-                                 proposer)
+    tree, measured = eagle_trees(target, head, torch.tensor(tables["valid"]["continuations"]["accept"]), prompts, t,
+                                 cost, proposer)
     return Searched(head, kept, tree, {"acceptance": tables, "by_loss": by_loss, "paired_lengths": paired, **measured},
                     prompts)

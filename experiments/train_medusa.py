@@ -56,7 +56,8 @@ def run(cfg: DictConfig) -> Path | None:
                           "expected_tokens": tree["expected_tokens"], **searched}
         for kind in ("text", "continuations"):
             held = tables["heldout"][kind]
-            print(f"{name}, held-out {kind}: top-1 (target's token) per head {[round(x, 3) for x in held['top1_target']]}, "
+            print(f"{name}, held-out {kind}: top-1 (target's token) per head "
+                  f"{[round(x, 3) for x in held['top1_target']]}, "
                   f"top-5 {[round(x, 3) for x in held['top5_target']]}, "
                   f"sampled acceptance {[round(x, 3) for x in held['accept_sampled']]}")
     score = {n: m["table"][m["budget"]]["tokens_per_cost"] for n, m in measured.items()}

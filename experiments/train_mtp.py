@@ -52,6 +52,7 @@ def run(cfg: DictConfig) -> Path | None:
     size = sum(p.numel() for p in head.parameters())
     files.write_json(out / "measurements.json", {
         **done.measurements, "chains": chains, "parameters": size, "loss": done.loss,
-        "train": {k: v for k, v in asdict(settings).items() if k != "losses"}, "prompt_tokens": g.prompt_tokens}, indent=1)
+        "train": {k: v for k, v in asdict(settings).items() if k != "losses"},
+        "prompt_tokens": g.prompt_tokens}, indent=1)
     print(f"{size} parameters written to {out}")
     return out

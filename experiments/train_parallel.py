@@ -125,7 +125,8 @@ def run(cfg: DictConfig) -> Path | None:
         trained.eval()
         rates = {f"{n}_valid": objective.measure(d, valid, valid_mask) for n, d in trained.items()}
         trained.train()
-        return {k: {m: [round(x, 4) for x in r[m]] for m in ("top1_target", "accept_sampled")} for k, r in rates.items()}
+        return {k: {m: [round(x, 4) for x in r[m]] for m in ("top1_target", "accept_sampled")}
+                for k, r in rates.items()}
 
     finished = train(objective, data["train"], root / exp.run, settings, evaluate, name=exp.run) or None
     if not measures_here(finished, settings):  # one process measures and writes
@@ -136,7 +137,8 @@ def run(cfg: DictConfig) -> Path | None:
         drafter.eval()
         measured[name] = {f"{split}/{kind}": objective.measure(drafter, windows, scored_from(mask, start_at))
                           for split, kinds in sets.items() for kind, (windows, mask, start_at) in kinds.items()}
-        print(f"{name}: held-out accept_sampled by depth {[round(x, 3) for x in measured[name]['heldout/text']['accept_sampled']]}")
+        print(f"{name}: held-out accept_sampled by depth "
+              f"{[round(x, 3) for x in measured[name]['heldout/text']['accept_sampled']]}")
     files.write_json(root / exp.run / "acceptance.json", measured, indent=1)
     kept = max(measured, key=lambda n: sum(measured[n]["valid/text"]["accept_sampled"]))
     if exp.get("export") is None:
@@ -148,7 +150,8 @@ def run(cfg: DictConfig) -> Path | None:
     instantiate(exp.exporter)(objective.drafters[kept].cpu(), out, target.cpu())
     files.write_json(out / TREE_FILE, tree, indent=1)
     files.write_json(out / "measurements.json", {"kept": kept, "acceptance": measured, "tree": tree,
-                                                 "settings": OmegaConf.to_container(cfg.experiment, resolve=True)}, indent=1)
+                                                 "settings": OmegaConf.to_container(cfg.experiment, resolve=True)},
+                     indent=1)
     return out
 
 

@@ -64,12 +64,14 @@ class Workload:
             self.rendered[key] = rendered
         return torch.tensor([self.rendered[key].ids])
 
-    def batch(self, category: str, index: int, size: int, turn: int = 1, answer: Callable | None = None) -> torch.Tensor:
+    def batch(self, category: str, index: int, size: int, turn: int = 1,
+              answer: Callable | None = None) -> torch.Tensor:
         """[size, L]: the prompts from `index` on that have this turn (wrapping around), each whole (-1 after a
         shorter one: framework/core/prompts.py). Size 1: the prompt as it is."""
         having = [i for i in range(len(self.prompts[category])) if self.turns(category, i) >= turn]
         start = having.index(index)
-        return ragged_batch([self.ids(category, having[(start + j) % len(having)], turn, answer)[0] for j in range(size)])
+        return ragged_batch([self.ids(category, having[(start + j) % len(having)], turn, answer)[0]
+                             for j in range(size)])
 
     def think_end(self) -> int | None:
         """The end-of-thinking token id when the rendered prompts open a reasoning model's thinking span."""
@@ -116,8 +118,10 @@ def build_workload(cfg: DictConfig, tokenizer, context: int | None) -> Workload:
     wanted = list(exp.categories) if exp.categories is not None else list(groups)
     wrong = [c for c in wanted if c not in groups]
     if wrong:
-        raise ValueError(f"unknown categories {wrong} in experiment.categories: workload {suite.name} has {list(groups)}")
-    cap = None if node.max_prompt_tokens is None else whole_number("workload.max_prompt_tokens", node.max_prompt_tokens, 1)
+        raise ValueError(f"unknown categories {wrong} in experiment.categories: "
+                         f"workload {suite.name} has {list(groups)}")
+    cap = (None if node.max_prompt_tokens is None
+           else whole_number("workload.max_prompt_tokens", node.max_prompt_tokens, 1))
     limits = [n for n in (cap, context and context - exp.max_new_tokens) if n]
     limit = min(limits) if limits else None
     kept = {c: [p for p in groups[c] if limit is None or fits(rendering, tokenizer, p, limit)] for c in wanted}

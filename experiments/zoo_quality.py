@@ -152,7 +152,8 @@ def main(args: DictConfig) -> None:
     prompts = build_prompt_sets(heldout)["code_continuation"]["prompt"][: args.prompts]
     report = Report(
         files=len(texts), characters=sum(len(t) for t in texts), window=args.window, stride=args.stride or args.window,
-        target_bits_per_char=bits_per_char(target_scores, texts), draft_bits_per_char=bits_per_char(draft_scores, texts),
+        target_bits_per_char=bits_per_char(target_scores, texts),
+        draft_bits_per_char=bits_per_char(draft_scores, texts),
         top1_agreement=agreement(draft_scores, target_scores),
         tokens_per_forward={g: tokens_per_forward(target, draft, tokenizer, prompts, g, args.max_new_tokens)
                             for g in args.gammas},

@@ -43,7 +43,8 @@ class StepStats:
     rows: torch.Tensor | None = None  # [B'] which rows of the batch as it started these are (finished rows leave it)
     side_rows: int = 0  # a proposer's side rows in the step's forward
     drafted: torch.Tensor | None = None  # [B'] depth of the tree each row was offered (0: a row that may not speculate)
-    emitted: torch.Tensor | None = None  # [B'] tokens each row kept (generate fills it: EOS and the budget cut the last)
+    # [B'] tokens each row kept (generate fills it: EOS and the budget cut the last)
+    emitted: torch.Tensor | None = None
 
 
 @dataclass
@@ -120,7 +121,8 @@ class Decoder:
         constraint: what may come next (a grammar, framework/core/constraint.py), masked at every tree node.
         top_logprobs: None, or n >= 0: each emitted token's log-probability and the n most likely
         alternatives there are kept in `logprobs` after every prefill and step (framework/core/logprobs.py)."""
-        if top_logprobs is not None and (isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int) or top_logprobs < 0):
+        if top_logprobs is not None and (isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int)
+                                         or top_logprobs < 0):
             raise ValueError(f"top_logprobs must be None or an integer >= 0, got {top_logprobs!r}")
         if top_logprobs is not None and top_logprobs > target.vocab_size:
             raise ValueError(f"top_logprobs={top_logprobs} asks for more alternatives than the vocabulary's "
@@ -180,12 +182,14 @@ class Decoder:
         if self.constraint is not None:
             self.constraint.advance(root[:, None])
         if self.top_logprobs is not None:
-            reported = process_logits(logits, reported_sampling(self.sampling), seen, allowed) if self.sampling.greedy else law
+            reported = process_logits(logits, reported_sampling(self.sampling), seen, allowed) \
+                if self.sampling.greedy else law
             self.logprobs = token_logprobs(reported[:, None], root[:, None], self.top_logprobs)
         self.rows = torch.arange(root.shape[0])
         self.started = root.shape[0]
         if self.speculate is not None and self.speculate.shape != root.shape:
-            raise ValueError(f"speculate must hold one flag per row ({root.shape[0]}), got shape {tuple(self.speculate.shape)}")
+            raise ValueError(f"speculate must hold one flag per row ({root.shape[0]}), "
+                             f"got shape {tuple(self.speculate.shape)}")
         self.policy.start(self.target, root.shape[0])
         count = prompt_lengths(input_ids).to(root.device).expand(root.shape[0])  # [B] each row's prompt
         self.state = DecodeState(root, mark_seen(seen, root[:, None]), self.sampling, self.rng,
@@ -225,7 +229,8 @@ class Decoder:
         if side is not None:
             self.proposer.observe_side(out.side_logits)
         if self.proposer is not None:  # in the proposer's own node indices: the nodes cut away are still in its tree
-            own = result.path if kept is None else torch.where(result.path >= 0, kept.to(result.path.device)[result.path.clamp_min(0)], -1)
+            own = result.path if kept is None else \
+                torch.where(result.path >= 0, kept.to(result.path.device)[result.path.clamp_min(0)], -1)
             self.proposer.commit(Verification(result.tokens, result.num_accepted, own))
         emitted = result.tokens
         root = emitted.gather(1, result.num_accepted[:, None]).squeeze(1)  # recovered/bonus, or -1 after EOS
@@ -253,7 +258,8 @@ class Decoder:
         if self.proposer is None or (self.speculate is not None and not bool(self.speculate.any())):
             return Plan(depth=0)
         plan = self.policy.plan()
-        rows = plan.rows if self.speculate is None else self.speculate if plan.rows is None else self.speculate & plan.rows.cpu()
+        rows = plan.rows if self.speculate is None else \
+            self.speculate if plan.rows is None else self.speculate & plan.rows.cpu()
         if rows is not None and rows.shape != self.rows.shape:
             raise ValueError(f"the policy planned for {rows.numel()} rows, the batch has {self.rows.numel()}")
         if rows is not None and not bool(rows.any()):
@@ -309,8 +315,9 @@ class Decoder:
         take = lambda t: None if t is None else t[rows.to(t.device)]  # noqa: E731
         if self.constraint is not None:
             self.constraint.select(rows)
-        self.state = DecodeState(take(state.root), take(state.seen), state.sampling, state.rng, take(state.target_hidden),
-                                 take(state.committed_hidden), take(state.committed_count), state.plan, state.constraint)
+        self.state = DecodeState(take(state.root), take(state.seen), state.sampling, state.rng,
+                                 take(state.target_hidden), take(state.committed_hidden), take(state.committed_count),
+                                 state.plan, state.constraint)
 
     def join(self, other: Decoder) -> None:
         """Append the rows of `other` after this batch's (continuous batching: newcomers prefilled apart by a Decoder
@@ -318,11 +325,13 @@ class Decoder:
         source); from the next step they decode together, each row as it would alone."""
         if other.sampling != self.sampling or other.rng is not self.rng:
             raise ValueError("newcomers join a batch of the same sampling and random source only")
-        if (self.proposer is None) != (other.proposer is None) or (self.constraint is None) != (other.constraint is None):
+        if (self.proposer is None) != (other.proposer is None) \
+                or (self.constraint is None) != (other.constraint is None):
             raise ValueError("newcomers join a batch decoded the same way only (both with a proposer, or neither; "
                              "both under a constraint, or neither)")
         if (self.speculate is None) != (other.speculate is None) or (self.top_logprobs != other.top_logprobs):
-            raise ValueError("newcomers join a batch with the same per-row speculation flags and log-prob settings only")
+            raise ValueError("newcomers join a batch with the same per-row speculation flags "
+                             "and log-prob settings only")
         self.target.join(other.target)
         if self.proposer is not None:
             self.proposer.join(other.proposer)
@@ -348,7 +357,8 @@ class Decoder:
         """The deepest a tree may be this step: what is wanted, and what the context has room for."""
         room = self.target.room()
         if room is not None and room < 0:
-            raise ValueError(f"a row reached the model's context of {self.target.max_positions} tokens: nothing more fits")
+            raise ValueError(f"a row reached the model's context of {self.target.max_positions} tokens: "
+                             "nothing more fits")
         limits = [limit for limit in (wanted, room) if limit is not None]
         return min(limits) if limits else 1 << 30
 
@@ -412,15 +422,15 @@ def generate(
     logprobs: int | None = None,
 ) -> GenerationOutput:
     """Speculative decoding (plain decoding when proposer is None). input_ids: [B, L] prompts, a list of prompts of
-    any lengths, or [B, L] with an attention_mask padded on either side: each row decodes as it would alone. policy: how much to speculate
-    each step (None: as the proposer is configured; framework.control.goodput.GoodputPolicy sizes each step
-    to its expected tokens per second). speculate: one bool per row (False: that request decodes plainly).
+    any lengths, or [B, L] with an attention_mask padded on either side: each row decodes as it would alone. policy: how
+    much to speculate each step (None: as the proposer is configured; framework.control.goodput.GoodputPolicy sizes each
+    step to its expected tokens per second). speculate: one bool per row (False: that request decodes plainly).
     constraint: a grammar the output follows (framework.constraints.grammar.GrammarConstraint).
     logprobs: None, or n >= 0: return each token's log-probability and the n most likely alternatives."""
     input_ids = check_prompt(target, input_ids, max_new_tokens, attention_mask)
     B = input_ids.shape[0]
-    decoder = Decoder(target, proposer, sampling, rng or TorchSource(seed=seed), eos_token_id, verifier, policy, speculate,
-                      constraint, logprobs)
+    decoder = Decoder(target, proposer, sampling, rng or TorchSource(seed=seed), eos_token_id, verifier, policy,
+                      speculate, constraint, logprobs)
     out = torch.full((B, max_new_tokens), -1, dtype=torch.long)
     kept = None if logprobs is None else TokenLogprobs(torch.zeros(B, max_new_tokens, dtype=torch.float64),
                                                        torch.zeros(B, max_new_tokens, logprobs, dtype=torch.long),

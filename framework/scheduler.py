@@ -91,7 +91,8 @@ class Scheduler:
         on_step: called after every step (to stream tokens, or cancel requests)."""
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be an integer >= 1, got {max_batch!r}")
-        self.model, self.proposer_factory, self.sampling, self.max_batch = target_model, proposer_factory, sampling, max_batch
+        self.model, self.proposer_factory, self.sampling, self.max_batch = (target_model, proposer_factory, sampling,
+                                                                            max_batch)
         self.rng = rng or TorchSource(seed=seed)
         self.eos_token_id, self.verifier, self.policy = eos_token_id, verifier, policy or FixedPolicy()
         self.target_factory, self.constraint_factory = target_factory, constraint_factory
@@ -223,8 +224,8 @@ class Scheduler:
         kept = [self.emit(live, row) for live, row in zip(self.live, emitted.tolist())]
         self.decoder.stats.steps[-1].emitted = torch.tensor(kept)
         self.engine_steps.append(self.decoder.stats.steps[-1])
-        self.steps.append(StepRecord(start, len(self.live), admitted, prefill_tokens, self.decoder.stats.steps[-1].nodes,
-                                     self.now() - start))
+        self.steps.append(StepRecord(start, len(self.live), admitted, prefill_tokens,
+                                     self.decoder.stats.steps[-1].nodes, self.now() - start))
 
 
 class Arrivals(Protocol):
@@ -256,5 +257,6 @@ class Poisson(FixedRate):
     seed: int = 0
 
     def times(self, count: int) -> list[float]:
-        gaps = torch.empty(count, dtype=torch.float64).exponential_(self.rate, generator=torch.Generator().manual_seed(self.seed))
+        gaps = torch.empty(count, dtype=torch.float64).exponential_(self.rate,
+                                                                    generator=torch.Generator().manual_seed(self.seed))
         return (gaps.cumsum(0) - gaps[0]).tolist()  # exponential gaps, the first request at 0

@@ -1,5 +1,6 @@
-"""Proposers: a package per family (medusa, eagle, mtp, ngram, rest, suffix, self_spec, parallel; search and common beside them), the
-draft model, the grammar's forced tokens and the mix as modules; each returns a CandidateTree whose kind tells how it chose."""
+"""Proposers: a package per family (medusa, eagle, mtp, ngram, rest, suffix, self_spec, parallel; search and common
+beside them), the draft model, the grammar's forced tokens and the mix as modules; each returns a CandidateTree whose
+kind tells how it chose."""
 
 from proposers.cross_vocab import CrossVocabularyProposer, VocabularyMap
 from proposers.draft_model import DraftModelProposer

@@ -113,7 +113,9 @@ class VocabularyMap:
                                             target_size, draft_size)
 
     @staticmethod
-    def of_folders(target: str, draft: str, target_size: int | None = None, draft_size: int | None = None) -> VocabularyMap:
+    def of_folders(
+        target: str, draft: str, target_size: int | None = None, draft_size: int | None = None
+    ) -> VocabularyMap:
         """The tokenizers saved beside two checkpoints (folders, or names in the embedded zoo)."""
         folder = lambda name: find_folder(name, "tokenizer.json") or name  # noqa: E731
         return VocabularyMap.of_tokenizers(load_tokenizer(folder(target)), load_tokenizer(folder(draft)), target_size,
@@ -126,7 +128,8 @@ class CrossVocabularyProposer(DraftModelProposer):
     def __init__(self, draft_model, vocabulary: VocabularyMap, **settings):
         super().__init__(draft_model, **settings)
         if vocabulary.draft_size != self.lm.vocab_size:
-            raise ValueError(f"the vocabulary map is for {vocabulary.draft_size} draft tokens, the draft has {self.lm.vocab_size}")
+            raise ValueError(f"the vocabulary map is for {vocabulary.draft_size} draft tokens, "
+                             f"the draft has {self.lm.vocab_size}")
         self.vocabulary = vocabulary
         device = self.lm.device
         self.target_of = vocabulary.target_of.to(device)  # [V_d]
@@ -138,11 +141,13 @@ class CrossVocabularyProposer(DraftModelProposer):
     def check_vocabulary(self, target_vocab: int, target=None) -> None:
         """Another tokenizer by design: the map, not the ids, must fit the target."""
         if self.vocabulary.target_size != target_vocab:
-            raise ValueError(f"the vocabulary map is for {self.vocabulary.target_size} target tokens, the target has {target_vocab}")
+            raise ValueError(f"the vocabulary map is for {self.vocabulary.target_size} target tokens, "
+                             f"the target has {target_vocab}")
 
     def spell_prompts(self, rows: list[list[int]]) -> list[list[int]]:
         if self.single is not None:
-            return [self.single[torch.tensor(row, dtype=torch.long, device=self.single.device)].tolist() for row in rows]
+            return [self.single[torch.tensor(row, dtype=torch.long, device=self.single.device)].tolist()
+                    for row in rows]
         return [self.vocabulary.spell(row) for row in rows]
 
     # ---- the draft's law, in the target's ids --------------------------------------------------

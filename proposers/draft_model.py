@@ -156,8 +156,11 @@ class DraftModelProposer:
         depth = depth if room is None else min(depth, room)
         N = int(self.levels[depth - 1].max()) + 1  # the nodes of the levels this step may draft (level order)
         tokens = torch.zeros(B, N, dtype=torch.long, device=state.root.device)
-        scores = torch.ones(B, N + 1, device=state.root.device)  # each node's draft probability along its path (row 0: the root)
-        q = torch.empty(B, N + 1, state.seen.shape[-1], dtype=torch.float64 if self.lm.dtype == torch.float64 else torch.float32, device=state.root.device)
+        # each node's draft probability along its path (row 0: the root)
+        scores = torch.ones(B, N + 1, device=state.root.device)
+        q = torch.empty(B, N + 1, state.seen.shape[-1],
+                        dtype=torch.float64 if self.lm.dtype == torch.float64 else torch.float32,
+                        device=state.root.device)
         shape = self.shape.prefix(N)
         parents = shape.parents.tolist()
         fed = 0  # pending slots written (root = slot 0)
@@ -172,7 +175,8 @@ class DraftModelProposer:
             fed += rows.numel()
             seen = seen_along_tree(state.seen, tokens, shape)[:, rows] if cfg.uses_history else None
             allowed = None if state.constraint is None else state.constraint.allowed(tokens, shape, rows)
-            law = self.draft_law(out.logits, cfg, seen, allowed)  # [B, M, V] what each read row's children are drawn from
+            # [B, M, V] what each read row's children are drawn from
+            law = self.draft_law(out.logits, cfg, seen, allowed)
             q[:, rows] = self.reported_law(law, out.logits, cfg, seen).to(q.dtype)
             for m, row in enumerate(rows.tolist()):  # draw each node's children from its own law
                 kids = [i for i in range(N) if parents[i] == row - 1]
@@ -251,7 +255,8 @@ class DraftModelProposer:
                                         and int(self.lm.length.max()) + K + 1 > self.lm.max_positions):
             return
         lead, self.deferred = self.deferred, None
-        self.lm.forward(lead, torch.arange(K), torch.ones(K, K, dtype=torch.bool).tril(), logits_rows=torch.tensor([K - 1]))
+        self.lm.forward(lead, torch.arange(K), torch.ones(K, K, dtype=torch.bool).tril(),
+                        logits_rows=torch.tensor([K - 1]))
         self.lm.commit_leading(K)
 
     def part(self) -> None:

@@ -53,7 +53,8 @@ class DraftObjective(nn.Module):
         sums = []
         for name, draft in self.drafts.items():
             logp = draft(input_ids=ids).logits[:, :-1].float().log_softmax(-1)  # [b, T-1, V]
-            per = self.losses[name](logp.flatten(0, 1)[kept], target_logp.flatten(0, 1)[kept], ids[:, 1:].flatten()[kept])
+            per = self.losses[name](logp.flatten(0, 1)[kept], target_logp.flatten(0, 1)[kept],
+                                    ids[:, 1:].flatten()[kept])
             sums.append(per.sum())
         return torch.stack(sums), kept.sum().expand(len(sums))
 

@@ -39,7 +39,8 @@ class GrammarProposer:
         shape = TreeShape.chain(depth)
         length = 0
         for level in range(depth):
-            allowed = state.constraint.allowed(tokens, shape, torch.tensor([level]))[:, 0]  # [B, V] after the chain so far
+            # [B, V] after the chain so far
+            allowed = state.constraint.allowed(tokens, shape, torch.tensor([level]))[:, 0]
             count = allowed.sum(-1).cpu()  # [B]
             if not bool((count == 1).any()):
                 break

@@ -12,7 +12,7 @@
 | DFlash (z-lab; ours too) | config.json with dflash_config, model.safetensors | parallel/dflash.py |
 
 A relative name missing here is looked up in the embedded zoo. Nothing is fetched from a hub.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ from proposers.medusa.heads import TREE_FILE as MEDUSA_TREE
 from proposers.medusa.heads import MedusaHeads
 from proposers.parallel import dflash
 
-LOOKED_FOR = (EAGLE_CONFIG, MEDUSA_CONFIG, "config.json (with " + ", ".join(medusa_published.HEAD_FILES + WEIGHT_FILES) + ")")
+LOOKED_FOR = (EAGLE_CONFIG, MEDUSA_CONFIG,
+              "config.json (with " + ", ".join(medusa_published.HEAD_FILES + WEIGHT_FILES) + ")")
 
 
 def layout(folder: Path) -> tuple[str, dict]:

@@ -40,7 +40,8 @@ class MixProposer:
         self.parts = [part() if callable(part) and not hasattr(part, "propose") else part for part in parts]
         self.weights = [1.0] * len(self.parts) if weights is None else [float(w) for w in weights]
         if len(self.weights) != len(self.parts) or min(self.weights) <= 0:
-            raise ValueError(f"weights must be one positive number per part, got {list(self.weights)} for {len(self.parts)} parts")
+            raise ValueError(f"weights must be one positive number per part, got {list(self.weights)} "
+                             f"for {len(self.parts)} parts")
         self.budget = budget
         self.gather_layers()
         self.couples_rows = True  # one merged shape for the rows
@@ -80,9 +81,11 @@ class MixProposer:
             return self.tree
         part_paths = [node_token_paths(tree) for tree in self.trees]  # [B, N_j, D_j] per part
         merged = tree_from_paths(WeightedPaths.cat([leaf_paths(tree, paths, weight) for tree, paths, weight
-                                                    in zip(self.trees, part_paths, self.weights)]), self.budget, state.root.device)
+                                                    in zip(self.trees, part_paths, self.weights)]),
+                                 self.budget, state.root.device)
         merged_paths = node_token_paths(merged)  # [B, N, D]
-        # own[j][b, i]: part j's node with the token path of merged node i, -1 if it proposed none (read again at commit)
+        # own[j][b, i]: part j's node with the token path of merged node i, -1 if it proposed none
+        # (read again at commit)
         self.own = [same_path(merged_paths, paths) for paths in part_paths]
         self.tree = CandidateTree(merged.tokens, merged.shape, None, "point", self.merged_scores(merged))
         return self.tree
@@ -108,7 +111,8 @@ class MixProposer:
             if side is None:
                 continue
             if bool(side.sees_tree[:, 1:].any()):
-                raise ValueError(f"{type(part).__name__}'s side rows see its own tree nodes: a mix can only carry side rows that see the root")
+                raise ValueError(f"{type(part).__name__}'s side rows see its own tree nodes: "
+                                 "a mix can only carry side rows that see the root")
             parts.append(side)
             self.side_parts.append((j, side.num_rows))
         if not parts:
@@ -156,7 +160,8 @@ def same_path(merged: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
     if own.shape[1] == 0:
         return torch.full(merged.shape[:2], -1, dtype=torch.long, device=merged.device)
     depth = max(merged.shape[2], own.shape[2])
-    equal = (to_depth(merged, depth)[:, :, None] == to_depth(own, depth).to(merged.device)[:, None]).all(dim=-1)  # [B, N, M]
+    equal = (to_depth(merged, depth)[:, :, None]
+             == to_depth(own, depth).to(merged.device)[:, None]).all(dim=-1)  # [B, N, M]
     return torch.where(equal.any(dim=-1), equal.long().argmax(dim=-1), -1)
 
 

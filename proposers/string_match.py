@@ -40,14 +40,16 @@ class StringMatchProposer:
         tree_attention.use_tree_attention(draft_model, backend)
         self.lm = CachedLM(draft_model, tree_backend=backend)
         if to_draft.draft_size != self.lm.vocab_size:
-            raise ValueError(f"the vocabulary maps are for {to_draft.draft_size} draft tokens, the draft has {self.lm.vocab_size}")
+            raise ValueError(f"the vocabulary maps are for {to_draft.draft_size} draft tokens, "
+                             f"the draft has {self.lm.vocab_size}")
         self.to_draft, self.to_target, self.gamma = to_draft, to_target, gamma
         self.unread: list[list[int]] = []  # per row: committed draft tokens not yet in the draft's cache
         self.drafted = False  # this step read and drafted (its drafted slots are dropped at commit)
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
         if self.to_draft.target_size != target.vocab_size:
-            raise ValueError(f"the vocabulary maps are for {self.to_draft.target_size} target tokens, the target has {target.vocab_size}")
+            raise ValueError(f"the vocabulary maps are for {self.to_draft.target_size} target tokens, "
+                             f"the target has {target.vocab_size}")
         self.lm.reset(input_ids.shape[0])
         self.unread = [self.to_draft.spell(row) for row in prompt_rows(input_ids)]
 

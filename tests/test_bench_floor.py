@@ -13,7 +13,8 @@ def test_every_method_and_mode_against_plain_round_by_round():
                                                             "prompt_tokens=[8,12]", "max_new_tokens=6", "rounds=2"])
     result = measure(cfg)
     rows = {(r["method"], r["mode"]): r for r in result["rows"]}
-    assert set(rows) == {("plain", "-")} | {(m, mode) for m in ("prompt_lookup", "draft") for mode in ("idle", "goodput")}
+    assert set(rows) == {("plain", "-")} | {(m, mode) for m in ("prompt_lookup", "draft")
+                                            for mode in ("idle", "goodput")}
     assert rows["plain", "-"]["speedup"] == 1.0
     for r in rows.values():
         assert r["lowest"] <= r["speedup"] <= r["highest"] and r["target_ms"] > 0

@@ -91,9 +91,11 @@ def metrics_by_definition(tmp_path, result, runs):
         per_request = [1 + sum(a for a, d in zip(t["accepted"], t["drafted"]) if d) / sum(1 for d in t["drafted"] if d)
                        for x in cell for t in x["traces"]]
         assert r["accepted_length_per_request"] == pytest.approx(sum(per_request) / len(per_request))
-        profile = json.loads((tmp_path / "profiles" / r["method"] / r["sampling"] / "speculation_profile.json").read_text())
+        profile = json.loads((tmp_path / "profiles" / r["method"] / r["sampling"]
+                              / "speculation_profile.json").read_text())
         assert profile["mean_accept_length"] == pytest.approx(r["accepted_length_pooled"])
-        assert profile["validation"]["mean_consistency"]["passed"] and profile["measurement_conditions"]["concurrency"] == 1
+        assert (profile["validation"]["mean_consistency"]["passed"]
+                and profile["measurement_conditions"]["concurrency"] == 1)
     text = (tmp_path / "compare.md").read_text()
     assert "### Acceptance by definition and latency" in text and "### Configuration" in text
     assert "- draft: draft vocabulary 64;" in text
@@ -108,7 +110,8 @@ def test_rerun_skips_done_cells_and_a_failing_cell_does_not_stop_the_rest(tmp_pa
     assert not any(r["method"] == "draft" and r["sampling"] == "t1" for r in later)  # done before: skipped
     assert not any(r["id"].startswith("check/draft/t1/") for r in later)
     rows = {(r["method"], r["sampling"]): r for r in result["rows"]}
-    assert "only temperature" in rows["hf_assisted", "topk20"]["errors"] and rows["hf_assisted", "topk20"]["speedup"] is None
+    assert ("only temperature" in rows["hf_assisted", "topk20"]["errors"]
+            and rows["hf_assisted", "topk20"]["speedup"] is None)
     assert rows["draft", "topk20"]["errors"] is None and rows["draft", "topk20"]["lossless_check"] == "pass"
     assert rows["draft", "t1"]["prompts"] == 2  # read back from the first run's records
     assert "error: " in (tmp_path / "compare.md").read_text()
@@ -204,7 +207,8 @@ def test_a_throughput_table_is_published_to_its_own_page_with_its_plots(tmp_path
         publish(table, tmp_path, page="results_throughput")
     publish(table, tmp_path, page="results_throughput", readme=False)
     page = (tmp_path / "docs" / "results_throughput.md").read_text()
-    assert table.read_text() in page and page.endswith("![throughput_greedy](results_throughput/throughput_greedy.png)\n")
+    assert table.read_text() in page and page.endswith(
+        "![throughput_greedy](results_throughput/throughput_greedy.png)\n")
     assert (tmp_path / "docs" / "results_throughput" / "throughput_greedy.png").read_bytes() == b"png"
 
 
@@ -218,7 +222,8 @@ def test_compare_smoke_on_the_zoo(tmp_path):
     assert {*compare.proposer_configs(), "hf_assisted", "hf_prompt_lookup"} - set(compare.UNDER_A_GRAMMAR) <= methods
     assert not result["skipped"]
     assert all(r["errors"] is None for r in result["rows"])
-    assert all(r["lossless_check"] == "pass" for r in result["rows"] if r["sampling"] == "t1" and not r["method"].startswith("hf_"))
+    assert all(r["lossless_check"] == "pass" for r in result["rows"]
+               if r["sampling"] == "t1" and not r["method"].startswith("hf_"))
 
 
 def test_merge_keeps_the_jobs_of_a_sweep_apart(tmp_path):
@@ -333,7 +338,8 @@ def test_one_policy_object_per_method_policy_sampling_and_batch(tmp_path, monkey
     real = experiments.common.generate
     monkeypatch.setattr(compare, "policy_configs", lambda: ["counting", "fixed"])
     made = []
-    monkeypatch.setattr(compare, "policy_factory", lambda name, cfg: partial(CountingPolicy, made) if name == "counting" else None)
+    monkeypatch.setattr(compare, "policy_factory",
+                        lambda name, cfg: partial(CountingPolicy, made) if name == "counting" else None)
 
     def generate(target, proposer, prompt, *args, policy=None, **kwargs):
         if policy is not None:
@@ -346,12 +352,15 @@ def test_one_policy_object_per_method_policy_sampling_and_batch(tmp_path, monkey
     # one per sampling and size, each given both prompts; and one untimed throwaway per size (prime_policies)
     assert sorted(p.batches for p in made) == [[1], [1, 1], [1, 1], [2], [2, 2], [2, 2]]
     cells = {(r["method"], r["policy"], r["batch"]) for r in result["summary"]}
-    assert cells == {(m, p, b) for m, p in (("draft", "fixed"), ("draft", "counting"), ("plain", "fixed")) for b in (1, 2)}
+    assert cells == {(m, p, b) for m, p in (("draft", "fixed"), ("draft", "counting"), ("plain", "fixed"))
+                     for b in (1, 2)}
     assert "run/draft/t1/prompts/1/policy=counting/batch=2" in {r["id"] for r in run_records(tmp_path)}
     table = (tmp_path / "compare.md").read_text()
-    assert "| method | policy | sampling | category | batch |" in table and "| draft | counting | t1 | all | 2 |" in table
+    assert ("| method | policy | sampling | category | batch |" in table
+            and "| draft | counting | t1 | all | 2 |" in table)
     assert "the rows without one (plain) run under fixed only." in table
-    assert json.loads((tmp_path / "result.json").read_text())["summary"].keys() >= {"draft/counting/t1/batch=2", "draft/t1"}
+    assert json.loads((tmp_path / "result.json").read_text())["summary"].keys() >= {"draft/counting/t1/batch=2",
+                                                                                     "draft/t1"}
 
 
 def test_each_cell_drafts_from_a_suffix_cache_of_its_own(tmp_path, monkeypatch):
@@ -386,8 +395,8 @@ def test_the_goodput_policy_has_rows_of_its_own(tmp_path):
     assert all(r["speedup"] is not None for r in cells.values())
     assert compare.policy_factory("fixed", load(tmp_path)) is None
     table = tmp_path / "compare.md"
-    assert "| method | greedy: fixed | greedy: goodput | t1: fixed | t1: goodput | greedy identical | lossless check (as configured) |" \
-        in table.read_text()
+    assert ("| method | greedy: fixed | greedy: goodput | t1: fixed | t1: goodput | greedy identical "
+            "| lossless check (as configured) |") in table.read_text()
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{BEGIN}\nold\n{END}\ntail\n")
     update_readme(table, readme)
@@ -398,7 +407,8 @@ def test_the_goodput_policy_has_rows_of_its_own(tmp_path):
 @pytest.mark.parametrize("overrides, message", [
     (["experiment.batch_sizes=[1,0]"], r"experiment.batch_sizes must hold distinct integers >= 1, got \[1, 0\]"),
     (["experiment.batch_sizes=4"], r"experiment.batch_sizes must be a non-empty list, got 4"),
-    (["experiment.policies=[fixed,fastest]"], r"unknown policies \['fastest'\] in experiment.policies \(have \[.*'fixed'"),
+    (["experiment.policies=[fixed,fastest]"],
+     r"unknown policies \['fastest'\] in experiment.policies \(have \[.*'fixed'"),
     (["experiment.baseline=hf_plain", "experiment.batch_sizes=[1,4]"], r"hf_plain decodes one prompt at a time"),
     (["experiment.samples=0"], r"experiment.samples must be an integer >= 1 \(prompts timed in all\) or null, got 0"),
 ])
@@ -411,9 +421,10 @@ def test_throughput_against_concurrency_serves_every_request_with_each_method(tm
     """experiment.concurrency: every prompt a request through continuous batching at each level, ours beside
     transformers' batched generate (two rounds, the median pass kept); greedy tokens identical to plain decoding's; a
     table and a plot per sampling."""
-    result = compare.run(load(tmp_path, "experiment.methods=[plain,prompt_lookup,hf_batched]", "experiment.samplings=[greedy]",
-                              "experiment.prompts=[[1,2,3,4,5],[7,7],[3,1,4,1,5,9,2,6],[8]]", "experiment.concurrency=[1,3]",
-                              "experiment.rounds=2"))
+    result = compare.run(load(tmp_path, "experiment.methods=[plain,prompt_lookup,hf_batched]",
+                              "experiment.samplings=[greedy]",
+                              "experiment.prompts=[[1,2,3,4,5],[7,7],[3,1,4,1,5,9,2,6],[8]]",
+                              "experiment.concurrency=[1,3]", "experiment.rounds=2"))
     rows = {(r["method"], r["concurrency"]): r for r in result["rows"]}
     assert set(rows) == {(m, c) for m in ("plain", "prompt_lookup", "hf_batched") for c in (1, 3)}
     assert all(r["tokens"] == 4 * 5 and r["identical"] for r in rows.values())
@@ -506,7 +517,8 @@ def test_a_policy_profile_sizes_each_goodput_cell_by_its_methods_costs(tmp_path,
                      "experiment.batch_sizes=[1,2]", "experiment.check.samples=0",
                      f"experiment.policy_profile={tmp_path}/profile.json"))
     assert len(used) == 4  # (greedy, t1) x (1, 2): one policy per cell
-    assert sorted(c.target[0] for c in used) == [1.0, 1.0, 1.5, 1.5] and all(c.draft == pytest.approx((0.0, 0.1)) for c in used)
+    assert (sorted(c.target[0] for c in used) == [1.0, 1.0, 1.5, 1.5]
+            and all(c.draft == pytest.approx((0.0, 0.1)) for c in used))
     run = [r for r in records(tmp_path) if r["id"].startswith("run/prompt_lookup/") and "policy=goodput" in r["id"]]
     assert len(run) == 8 and not any("error" in r for r in run)
     with pytest.raises(ValueError, match=r"draft table has no 'draft' .*profile_device 'methods=\[..., draft\]'"):
@@ -517,15 +529,19 @@ def test_policies_side_by_side_is_a_row_per_method_with_projections_in_brackets(
     def row(method, sampling, policy, speedup, projected=None, check=None):
         return {"method": method, "sampling": sampling, "policy": policy, "batch": 1, "speedup": speedup,
                 "projected_speedup": projected, "greedy_identical": "2/2" if sampling == "greedy" else None,
-                "lossless_check": check, "check_samples": 64 if check else None, "check_detectable_tv": 0.1, "check_p": 0.5}
+                "lossless_check": check, "check_samples": 64 if check else None, "check_detectable_tv": 0.1,
+                "check_p": 0.5}
     summary = [row("draft", "greedy", "fixed", 1.2, 1.75), row("draft", "greedy", "goodput", 1.1, 1.5),
                row("draft", "t1", "fixed", 0.9, 1.2, "pass"), row("draft", "t1", "goodput", 1.0, 1.0),
                row("medusa", "greedy", "fixed", 0.8), row("medusa", "t1", "fixed", None)]
     text = policies_side_by_side(summary)
-    assert "| method | greedy: fixed | greedy: goodput | t1: fixed | t1: goodput | greedy identical | lossless check (as configured) |" in text
+    assert ("| method | greedy: fixed | greedy: goodput | t1: fixed | t1: goodput | greedy identical "
+            "| lossless check (as configured) |") in text
     # projections beside the fixed policy's cells only (goodput decided by this device's costs)
-    assert "| draft | 1.20x (1.75x) | 1.10x | 0.90x (1.20x) | 1.00x | 2/2, 2/2 | t1: pass (N=64, TV 0.100, p=0.500) |" in text
-    assert "| medusa | 0.80x | - | - | - | 2/2 | - |" in text and "in brackets, the fixed policy's run projected" in text
+    assert ("| draft | 1.20x (1.75x) | 1.10x | 0.90x (1.20x) | 1.00x | 2/2, 2/2 "
+            "| t1: pass (N=64, TV 0.100, p=0.500) |") in text
+    assert ("| medusa | 0.80x | - | - | - | 2/2 | - |" in text
+            and "in brackets, the fixed policy's run projected" in text)
     assert policies_side_by_side([r for r in summary if r["policy"] == "fixed"]) == ""
 
 
@@ -552,9 +568,11 @@ def test_a_cells_factory_renews_the_shared_stores_it_holds_and_nothing_else():
     from proposers import MixProposer, PromptLookupProposer, SuffixCache, SuffixProposer
 
     cache, lookup = SuffixCache(max_tokens=50), hydra_partial(PromptLookupProposer, max_ngram=3)
-    mix = hydra_partial(MixProposer, parts={"suffix": hydra_partial(SuffixProposer, cache=cache), "lookup": lookup}, budget=8)
+    mix = hydra_partial(MixProposer, parts={"suffix": hydra_partial(SuffixProposer, cache=cache), "lookup": lookup},
+                        budget=8)
     fresh = renewed(mix)
     part = fresh.keywords["parts"]["suffix"].keywords["cache"]
     assert part is not cache and part.max_tokens == 50 and fresh.keywords["parts"]["lookup"] is lookup
-    assert renewed(lookup) is lookup and renewed(hydra_partial(SuffixProposer, cache=cache)).keywords["cache"] is not cache
+    assert (renewed(lookup) is lookup
+            and renewed(hydra_partial(SuffixProposer, cache=cache)).keywords["cache"] is not cache)
     assert fresh().parts[0].cache is part  # the mix built from it drafts from the renewed cache

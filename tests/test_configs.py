@@ -48,7 +48,8 @@ def check_proposer(factory, cfg) -> None:
     for role in ("prefill", "propose", "commit", "select"):
         assert callable(getattr(proposer, role, None)), f"{type(proposer).__name__} lacks {role}()"
     model = instantiate(cfg.target)
-    proposer.prefill(encode_prompt(cfg.prompt, tokenizer_of(model)), HFTarget(model))  # checks vocabulary, device, dtype
+    # checks vocabulary, device, dtype
+    proposer.prefill(encode_prompt(cfg.prompt, tokenizer_of(model)), HFTarget(model))
 
 
 def check_losses(losses, cfg) -> bool:
@@ -74,7 +75,8 @@ CHECKS = {
 
 def test_options_found():
     assert {"target", "proposer", "sampling", "experiment", "models"} <= set(GROUPS)
-    assert {"none", "draft", "draft_tree", "self_draft", "medusa", "eagle", "eagle2", "eagle3", "rest", "mix"} <= set(PROPOSERS)
+    assert {"none", "draft", "draft_tree", "self_draft", "medusa", "eagle", "eagle2", "eagle3", "rest",
+            "mix"} <= set(PROPOSERS)
     assert {"zoo_target", "zoo_draft", "tiny_llama"} <= {o for g, o in OPTIONS if g == "target"}
     assert set(MODELS) == {"zoo", "tiny"}
 
@@ -161,7 +163,8 @@ def test_run_end_to_end(proposer, models, tmp_path):
 @pytest.mark.parametrize("family", ["tiny", "zoo"])
 def test_greedy_matches_plain_decoding(family, tmp_path):
     models = [f"models={family}", "proposer=draft"]
-    plain = run(load(*models, "proposer=none", "sampling=greedy", "max_new_tokens=16", f"output_dir={tmp_path / 'plain'}", *FAST))
+    plain = run(load(*models, "proposer=none", "sampling=greedy", "max_new_tokens=16",
+                     f"output_dir={tmp_path / 'plain'}", *FAST))
     spec = run(load(*models, "sampling=greedy", "max_new_tokens=16", f"output_dir={tmp_path / 'spec'}", *FAST))
     assert spec["tokens"] == spec["plain_tokens"] == plain["tokens"]
     assert len(plain["tokens"]) == 16 and spec["text"] == plain["text"]
@@ -200,7 +203,8 @@ def check_exact_settings():
 
 def check_end_to_end(proposer: str, models: str, checks: str, tmp_path: Path, quick: bool) -> None:
     small_tree = ["proposer.depth=1"] if proposer.endswith("_tree") else []  # enumeration is exponential
-    one_sampling = ["~experiment.exact.samplings.t07_topk2", "~experiment.exact.samplings.penalty15"]  # tests/harness has them
+    # tests/harness has them
+    one_sampling = ["~experiment.exact.samplings.t07_topk2", "~experiment.exact.samplings.penalty15"]
     # Quick: the longest of the check's prompts (a repeat, token 0), and a chain cut to the exact depth:
     # draws past the first `depth` tokens are never read by their law, they only multiply the enumeration.
     if quick:
@@ -211,11 +215,13 @@ def check_end_to_end(proposer: str, models: str, checks: str, tmp_path: Path, qu
         # time (~80 s here): tests/harness/test_configured_proposers checks both exactly; -m slow runs them here.
         if node is not None and node.get("adaptive_depth", 0):
             short_chain += ["proposer.adaptive_depth=0", "proposer.stop_below=0"]
-        quick_settings = ["experiment.greedy.prompts=[[40,3,9,1,0,22,5,5]]", "experiment.greedy.max_new_tokens=8", *short_chain]
+        quick_settings = ["experiment.greedy.prompts=[[40,3,9,1,0,22,5,5]]", "experiment.greedy.max_new_tokens=8",
+                          *short_chain]
     else:
         quick_settings = ["experiment.greedy.max_new_tokens=16"]
-    cfg = load(f"models={models}", f"proposer={proposer}", f"experiment.checks={checks}", "experiment.greedy.dtypes=[float64]",
-               f"output_dir={tmp_path}", *small_tree, *one_sampling, *quick_settings, config_name="check")
+    cfg = load(f"models={models}", f"proposer={proposer}", f"experiment.checks={checks}",
+               "experiment.greedy.dtypes=[float64]", f"output_dir={tmp_path}", *small_tree, *one_sampling,
+               *quick_settings, config_name="check")
     rows = run_check(cfg)
     assert {r["check"] for r in rows} == set(checks.strip("[]").split(",")) and all(r["passed"] for r in rows), rows
     assert json.loads((tmp_path / "check.json").read_text()) == rows
@@ -268,7 +274,8 @@ def test_the_main_demo_is_greedy_identical_then_one_sampled_line(tmp_path):
     assert result["sampled"]["temperature"] == 1.0
     text = report({**result, "choices": {}})
     assert "identical to plain decoding: yes" in text and "sampled, speculative at T = 1.0" in text
-    broken = report({**result, "choices": {}, "tokens": result["tokens"][::-1] if len(set(result["tokens"])) > 1 else [-1]})
+    broken = report({**result, "choices": {},
+                     "tokens": result["tokens"][::-1] if len(set(result["tokens"])) > 1 else [-1]})
     assert "identical to plain decoding: NO" in broken
     alone = {k: v for k, v in result.items() if k != "sampled"}  # experiment.sampled=null: no sampled line
     assert "sampled, speculative" not in report({**alone, "choices": {}})

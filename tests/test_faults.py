@@ -122,7 +122,8 @@ from framework.zoo.tokenizer import train_tokenizer
 from framework.zoo.train import TrainConfig, train
 from framework.data.sources import Document, tokenize_splits
 root = Path(sysconfig.get_paths()["stdlib"])
-paths = [p for p in stdlib_files() if p.relative_to(root).parts[0] in ("textwrap.py", "string.py", "bisect.py", "heapq.py")]
+paths = [p for p in stdlib_files()
+         if p.relative_to(root).parts[0] in ("textwrap.py", "string.py", "bisect.py", "heapq.py")]
 corpus = build_corpus(paths, heldout_fraction=0.3, root=root)
 tokenizer = train_tokenizer(corpus["train"]["text"], vocab_size=300)
 class Rows:
@@ -131,8 +132,8 @@ class Rows:
     def describe(self):
         return {"kind": "rows"}
 streams = tokenize_splits(Rows(), tokenizer, heldout_fraction=0.3, valid_every=3)
-config = lambda vocab: llama_config(vocab, num_layers=1, hidden_size=16, num_heads=2, num_kv_heads=1, intermediate_size=32,
-                                    max_positions=64)
+config = lambda vocab: llama_config(vocab, num_layers=1, hidden_size=16, num_heads=2, num_kv_heads=1,
+                                    intermediate_size=32, max_positions=64)
 cfg = TrainConfig(steps=4, batch_size=2, block_size=16, warmup=1, eval_every=2, eval_tokens=64, save_every=1,
                   keep_checkpoints=2, bf16=False, device="cpu")
 print(train(config, tokenizer, streams, OUT, cfg))
@@ -140,7 +141,8 @@ print(train(config, tokenizer, streams, OUT, cfg))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("die_at_save", [1, 2, 4, 7])  # the model's weights or the trainer state, of a checkpoint or of best/
+# the model's weights or the trainer state, of a checkpoint or of best/
+@pytest.mark.parametrize("die_at_save", [1, 2, 4, 7])
 def test_zoo_training_killed_mid_save_resumes_to_the_same_model(tmp_path, die_at_save):
     """It treated the existence of trainer_state.pt as a complete checkpoint and resumed from a torn one."""
     from safetensors.torch import load_file
@@ -213,7 +215,8 @@ def test_compare_killed_mid_record_reruns_to_every_cell(tmp_path, die_at_record)
     assert "last line was cut off" in rerun.stderr
     runs = [json.loads(line)["id"] for line in (tmp_path / "records.jsonl").read_text().splitlines()
             if line.startswith('{"id": "run/')]
-    assert sorted(set(runs)) == sorted(f"run/{m}/greedy/prompts/{i}" for m in ("draft", "prompt_lookup") for i in (0, 1))
+    assert sorted(set(runs)) == sorted(f"run/{m}/greedy/prompts/{i}" for m in ("draft", "prompt_lookup")
+                                       for i in (0, 1))
     assert len(runs) == len(set(runs))  # a finished cell is never run twice
 
 

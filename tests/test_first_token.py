@@ -47,8 +47,10 @@ def test_the_standardized_spread_is_one_for_the_law_itself_and_not_for_a_nearby_
     g = torch.Generator().manual_seed(0)
     target = torch.softmax(3 * torch.randn(2000, generator=g, dtype=torch.float64), 0)
     near = torch.softmax(1.02 * torch.log(target), 0)  # the same law at temperature 1 / 1.02: TV 0.015
-    exact = summarise(torch.multinomial(target, 10**6, replacement=True, generator=g).bincount(minlength=2000).double(), target)
-    off = summarise(torch.multinomial(near, 10**6, replacement=True, generator=g).bincount(minlength=2000).double(), target)
+    exact = summarise(torch.multinomial(target, 10**6, replacement=True, generator=g).bincount(minlength=2000).double(),
+                      target)
+    off = summarise(torch.multinomial(near, 10**6, replacement=True, generator=g).bincount(minlength=2000).double(),
+                    target)
     assert exact["standardized_tokens"] > 500 and 0.9 < exact["standardized_std"] < 1.1
     assert off["standardized_std"] > 1.3 and not off["g_test_passes"]
 

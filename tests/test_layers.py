@@ -1,6 +1,7 @@
 """The layers are packages and the imports say so: a module imports only its own layer and those below.
 
-core < verifiers < data < training < lm, zoo, control, constraints < engine, proposers < serving < harness < experiments. The engine and the proposers
+core < verifiers < data < training < lm, zoo, control, constraints < engine, proposers < serving < harness <
+experiments. The engine and the proposers
 never import each other, and the engine imports no model runtime: it knows targets and proposers by
 their Protocols in framework.core. Imports sit at module level, so
 a module's dependencies are its first lines; the one exception is an optional back end (Triton).
@@ -24,8 +25,8 @@ LAYERS = {
     "training": (("framework.training",), {"core", "data"}),  # the loop and losses every drafter trains with
     "lm": (("framework.lm",), {"core", "verifiers"}),
     "zoo": (("framework.zoo",), {"core", "verifiers", "lm", "data", "training"}),
-    "control": (("framework.control",), {"core"}),
-    "constraints": (("framework.constraints",), {"core"}),  # grammars through a grammar engine, as Constraints  # the speculation policies: the engine knows them by the Protocol
+    "control": (("framework.control",), {"core"}),  # the speculation policies: the engine knows them by the Protocol
+    "constraints": (("framework.constraints",), {"core"}),  # grammars through a grammar engine, as Constraints
     "engine": (("framework.engine",), {"core", "verifiers"}),  # knows its target by the Protocol, not HFTarget
     "metrics": (("framework.metrics",), set()),  # the reported figures, each by its definition, from decoding traces
     "workloads": (("framework.workloads",), {"core", "data", "zoo"}),  # benchmark prompt suites and their rendering
@@ -100,19 +101,23 @@ def violations(root: Path = ROOT) -> list[str]:
                 continue
             where = f"{path.relative_to(root)}"
             if layer is None:
-                found.append(f"{where}: belongs to no layer (framework/ holds only core, data, training, lm, control, engine, scheduler, zoo, harness)")
+                found.append(f"{where}: belongs to no layer (framework/ holds only core, data, training, lm, control, "
+                             "engine, scheduler, zoo, harness)")
                 continue
             for node, name, at_top in project_imports(ast.parse(path.read_text())):
                 if name == "framework":
-                    found.append(f"{where}:{node.lineno}: imports the bare 'framework' package; name the layer's module")
+                    found.append(f"{where}:{node.lineno}: imports the bare 'framework' package; "
+                                 "name the layer's module")
                     continue
                 target = layer_of(name)
                 if target is None:
                     found.append(f"{where}:{node.lineno}: imports {name}, which belongs to no layer")
                 elif target != layer and target not in LAYERS[layer][1]:
-                    found.append(f"{where}:{node.lineno}: {layer} imports {name} ({target}), a layer above or beside it")
+                    found.append(f"{where}:{node.lineno}: {layer} imports {name} ({target}), "
+                                 "a layer above or beside it")
                 if not at_top and name not in OPTIONAL_BACKENDS:
-                    found.append(f"{where}:{node.lineno}: imports {name} inside a function; only optional back ends may")
+                    found.append(f"{where}:{node.lineno}: imports {name} inside a function; "
+                                 "only optional back ends may")
     return found
 
 
@@ -129,7 +134,8 @@ def dynamic_imports(root: Path = ROOT) -> list[str]:
             if module_name(path, root) in DYNAMIC_IMPORT_SHIMS:
                 continue
             for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in ("import_module", "__import__"):
+                if (isinstance(node, ast.Call)
+                        and ast.unparse(node.func).split(".")[-1] in ("import_module", "__import__")):
                     found.append(f"{path.relative_to(root)}:{node.lineno}: a dynamic import ({ast.unparse(node)})")
     return found
 
@@ -141,7 +147,8 @@ def test_no_dynamic_imports_hide_a_dependency():
 def import_linter_contracts(layers: dict = LAYERS, third_party: dict = THIRD_PARTY) -> str:
     """import-linter's contracts (INI), one forbidden contract per layer: the layers it may not import and the
     third-party packages it may not import directly. import-linter reads every import, in functions too."""
-    lines = ["[importlinter]", "root_packages =", *(f"    {p}" for p in ("framework", "verifiers", "proposers", "experiments")),
+    lines = ["[importlinter]", "root_packages =",
+             *(f"    {p}" for p in ("framework", "verifiers", "proposers", "experiments")),
              "include_external_packages = True", ""]
     for layer, (prefixes, allowed) in layers.items():
         others = [p for other, (owned, _) in layers.items() if other != layer and other not in allowed for p in owned]
@@ -172,14 +179,16 @@ def test_import_linter_catches_a_model_runtime_in_the_engine_and_numpy_in_the_ve
     import shutil
 
     for package in ("framework", "verifiers", "proposers", "experiments"):
-        shutil.copytree(ROOT / package, tmp_path / "src" / package, ignore=shutil.ignore_patterns("__pycache__", "*.safetensors", "*.pt", "*.json*"))
+        shutil.copytree(ROOT / package, tmp_path / "src" / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.safetensors", "*.pt", "*.json*"))
     engine = tmp_path / "src" / "framework" / "engine.py"
     engine.write_text("import transformers\n" + engine.read_text())
     rules = tmp_path / "src" / "verifiers" / "rules.py"
     rules.write_text(rules.read_text() + "\n\ndef late():\n    import numpy\n    return numpy\n")
     done = lint_imports(tmp_path / "src", import_linter_contracts(), tmp_path)
     assert done.returncode != 0
-    assert "framework.engine -> transformers" in done.stdout and "verifiers.rules -> numpy" in done.stdout, done.stdout[-3000:]
+    assert ("framework.engine -> transformers" in done.stdout
+            and "verifiers.rules -> numpy" in done.stdout), done.stdout[-3000:]
 
 
 def entry_points(root: Path = ROOT) -> dict[str, ast.Module]:
@@ -232,5 +241,6 @@ def test_the_check_catches_an_upward_and_a_hidden_import(tmp_path):
     assert any("proposers imports framework.engine" in line for line in found)
     assert any("stray.py: belongs to no layer" in line for line in found)
     (tmp_path / "experiments" / "one.py").write_text("if __name__ == '__main__':\n    pass\n")
-    (tmp_path / "experiments" / "two.py").write_text("from experiments.one import x\nif __name__ == '__main__':\n    pass\n")
+    (tmp_path / "experiments" / "two.py").write_text("from experiments.one import x\n"
+                                                     "if __name__ == '__main__':\n    pass\n")
     assert entry_point_imports(tmp_path) == ["experiments.two imports experiments.one, another entry point"]

@@ -17,7 +17,8 @@ def load(*overrides):
 def test_every_cell_is_measured_and_kept(tmp_path):
     cfg = load("experiment.proposers=[draft]", "experiment.samplings=[t1]", "experiment.verifiers=[token,typical]",
                "experiment.prompts=1", "experiment.max_new_tokens=4",
-               "~experiment.variants", "+experiment.variants={short: {config: draft, set: {gamma: 2, adaptive_depth: 0}}}")
+               "~experiment.variants",
+               "+experiment.variants={short: {config: draft, set: {gamma: 2, adaptive_depth: 0}}}")
     rows = measure(cfg, tmp_path / "rules.jsonl")
     assert [(r["proposer"], r["verifier"]) for r in rows] == [
         ("draft", "token"), ("draft", "typical"), ("short", "token"), ("short", "typical")]
@@ -29,7 +30,8 @@ def test_every_cell_is_measured_and_kept(tmp_path):
 
 
 def test_a_variant_setting_the_proposer_does_not_have_is_named():
-    cfg = load("experiment.proposers=[]", "experiment.prompts=1", "~experiment.variants", "+experiment.variants={bad: {config: draft, set: {gama: 2}}}")
+    cfg = load("experiment.proposers=[]", "experiment.prompts=1", "~experiment.variants",
+               "+experiment.variants={bad: {config: draft, set: {gama: 2}}}")
     with pytest.raises(ValueError, match=r"experiment.variants.bad: \['gama'\]"):
         measure(cfg)
 

@@ -36,7 +36,8 @@ def silent_tests(source: str) -> list[str]:
     """Names of the test functions in `source` that check nothing."""
     tree = ast.parse(source)
     # helpers: functions, and classes (a random source whose draws assert, say), by the name a test calls
-    functions = {f.name: f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    functions = {f.name: f for f in ast.walk(tree)
+                 if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     checking = {name for name, f in functions.items() if _checks_directly(f)}
     grew = True
     while grew:  # helpers that call checking helpers check too

@@ -157,7 +157,8 @@ def test_a_folder_without_jobs_is_named(tmp_path, capsys):
 def test_jobs_a_killed_sweep_never_started_are_rows(tmp_path, capsys):
     """A 6-job sweep killed after 3 was "3 jobs, 0 with an error": the plan in multirun.yaml names the rest."""
     sweep = tmp_path / "sweep"
-    plan = {"hydra": {"sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper", "params": None},
+    plan = {"hydra": {"sweeper": {"_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                                  "params": None},
                       "overrides": {"task": ["proposer=draft,none", "max_new_tokens=4,8,16"]}}}
     sweep.mkdir()
     OmegaConf.save(OmegaConf.create(plan), sweep / "multirun.yaml")

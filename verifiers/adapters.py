@@ -124,11 +124,13 @@ class EngineVerification:
 
     tokens: torch.Tensor  # [B, D+1] accepted drafts, then the recovered or bonus token; -1 padded
     num_accepted: torch.Tensor  # [B] accepted drafts
-    accepted_slots: torch.Tensor  # [B, D] the accepted drafts' indices within the request, in the caller's layout; -1 padded
+    # [B, D] the accepted drafts' indices within the request, in the caller's layout; -1 padded
+    accepted_slots: torch.Tensor
     accept_index: torch.Tensor  # [B, D+1] rows of the caller's table: the root's, then the accepted drafts'; -1 padded
 
 
-def _engine_result(result: Verification, slots: torch.Tensor, root_rows: torch.Tensor, shift: int) -> EngineVerification:
+def _engine_result(result: Verification, slots: torch.Tensor, root_rows: torch.Tensor,
+                   shift: int) -> EngineVerification:
     """result.path (node indices in the walk's order) -> the caller's slots, through slots [B, N] (each walked
     node's slot, -1 padded), and rows of its table: the root's root_rows [B], slot s's root_rows + shift + s."""
     path = result.path  # [B, D]
@@ -154,16 +156,19 @@ def flat_trees(
     walk, whatever its shape (TraversalVerifier(): one shape at a time). max_accepted: an int or [B]
     (num_speculative_tokens): nodes deeper are dropped before any coin. accept_index: rows of the
     [T + B] table (request b's root at starts[b] + b, its node i right after it)."""
-    trees = RaggedTrees(draft_token_ids, parents, num_draft_tokens, draft_probs, kind if draft_probs is not None else "point")
+    trees = RaggedTrees(draft_token_ids, parents, num_draft_tokens, draft_probs,
+                        kind if draft_probs is not None else "point")
     if validate:
         check_verify_inputs(trees, target_probs)
     walked, kept = (trees, None) if max_accepted is None else trees.within_depth(max_accepted)
     result = verify(walked, target_probs, generator, rng=rng, validate=False, verifier=verifier)
     B, N = trees.batch_size, int(trees.num_draft_tokens.max()) if trees.batch_size else 0
     position = trees.positions()
-    slots = torch.full((B, N), -1, dtype=torch.long, device=position.device)  # each walked node's index in the caller's request
+    # each walked node's index in the caller's request
+    slots = torch.full((B, N), -1, dtype=torch.long, device=position.device)
     slots[walked.request_of(), walked.positions()] = position if kept is None else position[kept]
-    return _engine_result(result, slots, trees.roots(), 1)  # the table: request b's root at starts[b] + b, node i after it
+    # the table: request b's root at starts[b] + b, node i after it
+    return _engine_result(result, slots, trees.roots(), 1)
 
 
 def linked_trees(
@@ -214,7 +219,9 @@ def linked_trees(
     rows_of_slots = torch.arange(B, device=candidates.device)[:, None] * S  # [B, 1] each request's slot 0
     tokens = candidates.gather(1, order.slots.clamp_min(0))[node]  # [T]
     law_rows = torch.cat([rows_of_slots, rows_of_slots + order.slots.clamp_min(0)], 1)  # [B, S]: the root, then nodes
-    law_rows = law_rows[torch.nn.functional.pad(node, (1, 0), value=True)]  # [T + B] per request its root, then its nodes
-    trees = RaggedTrees(tokens, order.parents[node], order.counts, flat_q, kind if flat_q is not None else "point", law_rows)
+    # [T + B] per request its root, then its nodes
+    law_rows = law_rows[torch.nn.functional.pad(node, (1, 0), value=True)]
+    trees = RaggedTrees(tokens, order.parents[node], order.counts, flat_q, kind if flat_q is not None else "point",
+                        law_rows)
     result = verify(trees, flat_p, generator, rng=rng, validate=validate, verifier=verifier)
     return _engine_result(result, order.slots, rows_of_slots[:, 0], 0)

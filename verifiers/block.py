@@ -65,7 +65,8 @@ class BlockVerifier(NodePicker):
         h = torch.where(denominator > 0, m / torch.where(denominator > 0, denominator, 1), 0)
         return torch.cat([h, w[:, K:]], 1)
 
-    def __call__(self, tree, target_probs: torch.Tensor, rng: RandomSource, eos_token_id: int | None = None) -> Verification:
+    def __call__(self, tree, target_probs: torch.Tensor, rng: RandomSource,
+                 eos_token_id: int | None = None) -> Verification:
         if isinstance(tree, RaggedTrees) and tree.is_chains:
             return verify_by_shape(self, tree, target_probs, rng, eos_token_id)  # ragged chains: one group per length
         if not (isinstance(tree, CandidateTree) and tree.is_chain):

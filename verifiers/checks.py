@@ -87,7 +87,8 @@ def check_verify_inputs(tree: CandidateTree | RaggedTrees, target_probs: torch.T
     V = target_probs.shape[-1]
     check_law("target_probs", target_probs, owner=lambda row: f"request {row // (N + 1)}")
     if tree.tokens.numel() and (int(tree.tokens.min()) < 0 or int(tree.tokens.max()) >= V):
-        raise ValueError(f"tree tokens must lie in [0, {V}), got range [{int(tree.tokens.min())}, {int(tree.tokens.max())}]")
+        raise ValueError(f"tree tokens must lie in [0, {V}), "
+                         f"got range [{int(tree.tokens.min())}, {int(tree.tokens.max())}]")
     q = tree.draft_probs
     if q is None:
         return
@@ -118,18 +119,21 @@ def check_ragged_inputs(trees: RaggedTrees, target_probs: torch.Tensor) -> None:
     bad = ((trees.parents < -1) | (trees.parents >= position)).nonzero()
     if bad.numel():
         i = int(bad[0])
-        raise ValueError(f"request {int(request[i])}: parents of its node {int(position[i])} is {int(trees.parents[i])}: "
+        raise ValueError(f"request {int(request[i])}: parents of its node {int(position[i])} "
+                         f"is {int(trees.parents[i])}: "
                          "parents must point backwards within the request (-1 = the root)")
     rows = T + B if trees.law_rows is None else None
     for name, probs in (("target_probs", target_probs), ("draft_probs", trees.draft_probs)):
         if probs is not None and (probs.dim() != 2 or (rows is not None and probs.shape[0] != rows)):
             raise ValueError(f"{name} must be [T + B, V] = [{T + B}, V] (a root row per request, then its nodes'), "
-                             f"got {tuple(probs.shape)}" if rows is not None else f"{name} must be [R, V], got {tuple(probs.shape)}")
+                             f"got {tuple(probs.shape)}" if rows is not None
+                             else f"{name} must be [R, V], got {tuple(probs.shape)}")
     V = target_probs.shape[-1]
     if V == 0:
         raise ValueError("target_probs has an empty vocabulary (its last dimension is 0)")
     if trees.draft_probs is not None and trees.draft_probs.shape != target_probs.shape:
-        raise ValueError(f"draft_probs is {tuple(trees.draft_probs.shape)} but target_probs is {tuple(target_probs.shape)}")
+        raise ValueError(f"draft_probs is {tuple(trees.draft_probs.shape)} "
+                         f"but target_probs is {tuple(target_probs.shape)}")
     bad = ((tokens < 0) | (tokens >= V)).nonzero()
     if bad.numel():
         i = int(bad[0])
@@ -165,4 +169,5 @@ def check_ragged_inputs(trees: RaggedTrees, target_probs: torch.Tensor) -> None:
         drawn = trees.draft_probs[parent_rows, tokens.long()]  # [T] each draft's own probability
         if (drawn <= 0).any():
             i = int((drawn <= 0).nonzero()[0])
-            raise ValueError(f"request {int(request[i])}: a draft has zero draft_probs: it must be the law it was drawn from")
+            raise ValueError(f"request {int(request[i])}: a draft has zero draft_probs: "
+                             "it must be the law it was drawn from")

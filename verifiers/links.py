@@ -78,7 +78,8 @@ def order_links(first_child, next_sibling, max_depth=None) -> LinkedOrder:
         ):
             linked = child >= 0
             bb, target = b[linked], child[linked]
-            parent[bb, target], rank[bb, target], depth[bb, target] = child_parent[linked], child_rank[linked], child_depth[linked]
+            parent[bb, target], rank[bb, target], depth[bb, target] = (child_parent[linked], child_rank[linked],
+                                                                       child_depth[linked])
             frontier[bb, target] = True
         reached |= frontier
     keep = reached.clone()

@@ -23,7 +23,8 @@ import torch
 from verifiers.rules import LOSSLESS_RULES, NodeLaw, at, normalize_or_keep
 from verifiers.tree_verifier import TreeVerifier
 
-GRID = 17  # candidate rho per round, GRID_ROUNDS rounds: rho to within (k - 1) / 16^3 above the smallest feasible grid point
+# candidate rho per round, GRID_ROUNDS rounds: rho to within (k - 1) / 16^3 above the smallest feasible grid point
+GRID = 17
 GRID_ROUNDS = 3
 CHUNK_ELEMENTS = 1 << 22  # [rows, GRID, V] elements per chunk of rows
 
@@ -43,7 +44,8 @@ def sequential_scale(p: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch
     the first feasible point (feasible whatever the precision, so the rule stays exact)."""
     k = k.to(p.dtype)
     rows = max(1, CHUNK_ELEMENTS // (GRID * p.shape[-1]))
-    return torch.cat([_scale_rows(p[i : i + rows], q[i : i + rows], k[i : i + rows]) for i in range(0, p.shape[0], rows)]) \
+    return torch.cat([_scale_rows(p[i : i + rows], q[i : i + rows], k[i : i + rows])
+                      for i in range(0, p.shape[0], rows)]) \
         if p.shape[0] else k.clone()
 
 

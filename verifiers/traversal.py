@@ -104,7 +104,8 @@ class TraversalVerifier(NodePicker):
                 active &= ~hit
                 if not bool(active.any()):  # every row has its node: the rest of the walk reads nothing
                     break
-            w[parent_row], P[parent_row], new_q = self.deleted(w[parent_row], P[parent_row], q_of(parent_row, node), c, tree.kind)
+            w[parent_row], P[parent_row], new_q = self.deleted(w[parent_row], P[parent_row], q_of(parent_row, node), c,
+                                                               tree.kind)
             if tree.kind == "wor":
                 Q[parent_row] = new_q
         final[active] = P[0][active]  # every child deleted: the root's residual

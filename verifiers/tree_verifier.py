@@ -79,7 +79,8 @@ def _rows(table: torch.Tensor, law_rows: torch.Tensor | None, node: torch.Tensor
     if table.dtype != dtype:
         rows = table.index_select(0, index).to(dtype)
         return rows if out is None else out[: index.numel()].copy_(rows)
-    return table.index_select(0, index) if out is None else torch.index_select(table, 0, index, out=out[: index.numel()])
+    return table.index_select(0, index) if out is None \
+        else torch.index_select(table, 0, index, out=out[: index.numel()])
 
 
 def _table(probs: torch.Tensor | None) -> torch.Tensor | None:

@@ -129,7 +129,8 @@ class TritonChainVerifier:
         _chain_final_law[(B,)](p, q, tokens, num_accepted.contiguous(), rejected.to(torch.int8).contiguous(), final,
                                K, V, p.stride(0), p.stride(1), q.stride(0), q.stride(1),
                                MODE=mode, COMPUTE=compute_tl, BLOCK_V=BLOCK_V)
-        final = torch.where(emits[:, None], final, torch.nn.functional.one_hot(torch.zeros_like(num_accepted), V).to(final.dtype))
+        final = torch.where(emits[:, None], final,
+                            torch.nn.functional.one_hot(torch.zeros_like(num_accepted), V).to(final.dtype))
         extra = rng.categorical(final)  # [B] recovered or bonus token
 
         out = torch.full((B, K + 1), -1, dtype=torch.long, device=device)

@@ -72,7 +72,8 @@ class ArcticSuffixProposer(TextProposer):
         for b, req in enumerate(self.requests):
             context = tokens[b, : int(lengths[b])].tolist()
             committed = context[:-1]  # the root has no continuation yet
-            draft = self.worker.ask({"op": "speculate", "cache": self.cache, "req": req, "response": committed[self.sent[b]:],
+            draft = self.worker.ask({"op": "speculate", "cache": self.cache, "req": req,
+                                     "response": committed[self.sent[b]:],
                                      "context": context[-self.max_match:], "max_spec_tokens": self.max_budget,
                                      "max_spec_factor": self.max_spec_factor, "min_token_prob": self.min_prob})
             self.sent[b] = len(committed)

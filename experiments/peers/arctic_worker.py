@@ -67,7 +67,8 @@ def main() -> None:
         try:
             answer = {"ok": True, **getattr(worker, request["op"])(request)}
         except Exception as error:  # noqa: BLE001 - every failure goes back to the caller, named
-            answer = {"ok": False, "error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc(limit=5)}
+            answer = {"ok": False, "error": f"{type(error).__name__}: {error}",
+                      "traceback": traceback.format_exc(limit=5)}
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()
 

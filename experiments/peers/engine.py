@@ -105,7 +105,8 @@ class PeerEngine:
     def ask(self, request: dict) -> dict:
         return self.process.ask(request)
 
-    def generate(self, prompts: list[list[int]], max_tokens: int, sampling: dict, seed: int | None = None) -> PeerOutput:
+    def generate(self, prompts: list[list[int]], max_tokens: int, sampling: dict,
+                 seed: int | None = None) -> PeerOutput:
         out = self.ask({"op": "generate", "prompts": prompts, "max_tokens": max_tokens, "sampling": sampling,
                         "seed": seed})
         return PeerOutput(out["tokens"], out["seconds"], EngineCounters.of(out["counters"]))

@@ -66,8 +66,9 @@ def main(cfg: DictConfig) -> None:
         prompt = encode_prompt(cfg.peer_profile.prompt, tokenizer_of(ours_model))
         ids = prompt[0].tolist()
         runs = {"ours": lambda: generate(target, None, prompt, tokens, GREEDY),
-                "transformers": lambda: hf_model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
-                                                          max_new_tokens=tokens, min_new_tokens=tokens)}
+                "transformers": lambda: hf_model.generate(prompt, attention_mask=torch.ones_like(prompt),
+                                                          do_sample=False, max_new_tokens=tokens,
+                                                          min_new_tokens=tokens)}
         engine = None
         try:
             engine = PeerEngine(PEER, target_folder(cfg), int(settings.max_model_len), None, python=settings.python,

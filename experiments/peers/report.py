@@ -44,7 +44,7 @@ def engines_side_by_side(summary: list[dict], settings: dict | None) -> str:
             fmt(ratio(theirs_length, ours_length), 3), fmt(theirs["tokens_per_s"], 1), fmt(ours_speed, 1),
             fmt(ratio(theirs["tokens_per_s"], their_plain and their_plain["tokens_per_s"]), 2, "x"),
             fmt(ours_speedup, 2, "x"), identical]) + " |")
-    note = ("Acceptance length: 1 + accepted drafts / steps that drafted, vLLM's from its spec_decode counters, ours from "
-            "our traces (framework.metrics.engine_counters). Each engine's speedup is over its own plain decoding of "
-            "the same prompts in the same run; both engines at the run's thread count.")
+    note = ("Acceptance length: 1 + accepted drafts / steps that drafted, vLLM's from its spec_decode counters, "
+            "ours from our traces (framework.metrics.engine_counters). Each engine's speedup is over its own plain "
+            "decoding of the same prompts in the same run; both engines at the run's thread count.")
     return f"\n{SIDE_BY_SIDE}\n\n" + "\n".join(lines) + f"\n\n{note}\n"

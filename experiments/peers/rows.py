@@ -22,7 +22,8 @@ from framework.zoo.checkpoints import resolve_checkpoint
 PEER = "vllm"
 ROWS = ("vllm_plain", "vllm_draft", "vllm_ngram", "vllm_eagle3", "vllm_speculum_pld")  # experiment.vllm.rows' keys
 OWN_PLAIN = "vllm_plain"  # the row every vLLM speedup is also taken against (each engine against its own plain)
-ARCTIC_ROW = "arctic_suffix"  # arctic-inference's suffix cache drafting in our loop (experiments/peers/arctic_suffix.py)
+# arctic-inference's suffix cache drafting in our loop (experiments/peers/arctic_suffix.py)
+ARCTIC_ROW = "arctic_suffix"
 
 
 def peer_sampling(sampling: SamplingConfig) -> dict:
@@ -127,7 +128,8 @@ def proposer_env(settings: DictConfig, name: str) -> dict:
 
 
 def runner(engine: PeerEngine, max_tokens: int, timed: Callable) -> Callable:
-    def run(prompt: torch.Tensor, sampling: SamplingConfig, policy=None, cell=None):  # each call resets vLLM's prefix cache
+    # each call resets vLLM's prefix cache
+    def run(prompt: torch.Tensor, sampling: SamplingConfig, policy=None, cell=None):
         if policy is not None:
             raise ValueError("vLLM's rows run its own schedule (no policy)")
         out = engine.generate(prompt_rows(prompt), max_tokens, peer_sampling(sampling),  # each row's own prompt

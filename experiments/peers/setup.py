@@ -37,7 +37,8 @@ PEERS = {
                                  "numpy>=2.0,<=2.5.4", "pydantic>=2", "pydantic-settings>=2", "safetensors",
                                  "huggingface-hub", "click", "typer>=0.12", "rich", "tqdm", "psutil",
                                  "protobuf", "httpx", "aiohttp", "openai>=2.0"],
-                    "no_deps": ["speculators==0.9.0", "hs-connectors==0.9.0"], "ours": ["hydra-core>=1.3"], "remove": [],
+                    "no_deps": ["speculators==0.9.0", "hs-connectors==0.9.0"], "ours": ["hydra-core>=1.3"],
+                    "remove": [],
                     "check": "from importlib.metadata import version; from speculators.models.eagle3 import "
                              "Eagle3DraftModel; print('speculators', version('speculators'))"},
     # SuffixDecoding's own suffix cache (a C++ extension built here with nanobind): its sdist's build requirements

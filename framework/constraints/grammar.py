@@ -41,7 +41,8 @@ class Grammar:
                 try:
                     schema = json.loads(schema)
                 except json.JSONDecodeError as error:
-                    raise ValueError(f"json_schema is text but not JSON ({error.msg} at column {error.colno})") from None
+                    raise ValueError(f"json_schema is text but not JSON "
+                                     f"({error.msg} at column {error.colno})") from None
             if not isinstance(schema, Mapping):
                 raise ValueError(f"json_schema must be a JSON object, got {type(schema).__name__}")
             schema = plain(schema)
@@ -99,7 +100,8 @@ def tokenizer_info(tokenizer, vocab_size: int, stop_token_ids: Sequence[int]) ->
     if isinstance(tokenizer, (list, tuple)):
         return xgrammar.TokenizerInfo(list(tokenizer), xgrammar.VocabType.RAW, vocab_size=vocab_size,
                                       stop_token_ids=list(stop_token_ids))
-    return xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=list(stop_token_ids))
+    return xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size,
+                                                   stop_token_ids=list(stop_token_ids))
 
 
 def bits_to_mask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -160,7 +162,8 @@ class GrammarConstraint:
                     matcher.fill_next_token_bitmask(bitmask, b * len(rows) + r)
             if walked:
                 matcher.rollback(len(walked))
-        return bits_to_mask(bitmask, self.vocab_size).view(len(self.matchers), len(rows), self.vocab_size).to(tokens.device)
+        return bits_to_mask(bitmask, self.vocab_size).view(len(self.matchers), len(rows),
+                                                           self.vocab_size).to(tokens.device)
 
     def advance(self, tokens: torch.Tensor) -> None:
         for b, (matcher, row_tokens) in enumerate(zip(self.matchers, tokens.tolist())):
@@ -169,7 +172,8 @@ class GrammarConstraint:
                     continue
                 if matcher.is_terminated():  # only a stop token may follow the end (allowed() says so)
                     if token not in self.stop_token_ids:
-                        raise ValueError(f"row {b} emitted token {token} after its grammar finished, which the grammar forbids")
+                        raise ValueError(f"row {b} emitted token {token} after its grammar finished, "
+                                         "which the grammar forbids")
                     continue
                 if not matcher.accept_token(token):
                     raise ValueError(f"row {b} emitted token {token}, which the grammar forbids there")

@@ -17,7 +17,8 @@ class Calibration:
     def __init__(self, depths: int = 12, bins: int = 12, prior_weight: float = 4.0, row_weight: float = 4.0,
                  decay: float = 0.995, ratio_weight: float = 0.5):
         self.depths, self.bins = depths, bins
-        self.prior_weight, self.row_weight, self.decay, self.ratio_weight = prior_weight, row_weight, decay, ratio_weight
+        self.prior_weight, self.row_weight, self.decay, self.ratio_weight = (prior_weight, row_weight, decay,
+                                                                             ratio_weight)
         # decayed counts per (depth, bin): nodes accepted, nodes verified, scores summed; over every request
         # so far [D, K], and per row of this generation [B, D, K] (a row's own counts weigh twice)
         self.hits = torch.zeros(depths, bins, dtype=torch.float64)
@@ -34,7 +35,8 @@ class Calibration:
 
     def select(self, rows: torch.Tensor) -> None:
         rows = rows.cpu()
-        self.row_hits, self.row_trials, self.row_promised = self.row_hits[rows], self.row_trials[rows], self.row_promised[rows]
+        self.row_hits, self.row_trials, self.row_promised = (self.row_hits[rows], self.row_trials[rows],
+                                                             self.row_promised[rows])
 
     def admit(self, count: int) -> None:
         """New requests: rows of their own, nothing seen yet."""

@@ -30,7 +30,8 @@ class StepRecord:
     levels: int  # the deepest level drafted (0: none)
     context: float  # a row's context before the step (mean over rows): its prompt and its tokens so far
     drafting: int | None = None  # rows offered the tree (None: all)
-    side_rows: int = 0  # a proposer's own positions per row in the forward (lookahead's window: framework/core/side_rows.py)
+    # a proposer's own positions per row in the forward (lookahead's window: framework/core/side_rows.py)
+    side_rows: int = 0
 
     def __post_init__(self) -> None:
         if self.rows < 1 or self.nodes < 0 or self.levels < 0 or self.context < 0 or self.side_rows < 0:

@@ -48,7 +48,8 @@ class StepCosts:
     def __post_init__(self) -> None:
         CostTable(self.target)  # a positive cost at 0 nodes and at every other size
         if min(*self.draft, *self.verify, self.rest) < 0:
-            raise ValueError(f"step costs are seconds >= 0, got draft {self.draft}, verify {self.verify}, rest {self.rest}")
+            raise ValueError(f"step costs are seconds >= 0, got draft {self.draft}, verify {self.verify}, "
+                             f"rest {self.rest}")
 
 
 def piecewise(points: dict[float, float], x: float) -> float:

@@ -26,11 +26,13 @@ class DeviceProfile:
     target: str  # the target the forward table is of
     forward: dict  # batch -> context -> nodes -> seconds of one verification forward (every row its root + nodes)
     prefill: dict  # method -> batch -> prompt tokens -> seconds of a generation's start (target and proposer prefill)
-    draft: dict  # method -> sampling -> batch -> levels drafted -> seconds of a step's drafting (0: a plain step's books)
+    # method -> sampling -> batch -> levels drafted -> seconds of a step's drafting (0: a plain step's books)
+    draft: dict
     verify: dict  # method -> sampling -> batch -> nodes -> seconds of a step's target laws and verification
     other: dict  # method -> batch -> seconds per step of the rest (commits, state, emitting)
     target_scale: dict = field(default_factory=dict)  # method -> sampling -> batch -> the target's forwards in that
-    # method's runs over the forward table's (on a CPU a drafter's weights evict the target's from the caches); 1 if absent
+    # method's runs over the forward table's (on a CPU a drafter's weights evict the target's from the caches);
+    # 1 if absent
     kind: str = "measured"  # or "projection"
     notes: dict = field(default_factory=dict)
 

@@ -58,11 +58,12 @@ class GoodputPolicy:
         from the steps). With both given the policy reads no clock. per_row: choose the rows that draft (where the
         target skips the others' nodes), not only the depth."""
         if not 1 <= first_depth <= max_depth or not 0 < rate <= 1 or not 0 < explore < 1:
-            raise ValueError(f"need 1 <= first_depth <= max_depth, 0 < rate <= 1 and 0 < explore < 1, got {first_depth}, "
-                             f"{max_depth}, {rate}, {explore}")
+            raise ValueError(f"need 1 <= first_depth <= max_depth, 0 < rate <= 1 and 0 < explore < 1, "
+                             f"got {first_depth}, {max_depth}, {rate}, {explore}")
         self.max_depth, self.rate, self.explore, self.per_row = max_depth, rate, explore, per_row
         self.row_choice = False  # per_row, on a target that packs (known at start)
-        self.given_target = None if target_costs is None else CostTable({int(k): float(v) for k, v in target_costs.items()})
+        self.given_target = None if target_costs is None else \
+            CostTable({int(k): float(v) for k, v in target_costs.items()})
         self.given_draft = None if draft_costs is None else tuple(float(c) for c in draft_costs)
         self.clocked = self.given_target is None or self.given_draft is None
         self.cache = cache
@@ -109,7 +110,8 @@ class GoodputPolicy:
             tabulated = torch.tensor([self.table(n) for n in range(MOST_NODES + 1)], dtype=torch.float64)
             self.curves[id(self.table)] = (self.table, tabulated)  # the table kept: its id stays its own
         curve = self.curves[id(self.table)][1]
-        self.curve = curve.cummax(0).values - curve[0]  # [n] extra seconds of n nodes; never less for more (the table is noisy)
+        # [n] extra seconds of n nodes; never less for more (the table is noisy)
+        self.curve = curve.cummax(0).values - curve[0]
         if not self.target_fit.sums[0]:  # the table itself is the first two observations
             self.target_fit.add(0.0, curve[0])
             self.target_fit.add(float(self.curve[8]), float(curve[0] + self.curve[8]))
@@ -126,7 +128,8 @@ class GoodputPolicy:
     def extra_s(self, nodes) -> torch.Tensor | float:
         """What a tree of `nodes` adds to a plain step in the target and the verifier."""
         if isinstance(nodes, torch.Tensor):
-            return self.target_s(nodes) - self.target_s(0) + torch.where(nodes > 0, self.tree_s, 0.0) + self.node_s * nodes
+            return (self.target_s(nodes) - self.target_s(0) + torch.where(nodes > 0, self.tree_s, 0.0)
+                    + self.node_s * nodes)
         return self.target_s(nodes) - self.target_s(0) + (self.tree_s if nodes else 0.0) + self.node_s * nodes
 
     def draft_s(self, levels):
@@ -186,10 +189,12 @@ class GoodputPolicy:
         self.drafted = tree.shape.max_depth if tree.num_nodes else 0
         self.reach = max(self.reach, self.drafted)
         if tree.kind != "point" or tree.scores is None or tree.num_nodes == 0 or self.planned.probe:
-            return tree, None  # iid/wor children keep their draws (the plan's depth sized them); a probe verifies all it drafted
+            # iid/wor children keep their draws (the plan's depth sized them); a probe verifies all it drafted
+            return tree, None
         value = (self.node_values(tree) * self.drafting()[:, None]).sum(0)  # [N] over the rows that draft
         order = torch.argsort(tree.depth(), stable=True)
-        order = order[torch.argsort(-value[order], stable=True)]  # best first; ties: the shallower (a parent before its child)
+        # best first; ties: the shallower (a parent before its child)
+        order = order[torch.argsort(-value[order], stable=True)]
         gain = torch.cat([torch.zeros(1, dtype=torch.float64), value[order].cumsum(0)])  # [N+1] by nodes kept
         net = gain - self.goodput() * self.extra_s(torch.arange(tree.num_nodes + 1)) * self.share()  # [N+1]
         n = int(net.argmax())  # the first of equals: the smaller tree

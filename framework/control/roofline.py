@@ -26,9 +26,10 @@ class Accelerator:
     launch_s: float = 5e-6  # assumed: seconds per kernel launch (no CUDA graphs)
 
     def __post_init__(self) -> None:
-        if self.bandwidth <= 0 or self.flops <= 0 or not 0 < self.bandwidth_share <= 1 or not 0 < self.flops_share <= 1 \
-                or self.launch_s < 0:
-            raise ValueError(f"an accelerator needs positive peaks, shares in (0, 1] and a launch cost >= 0, got {self}")
+        if self.bandwidth <= 0 or self.flops <= 0 or not 0 < self.bandwidth_share <= 1 \
+                or not 0 < self.flops_share <= 1 or self.launch_s < 0:
+            raise ValueError(f"an accelerator needs positive peaks, shares in (0, 1] and a launch cost >= 0, "
+                             f"got {self}")
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ class ModelSize:
 def forward_s(device: Accelerator, model: ModelSize, rows: float, context: float, tokens_per_row: float) -> float:
     """Seconds of one forward of `rows` rows, each `tokens_per_row` new tokens over a `context`-token cache."""
     tokens = rows * tokens_per_row
-    moved = model.bytes_per_value * (model.parameters + rows * (context + tokens_per_row) * model.layers * model.kv_values)
+    moved = model.bytes_per_value * (model.parameters
+                                     + rows * (context + tokens_per_row) * model.layers * model.kv_values)
     work = 2 * model.parameters * tokens + 4 * model.layers * model.width * tokens * (context + tokens_per_row)
     return (max(moved / (device.bandwidth * device.bandwidth_share), work / (device.flops * device.flops_share))
             + model.layers * model.kernels_per_layer * device.launch_s)
@@ -83,7 +85,8 @@ class Projection:
         prefill, draft = {}, {}
         for method, by_batch in measured.prefill.items():
             drafter = self.drafters.get(method)
-            prefill[method] = {B: {P: forward_s(device, target, B, 0, P) + (forward_s(device, drafter, B, 0, P) if drafter else 0.0)
+            prefill[method] = {B: {P: forward_s(device, target, B, 0, P)
+                                      + (forward_s(device, drafter, B, 0, P) if drafter else 0.0)
                                    for P in by_p} for B, by_p in by_batch.items()}
         for method, by_sampling in measured.draft.items():
             if method not in self.drafters:

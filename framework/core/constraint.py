@@ -59,11 +59,13 @@ def forbidden_nodes(tree: CandidateTree, allowed: torch.Tensor) -> torch.Tensor:
     """allowed [B, N+1, V] -> [B, N] bool: nodes whose token, or an ancestor's, is forbidden at its parent."""
     parent_rows = (tree.parents + 1).to(allowed.device)  # [N]
     ok = allowed[:, parent_rows].gather(2, tree.tokens.to(allowed.device)[..., None]).squeeze(2)  # [B, N]
-    ancestors = tree.shape.ancestors[1:, 1:].to(allowed.device, torch.float32)  # [N, N] node i sees its ancestors and itself
+    # [N, N] node i sees its ancestors and itself
+    ancestors = tree.shape.ancestors[1:, 1:].to(allowed.device, torch.float32)
     return (ancestors @ (~ok).float().transpose(0, 1)).transpose(0, 1) > 0
 
 
-def prune_forbidden(tree: CandidateTree, allowed: torch.Tensor) -> tuple[CandidateTree, torch.Tensor, torch.Tensor | None]:
+def prune_forbidden(tree: CandidateTree,
+                    allowed: torch.Tensor) -> tuple[CandidateTree, torch.Tensor, torch.Tensor | None]:
     """A point tree without the nodes every row's constraint forbids, their masks [B, N'+1, V], and kept [N']
     (the kept nodes' indices in `tree`; None when nothing goes). Trees of drawn children are kept whole."""
     if tree.kind != "point" or tree.num_nodes == 0:

@@ -89,7 +89,8 @@ def write_json(path: str | Path, data, indent: int | None = 2) -> Path:
 
 
 def read_json(path: str | Path):
-    """The JSON value in `path`; a file that is not JSON (torn, hand-edited, not UTF-8) is named with where it breaks."""
+    """The JSON value in `path`; a file that is not JSON (torn, hand-edited, not UTF-8) is named with
+    where it breaks."""
     path = Path(path)
     try:
         return json.loads(path.read_text(encoding="utf-8"))

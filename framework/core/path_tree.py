@@ -11,7 +11,8 @@ A CandidateTree has one shape for the batch: the shape is the union of the rows'
 to the budget by how many rows hold a rank path, then by summed score). A row that lacks a node of
 the shared shape fills it with a pad token (the smallest id from `pad_token` up that its siblings
 lack, so no path appears twice). That is harmless for the point rule: the node is one more
-candidate chosen without looking at any coin. Because a row's shape depends on the other rows, such proposers couple rows.
+candidate chosen without looking at any coin. Because a row's shape depends on the other rows,
+such proposers couple rows.
 
 Every step is an array operation over all rows' paths at once (a trie level is one `np.unique` of
 (parent, token) keys): the cost follows the number of paths, not a Python loop per row.

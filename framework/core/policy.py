@@ -32,7 +32,8 @@ class Plan:
     # the others decode plainly in the same forward, one position each (framework/lm/packing.py)
 
     def __post_init__(self) -> None:
-        if self.depth is not None and (isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 0):
+        if self.depth is not None and (isinstance(self.depth, bool) or not isinstance(self.depth, int)
+                                       or self.depth < 0):
             raise ValueError(f"a plan's depth must be None or an integer >= 0, got {self.depth!r}")
         if self.rows is not None and (not isinstance(self.rows, torch.Tensor) or self.rows.dtype != torch.bool
                                       or self.rows.dim() != 1):

@@ -37,12 +37,14 @@ def ragged_batch(prompts, attention_mask: torch.Tensor | None = None) -> torch.T
                                  "right of each prompt only")
         rows = [prompts[b].cpu()[keep[b]] for b in range(prompts.shape[0])]
     elif isinstance(prompts, (list, tuple)) and attention_mask is None:
-        rows = [torch.as_tensor(p, dtype=torch.long).cpu() if not isinstance(p, torch.Tensor) else p.cpu() for p in prompts]
+        rows = [torch.as_tensor(p, dtype=torch.long).cpu() if not isinstance(p, torch.Tensor) else p.cpu()
+                for p in prompts]
         if any(r.dtype != torch.long or r.dim() != 1 for r in rows):
             raise ValueError("each prompt of a list must be a 1-D sequence of token ids")
     else:
         raise ValueError(f"prompts must be a LongTensor [B, L] or a list of 1-D prompts, got {type(prompts).__name__}"
-                         + (" with an attention_mask (a mask goes with a [B, L] tensor)" if attention_mask is not None else ""))
+                         + (" with an attention_mask (a mask goes with a [B, L] tensor)"
+                            if attention_mask is not None else ""))
     if not rows:
         raise ValueError("input_ids has no rows: give at least one prompt")
     for b, row in enumerate(rows):
@@ -63,7 +65,8 @@ def check_ragged(batch: torch.Tensor) -> None:
         raise ValueError("the prompt is empty: give at least one token")
     ids = batch.cpu()
     if bool((ids < PAD).any()):
-        raise ValueError(f"prompt token ids must be >= 0 (-1 marks the padding after a shorter prompt), got {int(ids.min())}")
+        raise ValueError(f"prompt token ids must be >= 0 (-1 marks the padding after a shorter prompt), "
+                         f"got {int(ids.min())}")
     padding = ids == PAD
     empty = padding[:, 0].nonzero().flatten().tolist()
     if empty:

@@ -28,7 +28,8 @@ def _requests_and_positions(counts: torch.Tensor) -> tuple[torch.Tensor, torch.T
 def depth_caps(max_depth, batch_size: int, device) -> torch.Tensor:
     """max_depth (an int, or one per request) -> [B] the deepest node each request may keep."""
     cap = torch.as_tensor(max_depth, device=device).reshape(-1)
-    if cap.dtype.is_floating_point or cap.dtype == torch.bool or cap.numel() not in (1, batch_size) or bool((cap < 0).any()):
+    if cap.dtype.is_floating_point or cap.dtype == torch.bool or cap.numel() not in (1, batch_size) \
+            or bool((cap < 0).any()):
         raise ValueError(f"max_depth must be an integer >= 0, or one per request ({batch_size}), got {max_depth}")
     return cap.long().expand(batch_size)
 
@@ -175,7 +176,8 @@ class RaggedTrees:
         g_request, g_position = _requests_and_positions(counts + 1)  # [T + B] root at position 0
         law_rows = g_request * (N + 1) + g_position
         q = None if tree.draft_probs is None else tree.draft_probs.flatten(0, 1)
-        return RaggedTrees(tree.tokens[keep], tree.parents.to(device).expand(B, N)[keep], counts, q, tree.kind, law_rows)
+        return RaggedTrees(tree.tokens[keep], tree.parents.to(device).expand(B, N)[keep], counts, q, tree.kind,
+                           law_rows)
 
     # ---- the walk's view ------------------------------------------------------------------
 

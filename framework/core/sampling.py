@@ -98,8 +98,8 @@ def apply_logit_bias(logits: torch.Tensor, bias: tuple[tuple[int, float], ...]) 
     add[ids] = torch.tensor([b for _, b in bias], dtype=logits.dtype, device=logits.device)
     biased = logits + add
     if bool((biased == float("inf")).any()):
-        raise ValueError(f"logit_bias overflows {logits.dtype} on these logits (a bias of {max(b for _, b in bias):g}): "
-                         "give biases of at most about 1e30")
+        raise ValueError(f"logit_bias overflows {logits.dtype} on these logits "
+                         f"(a bias of {max(b for _, b in bias):g}): give biases of at most about 1e30")
     return biased
 
 
@@ -179,7 +179,8 @@ def mark_seen(seen: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return seen | extended[:, :vocab]
 
 
-def seen_along_tree(seen_context: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor | TreeShape) -> torch.Tensor:
+def seen_along_tree(seen_context: torch.Tensor, tokens: torch.Tensor,
+                    parents: torch.Tensor | TreeShape) -> torch.Tensor:
     """Which tokens each tree row's own sequence holds: the context's plus its path's (parents: the
     tree's parent array, or its TreeShape, whose ancestor mask is then read, not rebuilt).
 

@@ -88,7 +88,8 @@ class CandidateTree:
     @staticmethod
     def empty(batch_size: int, device=None) -> CandidateTree:
         """No candidates: a plain step (one token from the root's law per row)."""
-        return CandidateTree(torch.zeros(batch_size, 0, dtype=torch.long, device=device), torch.zeros(0, dtype=torch.long))
+        return CandidateTree(torch.zeros(batch_size, 0, dtype=torch.long, device=device),
+                             torch.zeros(0, dtype=torch.long))
 
     @staticmethod
     def from_parents(
@@ -157,8 +158,8 @@ class CandidateTree:
             raise ValueError("kept nodes must include every kept node's parent")
         parents = torch.where(parents >= 0, new_index[parents.clamp_min(0)], -1)
         device = self.tokens.device
-        q = None if self.draft_probs is None else self.draft_probs[:, torch.cat([torch.zeros(1, dtype=torch.long), kept + 1]).to(
-            self.draft_probs.device)]
+        q = None if self.draft_probs is None else self.draft_probs[
+            :, torch.cat([torch.zeros(1, dtype=torch.long), kept + 1]).to(self.draft_probs.device)]
         scores = None if self.scores is None else self.scores[:, kept.to(self.scores.device)]
         return CandidateTree(self.tokens[:, kept.to(device)], parents, q, self.kind, scores)
 

@@ -159,7 +159,8 @@ class Conversations:
             raise ValueError(f"data={self.schema} needs data.path: a local JSON/JSONL/Parquet file or a hub id")
         rows = load_rows(self.path, self.split)
         if self.column not in rows.column_names:
-            raise ValueError(f"{self.path}: no {self.column!r} column ({self.schema} schema); it has {rows.column_names}")
+            raise ValueError(f"{self.path}: no {self.column!r} column ({self.schema} schema); "
+                             f"it has {rows.column_names}")
         for i, row in enumerate(rows):
             if self.limit is not None and i >= self.limit:
                 return
@@ -223,10 +224,12 @@ def tokenize_splits(source: DocumentSource, tokenizer, heldout_fraction: float =
 
 def cached_splits(source: DocumentSource, tokenizer, root: str | Path, heldout_fraction: float = 0.05,
                   valid_every: int = 25) -> dict[str, TokenData]:
-    """`tokenize_splits`, made once per (source, tokenizer, split settings) into root/data/ and checked on every read."""
+    """`tokenize_splits`, made once per (source, tokenizer, split settings) into root/data/ and checked on
+    every read."""
     key = json.dumps({"source": source.describe(), "heldout_fraction": heldout_fraction, "valid_every": valid_every,
                       "tokenizer": tokenizer_hash(tokenizer), "template": getattr(tokenizer, "chat_template", None),
-                      "labels": 2},  # 2: per-turn samples for templates that re-render, {% generation %} masks, BOS once
+                      # 2: per-turn samples for templates that re-render, {% generation %} masks, BOS once
+                      "labels": 2},
                      sort_keys=True)
     path = Path(root) / "data" / f"{source.describe()['kind']}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
     splits = load_splits(path)

@@ -66,7 +66,8 @@ def exact_cases(heavy: bool = False) -> list[ExactCase]:
     # Trees.
     for sname in ("T1", "T0.7", "topk2", "greedy"):
         add(ExactCase(f"binary3/point/{sname}", t4, d4, TreeShape.full(2, 3), "point", SAMPLINGS[sname]))
-        add(ExactCase(f"medusa/point/{sname}", t4, d4, TreeShape.from_choices(MEDUSA_CHOICES), "point", SAMPLINGS[sname]))
+        add(ExactCase(f"medusa/point/{sname}", t4, d4, TreeShape.from_choices(MEDUSA_CHOICES), "point",
+                      SAMPLINGS[sname]))
     for kind in ("iid", "wor"):
         for sname in ("T1", "penalty1.5"):
             add(ExactCase(f"binary2/{kind}/{sname}/V3", t3, d3, TreeShape.full(2, 2), kind, SAMPLINGS[sname]))
@@ -110,7 +111,8 @@ def exact_cases(heavy: bool = False) -> list[ExactCase]:
         cases += [ExactCase("root8/iid/T1/V3", t3, d3, TreeShape.full(8, 1), "iid", depth=2, tier="heavy"),
                   ExactCase("cover-support/wor/root8/V8", t8, d8, TreeShape.full(8, 1), "wor", depth=1, tier="heavy"),
                   ExactCase("binary2/iid/T1/V4", t4, d4, TreeShape.full(2, 2), "iid", tier="heavy"),
-                  ExactCase("binary2/wor/T0.7/V4", t4, d4, TreeShape.full(2, 2), "wor", SAMPLINGS["T0.7"], tier="heavy")]
+                  ExactCase("binary2/wor/T0.7/V4", t4, d4, TreeShape.full(2, 2), "wor", SAMPLINGS["T0.7"],
+                            tier="heavy")]
     return cases
 
 

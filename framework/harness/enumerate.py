@@ -134,7 +134,8 @@ class LazyUniform:
             lo, hi, tt = self.lo[idx], self.hi[idx], float(t[idx])
             if zero_atom[idx]:  # u <= 0: only the generator's exact 0.0 passes
                 # u > 0 once False: the smallest positive lower end, so a second `u <= 0` does not branch again
-                options = [(True, ZERO_ATOM, (0.0, 0.0, True)), (False, 1.0 - ZERO_ATOM, (np.nextafter(0.0, 1.0), hi, False))]
+                options = [(True, ZERO_ATOM, (0.0, 0.0, True)),
+                           (False, 1.0 - ZERO_ATOM, (np.nextafter(0.0, 1.0), hi, False))]
             else:
                 pt = float(p_true[idx])
                 options = [(True, pt, (lo, tt, False)), (False, 1.0 - pt, (tt, hi, False))]

@@ -90,7 +90,8 @@ def step_tokens(case: ExactCase, pipeline: Pipeline, context: tuple[int, ...], r
     ctx = torch.tensor([context], dtype=torch.long).expand(rng.batch_size, -1)
     tree = propose(case, pipeline, ctx, rng)
     logits = case.target.tree_logits(ctx, tree.tokens, tree.parents)
-    seen = seen_along_tree(seen_tokens(ctx, case.target.vocab), tree.tokens, tree.shape) if case.sampling.uses_history else None
+    seen = seen_along_tree(seen_tokens(ctx, case.target.vocab), tree.tokens, tree.shape) \
+        if case.sampling.uses_history else None
     p = pipeline.target_law(logits, case.sampling, seen)
     result = verify(tree, p, rng=rng, eos_token_id=case.eos_token_id, verifier=pipeline.verifier)
     return [tuple(t for t in row if t >= 0) for row in result.tokens.tolist()]

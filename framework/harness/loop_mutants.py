@@ -71,8 +71,10 @@ class LoopCase:
     proposer_factory: Callable | None = field(default=None, compare=False)
     vocab: int = 3  # 2 makes wor siblings exhaust the support: deep wor trees enumerate in a second
     policy_factory: Callable | None = field(default=None, compare=False)  # a speculation policy per world (None: fixed)
-    grammar: ToyGrammar | None = None  # the output follows it: the loop through the grammar engine, the reference by hand
-    vocabulary: Callable | None = field(default=None, compare=False)  # a draft of another vocabulary: () -> VocabularyMap
+    # the output follows it: the loop through the grammar engine, the reference by hand
+    grammar: ToyGrammar | None = None
+    # a draft of another vocabulary: () -> VocabularyMap
+    vocabulary: Callable | None = field(default=None, compare=False)
 
     def describe(self) -> str:
         settings = ", ".join(f"{k}={v}" for k, v in self.proposer.items()) if self.proposer else "a proposer factory"
@@ -83,11 +85,13 @@ class LoopCase:
                           if getattr(self.sampling, f.name) != getattr(default, f.name))
         return f"{type(self.verifier).__name__}, {settings}{sampled}, D = {self.depth}"
 
-    def tv(self, target_factory=HFTarget, decoder_type=Decoder, proposer_type=DraftModelProposer, verifier=None) -> float:
+    def tv(self, target_factory=HFTarget, decoder_type=Decoder, proposer_type=DraftModelProposer,
+           verifier=None) -> float:
         prompt = torch.tensor([[t % self.vocab for t in self.prompt]])
         vocabulary = None if self.vocabulary is None else self.vocabulary()
         target = tiny_random_model("llama", seed=0, vocab_size=self.vocab, **TOY)
-        draft = tiny_random_model("llama", seed=1, vocab_size=vocabulary.draft_size if vocabulary else self.vocab, **TOY)
+        draft = tiny_random_model("llama", seed=1, vocab_size=vocabulary.draft_size if vocabulary else self.vocab,
+                                  **TOY)
         if vocabulary is not None:  # the draft proposes through the map (a mutant's class, or the clean one)
             cross = proposer_type if issubclass(proposer_type, CrossVocabularyProposer) else CrossVocabularyProposer
             factory = self.proposer_factory or (lambda: cross(draft, vocabulary, **self.proposer))
@@ -95,7 +99,8 @@ class LoopCase:
             factory = self.proposer_factory or (lambda: proposer_type(draft, **self.proposer))
         grammar = self.grammar
         spec = exact_loop_law(target, factory, prompt, self.depth, self.sampling, verifier=verifier or self.verifier,
-                              target_factory=target_factory, decoder_type=decoder_type, policy_factory=self.policy_factory,
+                              target_factory=target_factory, decoder_type=decoder_type,
+                              policy_factory=self.policy_factory,
                               constraint_factory=None if grammar is None else grammar.constraint)
         reference = teacher_forced_law(target, prompt, self.depth, self.sampling,
                                        allowed_next=None if grammar is None else grammar.allowed_next)
@@ -166,7 +171,8 @@ class SideRowsKeptAtCommit(HFTarget):
         B, S = result.path.shape[0], self.side_count
         slots = torch.zeros(B, result.path.shape[1] + 1 + S, dtype=torch.long)
         for b, count in enumerate(result.num_accepted.tolist()):
-            row = [0] + [p + 1 for p in result.path[b, :count].tolist()] + list(range(self.tree_rows, self.tree_rows + S))
+            row = [0] + [p + 1 for p in result.path[b, :count].tolist()] \
+                + list(range(self.tree_rows, self.tree_rows + S))
             slots[b, : len(row)] = torch.tensor(row)
         self.lm.keep(slots, result.num_accepted + 1 + S)
 
@@ -337,19 +343,22 @@ SAMPLED_POINT = LoopCase(dict(gamma=3, kind="point"), sampling=SamplingConfig(te
 IID_SIBLINGS = LoopCase(dict(branching=3, depth=1, kind="iid"), depth=2)
 POLICY_CHAIN = LoopCase(dict(gamma=2, kind="iid"), depth=2, policy_factory=lambda: GoodputPolicy(**POLICY_COSTS))
 GRAMMAR_CHAIN = LoopCase(dict(gamma=2, kind="iid"), depth=3, grammar=A_THEN_B)  # rows advanced by what they emit
-CROSS_VOCABULARY = LoopCase(dict(gamma=2, kind="iid"), depth=2, vocab=5, vocabulary=toy_vocabulary)  # a second tokenizer
+# a second tokenizer
+CROSS_VOCABULARY = LoopCase(dict(gamma=2, kind="iid"), depth=2, vocab=5, vocabulary=toy_vocabulary)
 GRAMMAR_SAMPLED = LoopCase(dict(gamma=2, kind="iid"), depth=2, grammar=PAIRS, vocab=5)  # two tokens left after a mask
 PER_POSITION_GRAMMAR = LoopCase(proposer_factory=lambda: MedusaProposer(
     random_heads(16, 5, 2, seed=0, scale=2.0, dtype="float64"), [[0], [1], [0, 0]], kind="iid"), depth=3, grammar=PAIRS,
     vocab=5)  # Medusa's heads draw two children of the root and a grandchild, each after the pair grammar's mask
+# every node accepted: the bonus is drawn at the leaf
 GRAMMAR_POINT = LoopCase(dict(gamma=1, kind="point"), depth=3, grammar=PAIRS, vocab=5,
-                         sampling=SamplingConfig(temperature=0.8))  # every node accepted: the bonus is drawn at the leaf
+                         sampling=SamplingConfig(temperature=0.8))
 
 
 def loop_mutants() -> list[LoopMutant]:
     m = LoopMutant
     return [
-        m("wrong-positions", "tree rows numbered past + row index instead of past + depth", DRAFT_TREE, target=WrongPositions),
+        m("wrong-positions", "tree rows numbered past + row index instead of past + depth",
+          DRAFT_TREE, target=WrongPositions),
         m("kv-crop-not-gather", "commit keeps the first slots (a scalar rewind) instead of the accepted path",
           DRAFT_TREE, target=CropInsteadOfGather),
         m("side-row-kv-kept", "the side rows' KV (lookahead's window) committed after the accepted path",
@@ -362,7 +371,8 @@ def loop_mutants() -> list[LoopMutant]:
           SAMPLED_CHAIN, proposer=ReportsRawQ),
         m("draft-iid-deduplicated", "the draft model replaces duplicate iid children by unseen tokens",
           IID_SIBLINGS, proposer=DrawsDeduplicated),
-        m("draft-iid-sorted-by-q", "the draft model sorts its iid children by q", IID_SIBLINGS, proposer=DrawsSortedByQ),
+        m("draft-iid-sorted-by-q", "the draft model sorts its iid children by q",
+          IID_SIBLINGS, proposer=DrawsSortedByQ),
         m("decoder-raw-p", "the decoder judges by the target's raw softmax", SAMPLED_POINT, decoder=RawTargetLaw),
         m("decoder-p-without-temperature", "the decoder's target laws miss the temperature", SAMPLED_POINT,
           decoder=TargetWithoutTemperature),
@@ -372,13 +382,14 @@ def loop_mutants() -> list[LoopMutant]:
           LoopCase(dict(gamma=3, kind="point"), depth=5, verifier=BlockVerifier()), verifier=BlockPathOffByOne()),
         m("policy-prunes-drawn-children", "the speculation policy trims i.i.d. children by their own draft probability",
           POLICY_CHAIN, policy=lambda: PrunesDrawnChildren(**POLICY_COSTS)),
-        m("traversal-path-off-by-one", "traversal verification hands the KV commit node i - 1 for each accepted node i > 0",
+        m("traversal-path-off-by-one",
+          "traversal verification hands the KV commit node i - 1 for each accepted node i > 0",
           LoopCase(dict(branching=2, depth=2, kind="point"), depth=5, verifier=TraversalVerifier()),
           verifier=TraversalPathOffByOne()),
         m("grammar-bonus-unmasked", "the grammar's mask left off the bonus position (a leaf's row)", GRAMMAR_POINT,
           decoder=BonusUnmasked),
-        m("grammar-follows-drafts", "the grammar advanced along the drafted path, not the emitted tokens", GRAMMAR_CHAIN,
-          decoder=GrammarFollowsDrafts),
+        m("grammar-follows-drafts", "the grammar advanced along the drafted path, not the emitted tokens",
+          GRAMMAR_CHAIN, decoder=GrammarFollowsDrafts),
         m("grammar-q-before-mask", "the draft draws after the grammar's mask but reports its law before it",
           GRAMMAR_SAMPLED, proposer=ReportsUnmaskedQ),
         m("per-position-q-before-mask", "the per-position tree builder (Medusa, DFlash, PARD, P-EAGLE) reports each "

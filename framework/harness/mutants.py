@@ -164,8 +164,10 @@ def draw_deduplicated(q, k, kind, rng):
 
 
 CLEAN = Pipeline()
-BLOCK, TRAVERSAL, MULTIDRAFT = (Pipeline(verifier=v) for v in (BlockVerifier(), TraversalVerifier(), multidraft_verifier()))
-HARNESS = "harness"  # the toy loop's drafting and target law; framework/harness/loop_mutants.py plants their twins in production
+BLOCK, TRAVERSAL, MULTIDRAFT = (Pipeline(verifier=v)
+                                for v in (BlockVerifier(), TraversalVerifier(), multidraft_verifier()))
+# the toy loop's drafting and target law; framework/harness/loop_mutants.py plants their twins in production
+HARNESS = "harness"
 
 
 def mutants() -> list[Mutant]:
@@ -180,9 +182,11 @@ def mutants() -> list[Mutant]:
         m("bonus-from-residual", "bonus token drawn from the residual instead of the leaf's p",
           replace(CLEAN, verifier=BonusFromResidual()), "chain1/iid/T1"),
         m("siblings-with-p", "siblings accepted with p instead of the renormalised residual",
-          replace(CLEAN, verifier=TreeVerifier(_rules(iid=SiblingsTestedWithP(), point=PointSiblingsTestedWithP()))), "zeros-in-p/point/binary2"),
+          replace(CLEAN, verifier=TreeVerifier(_rules(iid=SiblingsTestedWithP(),
+                                                      point=PointSiblingsTestedWithP()))), "zeros-in-p/point/binary2"),
         m("rejected-left-in-residual", "rejected children left in the final residual",
-          replace(CLEAN, verifier=TreeVerifier(_rules(point=RejectedLeftInResidual(), iid=IidRejectedLeftInResidual()))), "chain3/point/topk2"),
+          replace(CLEAN, verifier=TreeVerifier(_rules(point=RejectedLeftInResidual(),
+                                                      iid=IidRejectedLeftInResidual()))), "chain3/point/topk2"),
         m("iid-deduplicated", "duplicate iid children dropped (replaced by unseen tokens)",
           replace(CLEAN, draw=draw_deduplicated), "binary2/iid/T1/V3", where=HARNESS),
         m("iid-sorted-by-q", "iid children sorted by q before verification",
@@ -194,7 +198,8 @@ def mutants() -> list[Mutant]:
         m("u-le-ratio", "`u <= ratio` accepts a p = 0 token when u is exactly 0",
           replace(CLEAN, verifier=LessOrEqualCoin()), "chain3/point/greedy"),
         m("residual-not-normalised", "residual not renormalised after a rejection",
-          replace(CLEAN, verifier=TreeVerifier(_rules(point=PointResidualNotNormalised(), iid=ResidualNotNormalised(), wor=WorResidualNotNormalised()))), "zeros-in-p/point/binary2"),
+          replace(CLEAN, verifier=TreeVerifier(_rules(point=PointResidualNotNormalised(), iid=ResidualNotNormalised(),
+                                                      wor=WorResidualNotNormalised()))), "zeros-in-p/point/binary2"),
         m("bonus-after-eos", "tokens emitted after an accepted EOS",
           replace(CLEAN, verifier=IgnoresEos()), "eos/point/chain3"),
         m("block-unweighted-residual", "block verification's residual without its weight (the token rule's)",
@@ -209,10 +214,13 @@ def mutants() -> list[Mutant]:
           replace(CLEAN, verifier=TraversalKeepsRejectedSubtree()), "chain3/iid/T1", clean=TRAVERSAL),
         m("traversal-unweighted-residual", "traversal verification's residual without the parent's weight",
           replace(CLEAN, verifier=TraversalUnweightedChildren()), "chain3/iid/T1", clean=TRAVERSAL),
-        m("traversal-wor-no-q-update", "traversal verification's wor siblings judged without removing deleted ones from q",
+        m("traversal-wor-no-q-update",
+          "traversal verification's wor siblings judged without removing deleted ones from q",
           replace(CLEAN, verifier=TraversalWorWithoutQUpdate()), "cover-support/wor/root4", clean=TRAVERSAL),
         m("multidraft-rho-one", "k-sequential selection with rho = 1 for every k (an infeasible residual)",
-          replace(CLEAN, verifier=TreeVerifier(_rules(iid=SequentialRhoOne()))), "duplicates/iid/root4", clean=MULTIDRAFT),
+          replace(CLEAN, verifier=TreeVerifier(_rules(iid=SequentialRhoOne()))), "duplicates/iid/root4",
+          clean=MULTIDRAFT),
         m("multidraft-residual-of-one-draft", "k-sequential selection's residual as if one draft had been tried",
-          replace(CLEAN, verifier=TreeVerifier(_rules(iid=SequentialResidualOfOneDraft()))), "duplicates/iid/root4", clean=MULTIDRAFT),
+          replace(CLEAN, verifier=TreeVerifier(_rules(iid=SequentialResidualOfOneDraft()))), "duplicates/iid/root4",
+          clean=MULTIDRAFT),
     ]

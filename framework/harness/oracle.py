@@ -45,7 +45,8 @@ class ToyLaws:
         if key not in self._cache:
             g = torch.Generator().manual_seed(zlib.crc32(repr((self.seed, key)).encode()))  # the same in every process
             scale = self.target_scale if which == "p" else self.draft_scale
-            self._cache[key] = torch.softmax(torch.randn(self.vocab, generator=g, dtype=torch.float64) * scale, 0).numpy()
+            self._cache[key] = torch.softmax(torch.randn(self.vocab, generator=g, dtype=torch.float64) * scale,
+                                             0).numpy()
         return self._cache[key]
 
     def p(self, prefix: tuple[int, ...]) -> np.ndarray:

@@ -143,7 +143,8 @@ def scheduled_loop_law(target_model, proposer_factory: ProposerFactory, requests
 
 
 def check_scheduled_law(target_model, proposer_factory: ProposerFactory, requests: Sequence[tuple[Sequence[int], int]],
-                        max_batch: int, sampling: SamplingConfig, eos_token_id: int | None = None, **scheduler) -> Comparison:
+                        max_batch: int, sampling: SamplingConfig, eos_token_id: int | None = None,
+                        **scheduler) -> Comparison:
     """The joint law of scheduled requests against the product of each request's own law (prompt, budget)."""
     alone = [teacher_forced_law(target_model, torch.tensor([list(p)]), budget, sampling, eos_token_id)
              for p, budget in requests]

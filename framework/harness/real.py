@@ -84,7 +84,8 @@ def exact_loop_law(
     shape chosen from every row's draft values) is still exact per row, but its worlds run one at a time;
     so do a policy's (it sizes one tree for the batch), each world with a policy of its own.
     """
-    if policy_factory is not None or (proposer_factory is not None and getattr(proposer_factory(), "couples_rows", False)):
+    if policy_factory is not None or (proposer_factory is not None
+                                      and getattr(proposer_factory(), "couples_rows", False)):
         batch_size = 1
 
     def run(rng) -> list[tuple[int, ...]]:
@@ -107,7 +108,8 @@ def _prompt_cache(model, prompt: torch.Tensor):
 
 
 def _expanded(cache, rows: int):
-    """The prompt's cache repeated for `rows` prefixes, each layer of its own kind (a sliding layer keeps its window)."""
+    """The prompt's cache repeated for `rows` prefixes, each layer of its own kind (a sliding layer keeps its
+    window)."""
     if cache is None:
         return None
     repeated = copy.deepcopy(cache)
@@ -202,7 +204,8 @@ def statistical_check(
     """G-test of n sampled runs; `law` (from teacher_forced_law) may be passed in to reuse it."""
     if law is None:
         law = teacher_forced_law(target_model, prompt, depth, sampling, eos_token_id, min_prob)
-    counts = sample_first_tokens(target_model, proposer_factory, prompt, depth, sampling, n, batch, seed, eos_token_id, verifier)
+    counts = sample_first_tokens(target_model, proposer_factory, prompt, depth, sampling, n, batch, seed, eos_token_id,
+                                 verifier)
     return StatisticalResult(g_test(lump(counts, law), law), n)
 
 
@@ -219,8 +222,9 @@ def greedy_identity(
     eos_token_id: int | None = None, verifier: Verifier = LOSSLESS, policy=None,
 ) -> GreedyReport:
     greedy = SamplingConfig(temperature=0)
-    base = generate(HFTarget(target_model), None, prompt, max_new_tokens, greedy, eos_token_id=eos_token_id).tokens[0].tolist()
-    spec = generate(HFTarget(target_model), proposer_factory(), prompt, max_new_tokens, greedy, eos_token_id=eos_token_id,
-                    verifier=verifier, policy=policy).tokens[0].tolist()
+    base = generate(HFTarget(target_model), None, prompt, max_new_tokens, greedy,
+                    eos_token_id=eos_token_id).tokens[0].tolist()
+    spec = generate(HFTarget(target_model), proposer_factory(), prompt, max_new_tokens, greedy,
+                    eos_token_id=eos_token_id, verifier=verifier, policy=policy).tokens[0].tolist()
     diff = next((i for i, (a, b) in enumerate(zip(base, spec)) if a != b), None)
     return GreedyReport(base == spec, diff, base, spec)

@@ -23,7 +23,8 @@ class CaseResult:
 def run_case(case: ExactCase, pipeline: Pipeline = Pipeline()) -> CaseResult:
     start = time.perf_counter()
     cmp = check_case(case, pipeline)
-    return CaseResult(case.name, cmp.tv, len(cmp.support_violations), cmp.passes(TOLERANCE), time.perf_counter() - start)
+    return CaseResult(case.name, cmp.tv, len(cmp.support_violations), cmp.passes(TOLERANCE),
+                      time.perf_counter() - start)
 
 
 @dataclass

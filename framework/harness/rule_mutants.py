@@ -79,7 +79,8 @@ class SequentialRhoOne(SequentialRule):
         return super().accept_probability(replace(law, siblings=torch.ones_like(law.siblings)), token)
 
     def after_reject(self, law, token):
-        return replace(super().after_reject(replace(law, siblings=torch.ones_like(law.siblings)), token), siblings=law.siblings)
+        return replace(super().after_reject(replace(law, siblings=torch.ones_like(law.siblings)), token),
+                       siblings=law.siblings)
 
 
 class SequentialResidualOfOneDraft(SequentialRule):

@@ -105,7 +105,8 @@ class GTest:
         return detectable_tv(self.n, max(self.dof, 1), alpha)
 
 
-def g_test(samples: Iterable[Hashable] | Mapping[Hashable, int], law: Mapping[Hashable, float], min_expected: float = 5.0) -> GTest:
+def g_test(samples: Iterable[Hashable] | Mapping[Hashable, int], law: Mapping[Hashable, float],
+           min_expected: float = 5.0) -> GTest:
     """Test observed outcomes (or their counts) against `law` (outcome -> probability).
 
     An outcome the law gives probability 0 fails outright (p-value 0).

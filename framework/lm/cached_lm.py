@@ -83,8 +83,8 @@ class CachedLM(SlotCache):
             raise ValueError(f"draft in {self.dtype} but target in {target.dtype}: give both the same dtype")
         if self.device != target.device:
             if getattr(self.model, "hf_device_map", None):
-                raise ValueError(f"draft placed by a device_map from {self.device}, target's inputs on {target.device}: "
-                                 "start both on the same device")
+                raise ValueError(f"draft placed by a device_map from {self.device}, "
+                                 f"target's inputs on {target.device}: start both on the same device")
             self.model.to(target.device)
 
     def reset(self, batch_size: int) -> None:

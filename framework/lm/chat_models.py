@@ -31,7 +31,8 @@ def pair_tokenizer(vocab_size: int = 40_000, seed: int = 0) -> PreTrainedTokeniz
     random.Random(seed).shuffle(pairs)
     merges = pairs[: vocab_size - len(base) - len(SPECIALS)]
     if len(base) + len(merges) + len(SPECIALS) != vocab_size:
-        raise ValueError(f"at most {len(base) + len(pairs) + len(SPECIALS)} tokens from character pairs, asked {vocab_size}")
+        raise ValueError(f"at most {len(base) + len(pairs) + len(SPECIALS)} tokens from character pairs, "
+                         f"asked {vocab_size}")
     vocab = {token: i for i, token in enumerate(base + [a + b for a, b in merges])}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -32,5 +32,6 @@ class EagerFallback:
                 if layer.is_initialized:
                     layer.truncate(slots)
             self.compiled, self.failure = None, f"{type(error).__name__}: {error}"
-            warnings.warn(f"torch.compile failed, running eager from now on ({self.failure})", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"torch.compile failed, running eager from now on ({self.failure})", RuntimeWarning,
+                          stacklevel=2)
             return self.model(cache=cache, **kwargs)

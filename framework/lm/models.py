@@ -47,7 +47,8 @@ ARCHITECTURES = {
         **common(v, h, n, nh, kv, pos), sliding_window=w),
     "gemma3": lambda v, h, n, nh, kv, pos, w: transformers.Gemma3TextConfig(
         **common(v, h, n, nh, kv, pos), sliding_window=w or pos, layer_types=alternating(n),
-        query_pre_attn_scalar=h // nh, tie_word_embeddings=False),  # tied, a random scaled embedding makes the last token win every step
+        # tied, a random scaled embedding makes the last token win every step
+        query_pre_attn_scalar=h // nh, tie_word_embeddings=False),
     "gpt_oss": lambda v, h, n, nh, kv, pos, w: transformers.GptOssConfig(
         **common(v, h, n, nh, kv, pos), num_local_experts=4, num_experts_per_tok=2, sliding_window=w or pos,
         layer_types=alternating(n), rope_parameters=dict(  # GPT-OSS's YaRN, its 32x stretch cut to the tiny context
@@ -74,8 +75,8 @@ ARCHITECTURES = {
 
 
 def sizes_stated(**sizes) -> None:
-    """Random-weight parts (models=tiny) take the sizes of a tiny_* target (`${oc.select:target.vocab_size,null}` in their
-    configs): composed with a target that states none (the zoo's, a checkpoint loaded by path) they are None."""
+    """Random-weight parts (models=tiny) take the sizes of a tiny_* target (`${oc.select:target.vocab_size,null}` in
+    their configs): composed with a target that states none (the zoo's, a checkpoint loaded by path) they are None."""
     missing = [name for name, value in sizes.items() if value is None]
     if missing:
         raise ValueError(f"{', '.join(missing)} not given: the parts of models=tiny read the sizes of a tiny_* target "

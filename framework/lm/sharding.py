@@ -66,9 +66,9 @@ def check_tensor_parallel(config, processes: int) -> None:
     heads, kv_heads = attention_heads(config)
     if heads % processes or kv_heads % processes:
         fits = [n for n in range(1, heads + 1) if heads % n == 0 and kv_heads % n == 0]
-        raise ValueError(f"tp_plan over {processes} processes: {processes} does not divide the target's {heads} attention "
-                         f"heads and {kv_heads} key-value heads (each rank holds whole heads); start torchrun with "
-                         f"--nproc-per-node in {fits}")
+        raise ValueError(f"tp_plan over {processes} processes: {processes} does not divide the target's "
+                         f"{heads} attention heads and {kv_heads} key-value heads (each rank holds whole heads); "
+                         f"start torchrun with --nproc-per-node in {fits}")
 
 
 def check_placement(device: str, device_map, tp_plan) -> None:
@@ -88,7 +88,8 @@ def placement_kwargs(config, device_map, tp_plan, offload_folder: str | None) ->
         if folder is None:  # used if a layer goes to "disk"; a temporary one goes at exit
             folder = tempfile.mkdtemp(prefix="speculum-offload-")
             atexit.register(shutil.rmtree, folder, True)
-        return {"device_map": dict(device_map) if isinstance(device_map, Mapping) else device_map, "offload_folder": folder}
+        return {"device_map": dict(device_map) if isinstance(device_map, Mapping) else device_map,
+                "offload_folder": folder}
     if tp_plan is None:
         return {}
     if launched_processes() > 1:
@@ -180,9 +181,9 @@ class RankAgreement:
         both = both.cpu()
         if not torch.equal(both[:3], -both[3:]):
             raise RuntimeError(
-                f"tensor-parallel ranks disagree on {what} (check {self.checks}, rank {process_rank()}): every rank must "
-                "run the same loop on the same inputs (prompt, seed, settings); a decision from a rank's own clock or "
-                "a non-deterministic kernel makes them part")
+                f"tensor-parallel ranks disagree on {what} (check {self.checks}, rank {process_rank()}): "
+                "every rank must run the same loop on the same inputs (prompt, seed, settings); "
+                "a decision from a rank's own clock or a non-deterministic kernel makes them part")
 
     def from_rank_zero(self, values: list[float]) -> list[float]:
         """Rank 0's values on every rank."""

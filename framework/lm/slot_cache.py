@@ -100,7 +100,8 @@ class SlotCache:
         if not 0 <= count <= pending:
             raise ValueError(f"asked to commit {count} leading slots but {pending} are pending")
         if self.cache.recurrent_layers and count != pending:
-            raise ValueError("a model with recurrent layers commits whole forwards only (its state has moved past them)")
+            raise ValueError("a model with recurrent layers commits whole forwards only "
+                             "(its state has moved past them)")
         kept = torch.ones(self.batch_size, count, dtype=torch.bool, device=self.valid.device)
         self.valid = torch.cat([self.valid, kept], dim=1)
         self.length = self.length + count
@@ -108,7 +109,8 @@ class SlotCache:
         self.pending_positions = self.pending_positions[:, count:]
 
     def pending_slots(self) -> int:
-        layers = [layer for layer in self.cache.attention_layers if layer.is_initialized] if self.cache is not None else []
+        layers = [layer for layer in self.cache.attention_layers if layer.is_initialized] \
+            if self.cache is not None else []
         return layers[0].used - self.committed_slots if layers else 0
 
     def drop_pending(self) -> None:
@@ -118,7 +120,8 @@ class SlotCache:
     def keep_path(self, path: torch.Tensor, num_accepted: torch.Tensor) -> None:
         """After a tree forward laid out as [root, node 0, node 1, ...]: keep the root and the
         accepted nodes (path [B, depth], node indices, -1 padded)."""
-        if path.shape[1] == 0 and self.pending_slots() == 1:  # a plain step: its one slot stays where it is, in every row
+        # a plain step: its one slot stays where it is, in every row
+        if path.shape[1] == 0 and self.pending_slots() == 1:
             self.commit_leading(1)
             return
         root_slot = torch.zeros(path.shape[0], 1, dtype=torch.long, device=path.device)

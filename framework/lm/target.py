@@ -21,7 +21,8 @@ from verifiers.tree_verifier import Verification
 
 
 class HFTarget:
-    """The Target role (framework.core.target) for any Hugging Face causal LM: prefill -> forward_tree -> commit, on the model's own KV cache.
+    """The Target role (framework.core.target) for any Hugging Face causal LM: prefill -> forward_tree -> commit, on the
+    model's own KV cache.
 
     backend: the tree attention: "auto" (the Triton kernel on CUDA, PyTorch SDPA
     elsewhere), "triton", "sdpa" or "reference" (forced); the model is switched to the registered
@@ -104,7 +105,8 @@ class HFTarget:
             parts.append(side.tokens.to(root.device))
             depth.append(side.depth.cpu())
         if self.agreement is not None:
-            self.agreement.check("a tree (its tokens, shape and the rows' lengths)", *parts, tree.parents, self.lm.length)
+            self.agreement.check("a tree (its tokens, shape and the rows' lengths)", *parts, tree.parents,
+                                 self.lm.length)
         real = None  # [B, 1+N+S]: the root, the nodes of rows that speculate, side rows (unless they read the nodes)
         if speculating is not None and tree.num_nodes and (side is None or not bool(side.sees_tree[:, 1:].any())):
             rows = speculating.to(root.device)[:, None]
@@ -120,7 +122,8 @@ class HFTarget:
     def commit(self, result: Verification) -> None:
         """Keep the root and the accepted nodes' KV (result.path [B, depth], node indices) per row."""
         if self.agreement is not None:
-            self.agreement.check("a verification (its tokens and path)", result.tokens, result.path, result.num_accepted)
+            self.agreement.check("a verification (its tokens and path)", result.tokens, result.path,
+                                 result.num_accepted)
         self.lm.keep_path(result.path, result.num_accepted)
 
     def select(self, rows: torch.Tensor) -> None:

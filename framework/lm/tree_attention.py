@@ -66,7 +66,8 @@ def sdpa_backend(query, key, value, mask: TreeMask, scaling: float, window=None,
         return reference_backend(query, key, value, mask, scaling, window, sinks)
     if window is None and (mask.is_causal or mask.sees_all):  # a prefill (SDPA's causal kernel) or a plain step
         return torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=mask.is_causal,
-                                                                scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+                                                                scale=scaling,
+                                                                enable_gqa=query.shape[1] != key.shape[1])
     return torch.nn.functional.scaled_dot_product_attention(
         query, key, value, attn_mask=mask.additive(query.dtype, window), scale=scaling,
         enable_gqa=query.shape[1] != key.shape[1])

@@ -6,7 +6,8 @@ byte per past slot, an ancestor bitmask per query row), and keeps an online soft
 Splits are merged with a log-sum-exp, where attention sinks (GPT-OSS: a logit per head with no value) join
 the denominator once. A sliding-window layer also compares the query's and key's positions. The value head
 may be narrower than the query/key head (MLA): the output tile is the value's width. K/V heads are
-indexed as h // group (GQA), never repeated. Inputs may be fp32, fp16 or bf16. On a GPU, fp16/bf16 tiles feed the tensor cores with fp32
+indexed as h // group (GQA), never repeated. Inputs may be fp32, fp16 or bf16. On a GPU, fp16/bf16 tiles
+feed the tensor cores with fp32
 accumulation and an fp32 online softmax; under the interpreter everything is cast to fp32 after
 loading, because its bf16 arithmetic is wrong.
 Block sizes are >= 16 so the same kernel compiles for a GPU.
@@ -35,8 +36,8 @@ def _tree_attention_split(
     so_s, so_b, so_h, so_m,
     sl_s, sl_b, sl_h,
     M, S0, S, WORDS, HQ, GROUP, D, DV, split_size, scale, window,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, UPCAST: tl.constexpr,
-    WINDOWED: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+    UPCAST: tl.constexpr, WINDOWED: tl.constexpr,
 ):
     pid_m, pid_bh, pid_s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     b, h = pid_bh // HQ, pid_bh % HQ

@@ -58,7 +58,8 @@ class AttentionWindows:
         return any(w is not None for w in self.by_layer_type.values())
 
     def dense(self, mask: TreeMask, additive: torch.dtype | None = None) -> torch.Tensor | dict[str, torch.Tensor]:
-        """The 4D mask(s) [B, 1, M, S] the model's forward takes for this TreeMask: boolean, or additive in that dtype."""
+        """The 4D mask(s) [B, 1, M, S] the model's forward takes for this TreeMask: boolean, or additive in that
+        dtype."""
         def form(window):
             return mask.dense(window) if additive is None else mask.additive(additive, window)
 
@@ -81,4 +82,5 @@ def dense_mask_form(model) -> torch.dtype | None:
     if implementation in ADDITIVE_MASKS:
         return next(model.parameters()).dtype
     raise ValueError(f"attention implementation {implementation!r} takes no 4D tree mask: load the target with "
-                     f"attn_implementation one of {', '.join(BOOLEAN_MASKS[:1] + ADDITIVE_MASKS)}, or use a tree backend")
+                     f"attn_implementation one of {', '.join(BOOLEAN_MASKS[:1] + ADDITIVE_MASKS)}, "
+                     "or use a tree backend")

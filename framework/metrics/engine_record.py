@@ -19,7 +19,8 @@ def acceptance_record(trace: RequestTrace, engine: str = ENGINE) -> dict:
     """The record of one of our requests: its counters' record (one definition with an engine's), with the per-step
     arrays an engine does not keep and we do."""
     steps = drafting_steps([trace])
-    record = counters_record(EngineCounters.of_traces([trace]), engine, trace.tokens, max((d for _, d in steps), default=0))
+    record = counters_record(EngineCounters.of_traces([trace]), engine, trace.tokens,
+                             max((d for _, d in steps), default=0))
     return {**record, "per_step_accepted": [a for a, _ in steps], "per_step_drafted": [d for _, d in steps]}
 
 
@@ -53,7 +54,8 @@ def record_failures(record: dict) -> list[str]:
     accepted, drafted = record.get("per_step_accepted"), record.get("per_step_drafted")
     if accepted is not None and drafted is not None:
         if not len(accepted) == len(drafted) == record["num_spec_steps"]:
-            failures.append(f"per-step arrays of {len(accepted)} and {len(drafted)} for {record['num_spec_steps']} steps")
+            failures.append(f"per-step arrays of {len(accepted)} and {len(drafted)} "
+                            f"for {record['num_spec_steps']} steps")
         if sum(accepted) != record["num_accepted_draft_tokens"] or sum(drafted) != record["num_draft_tokens"]:
             failures.append("per-step arrays do not sum to the totals")
         if any(a > d for a, d in zip(accepted, drafted)):

@@ -59,7 +59,8 @@ def speculation_profile(by_category: Mapping[str, Sequence[RequestTrace]], metho
         "acceptance_length_histogram": {str(a + 1): n for a, n in histogram(traces).items()},
         "per_category": {c: {"mean_accept_length": accepted_length_pooled(g),
                              "mean_accept_length_per_request": accepted_length_per_request(g),
-                             "marginal_accept_rates": [round(r, 6) for r in marginal(g)]} for c, g in by_category.items()},
+                             "marginal_accept_rates": [round(r, 6) for r in marginal(g)]}
+                         for c, g in by_category.items()},
         "measurement_conditions": conditions,
         "validation": validation(rates, mean) if rates else None,
     }

@@ -44,7 +44,8 @@ class RequestTrace:
 
 
 def request_traces(steps, batch_size: int, outputs: list[list[int]], ttft_s: float | None = None,
-                   e2e_s: float | None = None, think_end_id: int | None = None, thinking: bool = False) -> list[RequestTrace]:
+                   e2e_s: float | None = None, think_end_id: int | None = None,
+                   thinking: bool = False) -> list[RequestTrace]:
     """One trace per row of a generation: steps are the engine's StepStats (accepted, drafted, emitted and
     rows [B'] per step: a row that finished has left them), outputs each row's tokens. The rows of a batch
     share its clock."""

@@ -232,7 +232,8 @@ def _train(objective, data, out_dir: Path, cfg: LoopConfig, evaluate, name: str,
         state["log"].append(row)
         bar.set_postfix(loss=f"{row['loss']:.4f}")
         bar.update(1)
-        out_of_time = torch.tensor(float(cfg.time_limit_s is not None and time.monotonic() - started > cfg.time_limit_s))
+        out_of_time = torch.tensor(float(cfg.time_limit_s is not None
+                                         and time.monotonic() - started > cfg.time_limit_s))
         out_of_time = bool(acc.reduce(out_of_time.to(acc.device), "sum") > 0)  # every process stops at the same step
         if step % cfg.save_every == 0 or step == cfg.steps or out_of_time:
             save()

@@ -30,7 +30,8 @@ def identifiers(code: str) -> list[str]:
         return []
     names, previous = [], None
     for tok in tokens:
-        if tok.type == tokenize.NAME and not keyword.iskeyword(tok.string) and not (previous and previous.string == "."):
+        if tok.type == tokenize.NAME and not keyword.iskeyword(tok.string) \
+                and not (previous and previous.string == "."):
             names.append(tok.string)
         if tok.type not in (tokenize.NL, tokenize.COMMENT):
             previous = tok

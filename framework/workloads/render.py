@@ -57,7 +57,8 @@ class Rendering:
             raise ValueError(f"prompt {prompt.id!r} has {len(prompt.turns)} turns, asked for turn {turn + 1}")
         if self.mode(tokenizer) == "raw":
             if turn:
-                raise ValueError(f"prompt {prompt.id!r}: a later turn needs a chat template (workload.render.template=chat)")
+                raise ValueError(f"prompt {prompt.id!r}: a later turn needs a chat template "
+                                 "(workload.render.template=chat)")
             return Rendered(prompt_ids(tokenizer, prompt.turns[0]), prompt.turns[0], "raw")
         messages = [m for user, answer in zip(prompt.turns, answers)
                     for m in (Message("user", user), Message("assistant", answer))]
@@ -69,7 +70,8 @@ class Rendering:
         if self.thinking is None:
             return {}
         if "enable_thinking" not in tokenizer.chat_template:
-            raise ValueError(f"workload.render.thinking={self.thinking}: this chat template has no enable_thinking switch")
+            raise ValueError(f"workload.render.thinking={self.thinking}: "
+                             "this chat template has no enable_thinking switch")
         return {"enable_thinking": self.thinking}
 
     def describe(self, tokenizer) -> dict:

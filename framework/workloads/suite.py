@@ -26,7 +26,8 @@ class BenchPrompt:
 
     def __post_init__(self) -> None:
         if not self.turns or not all(isinstance(t, str) and t for t in self.turns):
-            raise ValueError(f"prompt {self.id!r} ({self.category}): every turn must be non-empty text, got {self.turns!r}")
+            raise ValueError(f"prompt {self.id!r} ({self.category}): every turn must be non-empty text, "
+                             f"got {self.turns!r}")
 
 
 class Suite(Protocol):

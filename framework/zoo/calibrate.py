@@ -82,5 +82,6 @@ def calibrate_checkpoint(folder: str | Path, stream: TokenData, block_size: int 
     with files.replacing_folder(folder) as temporary:
         shutil.copytree(folder, temporary, dirs_exist_ok=True)  # the tokenizer and the rest, then the new weights
         model.save_pretrained(temporary)
-        files.write_json(temporary / "calibration.json", {**fit, "teacher": teacher_folder and str(teacher_folder)}, indent=1)
+        files.write_json(temporary / "calibration.json", {**fit, "teacher": teacher_folder and str(teacher_folder)},
+                         indent=1)
     return fit

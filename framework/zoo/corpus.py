@@ -67,7 +67,8 @@ def readable_sources(paths: list[Path], root: str | Path | None = None) -> list[
     return found
 
 
-def build_corpus(paths: list[Path], heldout_fraction: float = 0.05, root: str | Path | None = None) -> datasets.DatasetDict:
+def build_corpus(paths: list[Path], heldout_fraction: float = 0.05,
+                 root: str | Path | None = None) -> datasets.DatasetDict:
     """{"train", "heldout"} datasets of rows {path, text}; a file lands wholly in one split."""
     splits: dict[str, dict[str, list[str]]] = {"train": {"path": [], "text": []}, "heldout": {"path": [], "text": []}}
     for relative, text in readable_sources(paths, root):

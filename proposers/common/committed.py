@@ -10,14 +10,17 @@ from __future__ import annotations
 import torch
 
 
-def left_aligned(parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def left_aligned(
+    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Ragged runs of positions (hidden [B, A, L, H], tokens [B, A], count [B], each left-aligned), one after
     another per row -> one left-aligned run (hidden, tokens, count)."""
     if len(parts) == 1:
         return parts[0]
     hidden = torch.cat([h for h, _, _ in parts], dim=1)
     tokens = torch.cat([t for _, t, _ in parts], dim=1)
-    valid = torch.cat([torch.arange(t.shape[1], device=c.device)[None, :] < c[:, None] for _, t, c in parts], dim=1)  # [B, A']
+    valid = torch.cat([torch.arange(t.shape[1], device=c.device)[None, :] < c[:, None]
+                       for _, t, c in parts], dim=1)  # [B, A']
     order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)  # the valid positions first, in their order
     hidden = hidden.gather(1, order.to(hidden.device).view(*order.shape, 1, 1).expand(-1, -1, *hidden.shape[2:]))
     return hidden, tokens.gather(1, order.to(tokens.device)), valid.sum(1)

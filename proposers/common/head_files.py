@@ -54,7 +54,9 @@ def renamed(state: dict[str, torch.Tensor], old: str, new: str) -> dict[str, tor
     return {(new + k[len(old):] if k.startswith(old) else k): v for k, v in state.items()}
 
 
-def read_head(path: str | Path, config_file: str, weights_file: str, what: str, command: str) -> tuple[Path, dict, dict]:
+def read_head(
+    path: str | Path, config_file: str, weights_file: str, what: str, command: str
+) -> tuple[Path, dict, dict]:
     """(folder, config fields, state dict); a missing head names the path and the training command."""
     from safetensors.torch import load_file
 
@@ -70,7 +72,8 @@ def read_head(path: str | Path, config_file: str, weights_file: str, what: str, 
     return folder, fields, load_file(folder / weights_file)
 
 
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                "pytorch_model.bin.index.json")
 
 
 def weight_files(folder: Path, names: tuple[str, ...] = WEIGHT_FILES) -> list[Path]:

@@ -93,5 +93,6 @@ def load_choices(path: str | Path, file: str = TREE_FILE, command: str = "the dr
     """The rank paths searched for the drafter at `path` (a folder, or a name in the embedded zoo)."""
     folder = find_folder(path, file) or Path(path).expanduser()
     if not (folder / file).is_file():
-        raise FileNotFoundError(f"no searched tree at {folder / file}; train the drafter with `{command}`, or give choices")
+        raise FileNotFoundError(f"no searched tree at {folder / file}; train the drafter with `{command}`, "
+                                "or give choices")
     return [tuple(c) for c in files.read_json(folder / file)["choices"]]

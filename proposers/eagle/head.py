@@ -49,7 +49,8 @@ class EagleConfig:
     intermediate_size: int = 768
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0  # the draft's own (EAGLE-3 drafts keep 10000 whatever the target's)
-    rope_parameters: dict | None = None  # transformers' RoPE dict (e.g. llama3 scaling); None: default RoPE at rope_theta
+    # transformers' RoPE dict (e.g. llama3 scaling); None: default RoPE at rope_theta
+    rope_parameters: dict | None = None
     max_positions: int = 4096
     fc_bias: bool = True  # EAGLE-1: SafeAILab's default; LLaMA-3 heads have none
     attention_bias: bool = False  # SafeAILab's `qkv_bias`
@@ -65,11 +66,14 @@ class EagleConfig:
             if not self.target_layers:
                 raise ValueError("the head must read at least one target layer")
             if self.target_num_layers is not None:
-                bad = [i for i in self.target_layers if not -(self.target_num_layers + 1) <= i <= self.target_num_layers]
+                bad = [i for i in self.target_layers
+                       if not -(self.target_num_layers + 1) <= i <= self.target_num_layers]
                 if bad:
-                    raise ValueError(f"target layers {bad} are outside the target's hidden states 0..{self.target_num_layers}")
+                    raise ValueError(f"target layers {bad} are outside the target's hidden states "
+                                     f"0..{self.target_num_layers}")
         if self.architecture == "eagle" and self.target_layers not in (None, (-1,)):
-            raise ValueError(f"EAGLE-1 reads the target's last hidden state only (target_layers [-1]), got {list(self.target_layers)}")
+            raise ValueError(f"EAGLE-1 reads the target's last hidden state only (target_layers [-1]), "
+                             f"got {list(self.target_layers)}")
         if self.architecture == "eagle" and (self.draft_vocab_size or self.target_hidden_size):
             raise ValueError("EAGLE-1 has no draft vocabulary or target_hidden_size of its own: those are EAGLE-3's")
         if self.head_dim is None and self.hidden_size % self.num_heads:
@@ -110,9 +114,11 @@ class EagleHead(nn.Module):
         super().__init__()
         self.config, self.searched = config, searched or {}
         self.rotary = LlamaRotaryEmbedding(config.layer_config())
-        self.stored_embedding: tuple[torch.Tensor, torch.Tensor] | None = None  # a published file's copy: (row sums, row |sums|)
+        # a published file's copy: (row sums, row |sums|)
+        self.stored_embedding: tuple[torch.Tensor, torch.Tensor] | None = None
         if config.pard_token is not None:  # P-EAGLE: the hidden state its mask positions read, in the target's space
-            self.mask_hidden = nn.Parameter(torch.zeros(config.feature_layers * (config.target_hidden_size or config.hidden_size)))
+            self.mask_hidden = nn.Parameter(
+                torch.zeros(config.feature_layers * (config.target_hidden_size or config.hidden_size)))
 
     def mask_feature(self) -> torch.Tensor:
         """P-EAGLE: the feature g of a mask position [H] (mask_hidden fused as the target's hidden states are)."""

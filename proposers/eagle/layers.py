@@ -37,12 +37,14 @@ class DraftAttention(nn.Module):
                 speculum_backend: str = "auto") -> torch.Tensor:
         """x [B, M, input_size] -> [B, M, H]. attention_mask: [B or 1, 1, M, S] bool (True = may attend)."""
         B, M, _ = x.shape
-        q, k, v = (proj(x).view(B, M, -1, self.head_dim).transpose(1, 2) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = (proj(x).view(B, M, -1, self.head_dim).transpose(1, 2)
+                   for proj in (self.q_proj, self.k_proj, self.v_proj))
         q, k = apply_rotary_pos_emb(q, k, *position_embeddings)
         if cache is not None:
             k, v = cache.update(k, v, 0)
         if speculum_mask is not None:
-            out = hf_tree_attention(self, q, k, v, None, speculum_mask=speculum_mask, speculum_backend=speculum_backend)[0]
+            out = hf_tree_attention(self, q, k, v, None, speculum_mask=speculum_mask,
+                                    speculum_backend=speculum_backend)[0]
         else:
             if attention_mask is None:
                 attention_mask = torch.ones(M, k.shape[2], dtype=torch.bool, device=x.device).tril(k.shape[2] - M)

@@ -47,7 +47,8 @@ class ParallelEagleProposer(EagleProposer):
     @torch.no_grad()
     def propose(self, state: DecodeState) -> CandidateTree:
         if state.committed_hidden is None:
-            raise ValueError("P-EAGLE needs the target's hidden states of the committed positions: the target did not return them")
+            raise ValueError("P-EAGLE needs the target's hidden states of the committed positions: "
+                             "the target did not return them")
         shape = within(self.parallel_shape, state.plan.depth)
         if shape.num_nodes == 0:
             self.backlog.append(self.committed(state))
@@ -56,7 +57,8 @@ class ParallelEagleProposer(EagleProposer):
         return position_law_tree(logits, shape, self.kind, self.sampling or state.sampling, state.rng, state.constraint)
 
     def parallel_logits(self, state: DecodeState, depth: int) -> torch.Tensor:
-        """One head call: the committed positions (kept) and depth - 1 masks after the root's -> logits [B, depth, V]."""
+        """One head call: the committed positions (kept) and depth - 1 masks after the root's
+        -> logits [B, depth, V]."""
         hidden, tokens, count = left_aligned(self.backlog + [self.committed(state)])
         self.backlog = []
         B, A = tokens.shape

@@ -55,7 +55,8 @@ class EagleProposer:
         top_k children per beam node, `depth` deep, `budget` nodes at most. Any of them may be
         "auto": the setting the training run measured best for this head (eagle_tree.json beside it), else
         SafeAILab's published default (proposers/eagle/defaults.py), with a warning that says so.
-        head: a head, or a folder in any layout proposers.load_head reads (ours, SafeAILab's, SpecForge's, speculators)."""
+        head: a head, or a folder in any layout proposers.load_head reads (ours, SafeAILab's, SpecForge's,
+        speculators)."""
         head = load_head(head) if isinstance(head, (str, Path)) else head
         if not isinstance(head, self.HEAD):
             raise ValueError(f"{type(self).__name__} needs an {self.HEAD.__name__}, got {type(head).__name__}")
@@ -63,7 +64,8 @@ class EagleProposer:
         auto = [k for k, v in settings.items() if v == "auto"]
         settings.update({k: head.searched.get(k, PUBLISHED[k]) for k in auto})
         relevant = {"choices"} if settings["choices"] is not None else {"top_k", "depth", "budget"}  # static / dynamic
-        self.published = {k: PUBLISHED[k] for k in auto if k not in head.searched and k in relevant}  # not measured here
+        # not measured here
+        self.published = {k: PUBLISHED[k] for k in auto if k not in head.searched and k in relevant}
         if self.published:
             warnings.warn(f"no {', '.join(self.published)} measured for this head (no eagle_tree.json beside it): "
                           f"{SOURCE}. A tree measured for this head on this target decodes faster: "
@@ -83,7 +85,8 @@ class EagleProposer:
         self.hidden_layers = head.config.target_layers or ()
         self.couples_rows = self.shape is None  # a dynamic tree's shape is shared by the rows
         self.cache = SlotCache()
-        self.pending = torch.zeros(0, 0, dtype=torch.long)  # [B, P] tokens of the positions to catch up, before the root
+        # [B, P] tokens of the positions to catch up, before the root
+        self.pending = torch.zeros(0, 0, dtype=torch.long)
         self.backlog: list[tuple] = []  # the committed positions of plain steps, not yet read by the head
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
@@ -95,12 +98,14 @@ class EagleProposer:
         self.lm_head = ReturnsTo(model.get_output_embeddings(), target.device)  # may sit on another device (device_map)
         self.cache.reset(input_ids.shape[0], target.device)
         self.backlog = []
-        self.pending = input_ids[:, 1:].clamp_min(0).to(target.device)  # x[t+1] for prompt positions t < L_b-1, then the root (past it: don't-care)
+        # x[t+1] for prompt positions t < L_b-1, then the root (past it: don't-care)
+        self.pending = input_ids[:, 1:].clamp_min(0).to(target.device)
 
     @torch.no_grad()
     def propose(self, state: DecodeState) -> CandidateTree:
         if state.committed_hidden is None:
-            raise ValueError("EAGLE needs the target's hidden states of the committed positions: the target did not return them")
+            raise ValueError("EAGLE needs the target's hidden states of the committed positions: "
+                             "the target did not return them")
         if not state.plan.drafts:  # a plain step: the committed positions wait for the next step that drafts
             self.backlog.append(self.committed(state))
             return CandidateTree.empty(state.root.shape[0], state.root.device)
@@ -109,7 +114,8 @@ class EagleProposer:
         root_logits = self.head.logits(root_feature, self.lm_head)  # [B, V]
         depth = self.depth if state.plan.depth is None else min(self.depth, state.plan.depth)
         if self.shape is not None:
-            shape = self.shape.prefix(int((self.shape.depth <= depth).sum()))  # whole levels: the shape is level-ordered
+            # whole levels: the shape is level-ordered
+            shape = self.shape.prefix(int((self.shape.depth <= depth).sum()))
             tokens, parents, scores = static_tree(reader.read, root_logits, shape)
         else:
             tokens, parents, scores = dynamic_tree(reader.read, root_logits, self.top_k, depth, self.budget)
@@ -132,7 +138,8 @@ class EagleProposer:
         B, A = hidden.shape[:2]
         depth = torch.arange(A)
         out = self.head(self.embed(tokens), self.head.fused(hidden.to(self.lm_head.weight.dtype)),
-                        self.cache.positions(depth), self.cache.cache, **self.attention(torch.ones(A, A, dtype=torch.bool).tril()))
+                        self.cache.positions(depth), self.cache.cache,
+                        **self.attention(torch.ones(A, A, dtype=torch.bool).tril()))
         self.cache.keep(depth.to(count.device).expand(B, A), count)
         return out[torch.arange(B, device=out.device), count - 1]
 
@@ -141,7 +148,8 @@ class EagleProposer:
 
     def commit(self, result: Verification) -> None:
         self.cache.drop_pending()  # drafted slots had predicted features; the accepted come back with true ones
-        self.pending = result.tokens[:, : result.path.shape[1]].clamp_min(0).to(self.pending.device)  # accepted, then don't-care
+        # accepted, then don't-care
+        self.pending = result.tokens[:, : result.path.shape[1]].clamp_min(0).to(self.pending.device)
 
     def join(self, other: EagleProposer) -> None:
         rows = (self.cache.batch_size, other.cache.batch_size)

@@ -49,7 +49,8 @@ def llama_sizes(config: dict) -> dict:
     return {"hidden_size": config["hidden_size"], "vocab_size": config["vocab_size"], "num_heads": heads,
             "num_kv_heads": config.get("num_key_value_heads") or heads, "head_dim": config.get("head_dim"),
             "intermediate_size": config["intermediate_size"], "rms_norm_eps": config.get("rms_norm_eps", 1e-6),
-            "rope_theta": config.get("rope_theta", 10000.0), "max_positions": config.get("max_position_embeddings", 4096),
+            "rope_theta": config.get("rope_theta", 10000.0),
+            "max_positions": config.get("max_position_embeddings", 4096),
             "attention_bias": bool(config.get("qkv_bias", config.get("attention_bias", False)))}
 
 
@@ -85,8 +86,8 @@ def read_eagle3(folder: Path, config: dict, convention: str = "sglang") -> Eagle
     draft_vocab = config.get("draft_vocab_size") or sizes["vocab_size"]
     target_hidden = config.get("target_hidden_size")
     if target_hidden not in (None, sizes["hidden_size"]) and "embed_tokens.weight" not in state:
-        raise ValueError(f"{folder}: target_hidden_size {target_hidden} differs from the draft's {sizes['hidden_size']} "
-                         "but the file has no embed_tokens of its own")
+        raise ValueError(f"{folder}: target_hidden_size {target_hidden} differs from the draft's "
+                         f"{sizes['hidden_size']} but the file has no embed_tokens of its own")
     ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
     econfig = EagleConfig("eagle3", target_layers=layer_ids(ids, convention),
                           draft_vocab_size=draft_vocab if draft_vocab != sizes["vocab_size"] else None,
@@ -99,7 +100,8 @@ def read_eagle3(folder: Path, config: dict, convention: str = "sglang") -> Eagle
 
 
 def with_identity_maps(state: dict, vocab_size: int) -> dict:
-    """A draft over the whole vocabulary: EAGLE deletes d2t/t2d then (an identity map may be left); ours holds identity maps."""
+    """A draft over the whole vocabulary: EAGLE deletes d2t/t2d then (an identity map may be left); ours holds
+    identity maps."""
     return {**{k: v for k, v in state.items() if k not in ("d2t", "t2d")},
             "d2t": torch.zeros(vocab_size, dtype=torch.long), "t2d": torch.ones(vocab_size, dtype=torch.bool)}
 
@@ -146,7 +148,8 @@ def write_specforge(head: EagleHead, folder, dtype: torch.dtype = torch.bfloat16
 def write_eagle(head: EagleHead, folder, dtype: torch.dtype = torch.bfloat16) -> Path:
     """An EAGLE-1/2 head in SafeAILab's layout (without the embedding copy: it is the target's)."""
     if head.config.architecture != "eagle":
-        raise ValueError("SafeAILab's EAGLE-1 layout holds EAGLE-1/2 heads; write an EAGLE-3 head with format='specforge'")
+        raise ValueError("SafeAILab's EAGLE-1 layout holds EAGLE-1/2 heads; "
+                         "write an EAGLE-3 head with format='specforge'")
     config = {**draft_config(head), "architectures": ["LlamaForCausalLM"], "bias": head.config.fc_bias}
     return write_folder(folder, config, stored_tensors(head, dtype))
 

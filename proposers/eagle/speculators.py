@@ -69,7 +69,8 @@ def read_eagle3(folder: Path, config: dict, convention: str) -> EagleHead:
     state = renamed(read_weights(weight_files(folder)), "layers.0.", "midlayer.")
     V, draft_vocab = sizes["vocab_size"], config.get("draft_vocab_size") or sizes["vocab_size"]
     if "lm_head.weight" not in state:
-        raise ValueError(f"{folder}: no lm_head.weight (speculators then slices the verifier's by t2d, which we do not)")
+        raise ValueError(f"{folder}: no lm_head.weight "
+                         "(speculators then slices the verifier's by t2d, which we do not)")
     if draft_vocab == V:
         state = with_identity_maps(state, V)
     target_hidden = config.get("target_hidden_size")
@@ -96,8 +97,9 @@ def read_eagle1(folder: Path, config: dict) -> EagleHead:
 
 def write(head: EagleHead, folder, dtype: torch.dtype = torch.bfloat16, embedding: torch.Tensor | None = None,
           verifier: str | None = None, speculative_tokens: int = 5) -> Path:
-    """An EAGLE-3 head (a P-EAGLE one: speculators' `peagle`) in speculators' layout. embedding: the target's (written as embed_tokens, which the
-    package needs when it cannot read the verifier by name); verifier: the target's name or path."""
+    """An EAGLE-3 head (a P-EAGLE one: speculators' `peagle`) in speculators' layout. embedding: the target's
+    (written as embed_tokens, which the package needs when it cannot read the verifier by name); verifier: the
+    target's name or path."""
     if not isinstance(head, Eagle3Head):
         raise ValueError("we write speculators' layout for EAGLE-3 heads (its EAGLE-1 format left speculators in 0.5)")
     c = head.config
@@ -108,8 +110,8 @@ def write(head: EagleHead, folder, dtype: torch.dtype = torch.bfloat16, embeddin
     ids = None if ids is None else [i + 1 for i in ids]
     kind = "eagle3" if c.pard_token is None else "peagle"
     config = {
-        "architectures": ["Eagle3Speculator" if kind == "eagle3" else "PEagleSpeculator"], "speculators_model_type": kind,
-        "speculators_version": VERSION,
+        "architectures": ["Eagle3Speculator" if kind == "eagle3" else "PEagleSpeculator"],
+        "speculators_model_type": kind, "speculators_version": VERSION,
         "speculators_config": {
             "algorithm": kind, "default_proposal_method": "greedy",
             "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens,

@@ -56,7 +56,9 @@ class EagleTrainConfig(LoopConfig):
 
 
 @torch.no_grad()
-def target_features(target, blocks: torch.Tensor, layers: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def target_features(
+    target, blocks: torch.Tensor, layers: tuple[int, ...]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """blocks [B, T] -> (hidden states at `layers` [B, T, L, H], last post-norm hidden [B, T, H], logits [B, T, V])."""
     out = target(input_ids=blocks, output_hidden_states=True)
     states = out.hidden_states
@@ -198,7 +200,8 @@ def train_head(target, heads: dict[str, EagleHead], data: dict[str, TokenData], 
 
     def evaluate(trained) -> dict:
         trained.eval()
-        rates = {name: accuracy(head, target, valid, 1, cfg.eval_depth, mask=valid_mask) for name, head in trained.items()}
+        rates = {name: accuracy(head, target, valid, 1, cfg.eval_depth, mask=valid_mask)
+                 for name, head in trained.items()}
         trained.train()
         return {f"{name}_valid": {"top1_target": [round(x, 4) for x in r["top1_target"]],
                                   "accept_sampled": [round(x, 4) for x in r["accept_sampled"]]}

@@ -71,7 +71,8 @@ def dynamic_tree(read: Reader, root_logits: torch.Tensor, top_k: int, depth: int
         tokens.append(child.flatten(1))
         scores.append(cumulative)
         levels.append(torch.full((cumulative.shape[1],), d))
-        pick = cumulative.sum(0).topk(min(top_k, cumulative.shape[1])).indices.sort().values.cpu()  # by the batch's summed score
+        # by the batch's summed score
+        pick = cumulative.sum(0).topk(min(top_k, cumulative.shape[1])).indices.sort().values.cpu()
         beam, beam_parents = count + pick, parents[-1][pick]
         token, score = tokens[-1][:, pick], cumulative[:, pick]
         count += cumulative.shape[1]

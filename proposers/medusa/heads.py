@@ -59,7 +59,8 @@ class MedusaHeads(nn.Module):
         self.blocks = nn.ModuleList(
             nn.Sequential(*(ResidualBlock(H) for _ in range(config.num_blocks))) for _ in range(config.num_heads)
         )
-        self.lm_heads = nn.ModuleList(nn.Linear(H, V, bias=False) for _ in range(config.num_heads if config.own_lm_heads else 0))
+        self.lm_heads = nn.ModuleList(nn.Linear(H, V, bias=False)
+                                      for _ in range(config.num_heads if config.own_lm_heads else 0))
 
     def forward(self, hidden: torch.Tensor, lm_head: nn.Module | None = None) -> torch.Tensor:
         """hidden [..., H] -> logits [..., K, V]; lm_head: the target's, which "version 2" heads read through."""
@@ -111,7 +112,8 @@ def heads_folder(path: str | Path) -> Path:
 
 def load_choices(path: str | Path) -> list[tuple[int, ...]]:
     """The tree searched for these heads (saved beside them by the training run)."""
-    return position_tree.load_choices(heads_folder(path), TREE_FILE, "python -m experiments.train experiment=zoo_medusa")
+    return position_tree.load_choices(heads_folder(path), TREE_FILE,
+                                      "python -m experiments.train experiment=zoo_medusa")
 
 
 def random_heads(hidden_size: int, vocab_size: int, num_heads: int = 4, num_blocks: int = 1, seed: int = 0,

@@ -55,19 +55,22 @@ class MedusaProposer:
             raise ValueError(f"kind must be point, iid or wor, got {kind!r}")
         self.published = choices == "auto" and "choices" not in heads.searched  # nothing measured for these heads
         if self.published:
-            warnings.warn(f"no tree measured for these Medusa heads (no medusa_tree.json beside them): {SOURCE}. A tree "
-                          "measured for them on this target decodes faster: python -m experiments.search_tree target.path=T "
-                          "head=H writes one beside them; proposer.choices overrides", stacklevel=2)
+            warnings.warn(f"no tree measured for these Medusa heads (no medusa_tree.json beside them): {SOURCE}. "
+                          "A tree measured for them on this target decodes faster: "
+                          "python -m experiments.search_tree target.path=T head=H writes one beside them; "
+                          "proposer.choices overrides", stacklevel=2)
             choices = published_choices(heads.config.num_heads)
         elif choices == "auto":
             choices = heads.searched["choices"]
-        choices = [tuple(c) for c in choices] if choices is not None else [(0,) * d for d in range(1, heads.config.num_heads + 1)]
+        choices = ([tuple(c) for c in choices] if choices is not None
+                   else [(0,) * d for d in range(1, heads.config.num_heads + 1)])
         if not choices:
             raise ValueError("Medusa needs a tree of at least one node: choices is empty")
         self.shape = TreeShape.from_choices(choices)
         self.depth = self.shape.depth  # [N], 1-based
         if int(self.depth.max()) > heads.config.num_heads:
-            raise ValueError(f"the tree is {int(self.depth.max())} deep but there are only {heads.config.num_heads} heads")
+            raise ValueError(f"the tree is {int(self.depth.max())} deep "
+                             f"but there are only {heads.config.num_heads} heads")
         self.heads, self.kind, self.sampling = heads.eval(), kind, sampling
         self.ranks = int(self.shape.ranks.max()) + 1
 
@@ -77,13 +80,15 @@ class MedusaProposer:
         if self.ranks > target.vocab_size:
             raise ValueError(f"the tree takes rank {self.ranks - 1} but the vocabulary has {target.vocab_size} tokens")
         self.heads.to(device=target.device, dtype=target.dtype)
-        self.lm_head = ReturnsTo(target.lm.model.get_output_embeddings(), target.device)  # "version 2" heads read through it
+        # "version 2" heads read through it
+        self.lm_head = ReturnsTo(target.lm.model.get_output_embeddings(), target.device)
 
     @torch.no_grad()
     def propose(self, state: DecodeState) -> CandidateTree:
         if state.target_hidden is None:
             raise ValueError("Medusa needs the target's last hidden state: the target did not return it")
-        shape = self.shape if state.plan.depth is None else self.shape.prefix(int((self.depth <= state.plan.depth).sum()))
+        shape = (self.shape if state.plan.depth is None
+                 else self.shape.prefix(int((self.depth <= state.plan.depth).sum())))
         if shape.num_nodes == 0:  # a plain step: no head is read
             return CandidateTree.empty(state.root.shape[0], state.root.device)
         logits = self.heads(state.target_hidden[:, -1], self.lm_head)  # [B, K, V]

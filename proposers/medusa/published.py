@@ -33,7 +33,8 @@ def heads_from_state(state: dict[str, torch.Tensor], config: dict, where: Path) 
     for key, value in state.items():
         match = KEY.fullmatch(key)
         if match is None:
-            raise ValueError(f"{where}: {key!r} is not a Medusa head key ({{k}}.{{j}}.linear.weight/bias, {{k}}.{{L}}.weight)")
+            raise ValueError(f"{where}: {key!r} is not a Medusa head key "
+                             "({k}.{j}.linear.weight/bias, {k}.{L}.weight)")
         parsed[int(match[1]), int(match[2]), match[3]] = value
     count = len({k for k, _, _ in parsed})
     layers = len({j for _, j, kind in parsed if kind.startswith("linear")})
@@ -43,7 +44,8 @@ def heads_from_state(state: dict[str, torch.Tensor], config: dict, where: Path) 
         raise ValueError(f"{where}: a version 2 config, but the file holds per-head lm_heads")
     stated = config.get("medusa_num_heads")
     if stated is not None and stated != count:
-        warnings.warn(f"{where}: config says {stated} Medusa heads, the weights hold {count}; using {count}", stacklevel=3)
+        warnings.warn(f"{where}: config says {stated} Medusa heads, the weights hold {count}; using {count}",
+                      stacklevel=3)
     block = next(v for (k, j, kind), v in parsed.items() if kind == "linear.weight")
     hidden = block.shape[1]
     vocab = next(iter(outputs.values())).shape[0] if own else None

@@ -113,7 +113,8 @@ def accuracy(heads: MedusaHeads, target, windows: torch.Tensor, ranks: int, bf16
             hits_target[k] += (ranked[..., :ranks] == greedy[..., None]).double().sum(0).cpu()
             hits_corpus[k, 0] += (ranked[..., 0] == truth).double().sum().cpu()
             hits_corpus[k, 1] += (ranked[..., :5] == truth[..., None]).any(-1).double().sum().cpu()
-            sampled[k] += acceptance(head_logits.log_softmax(-1)[kept], target_logits.log_softmax(-1)[kept]).double().sum().cpu()
+            sampled[k] += acceptance(head_logits.log_softmax(-1)[kept],
+                                     target_logits.log_softmax(-1)[kept]).double().sum().cpu()
             count[k] += truth.numel()
     count = count.clamp_min(1)
     return {"accept": (hits_target / count[:, None]).tolist(), "accept_sampled": (sampled / count).tolist(),
@@ -136,7 +137,8 @@ def train_heads(target, data: dict[str, TokenData], out_dir: str | Path,
     valid, _ = data["valid"].fixed(cfg.block_size, cfg.eval_tokens)
 
     def evaluate(trained) -> dict:
-        return {"valid_top1_target": {name: [round(x, 4) for x in accuracy(h, target, valid.to(device), 1, cfg.bf16)["top1_target"]]
+        return {"valid_top1_target": {name: [round(x, 4)
+                                             for x in accuracy(h, target, valid.to(device), 1, cfg.bf16)["top1_target"]]
                                       for name, h in trained.items()}}
 
     if not train(objective, data["train"], out_dir, cfg, evaluate, name="medusa heads"):

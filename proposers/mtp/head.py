@@ -123,7 +123,8 @@ class MtpHead(nn.Module):
         want = {"model type": c.model_type, "hidden size": c.hidden_size, "vocabulary": c.vocab_size,
                 "layer count": c.target_num_layers}
         have = {"model type": model.config.model_type, "hidden size": model.config.hidden_size,
-                "vocabulary": model.get_output_embeddings().weight.shape[0], "layer count": model.config.num_hidden_layers}
+                "vocabulary": model.get_output_embeddings().weight.shape[0],
+                "layer count": model.config.num_hidden_layers}
         differ = [f"{k} {want[k]} (this target: {have[k]})" for k in want if want[k] != have[k]]
         if differ:
             raise ValueError("this MTP head was made for a target with " + ", ".join(differ))

@@ -11,7 +11,7 @@ Only the MTP tensors are read (a full model's other tensors never leave the disk
 the other published readers read them, proposers/common/head_files.py). Routed experts stored one key
 per expert are merged as transformers' own conversion for the model type merges them (stacked per expert,
 gate and up side by side), since the block is transformers' class.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -147,6 +147,7 @@ def write_speculators(head: MtpHead, folder: str | Path, dtype: torch.dtype = to
         "transformer_layer_config": head.target_config.to_dict(),
         "num_nextn_predict_layers": head.config.num_modules,
         "speculators_config": {"algorithm": "mtp", "default_proposal_method": "greedy",
-                               "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens}],
+                               "proposal_methods": [{"proposal_type": "greedy",
+                                                     "speculative_tokens": speculative_tokens}],
                                "verifier": {"name_or_path": None, "architectures": head.target_config.architectures}}},
         state)

@@ -88,7 +88,8 @@ class LookaheadProposer(TextProposer):
         """logits [B, levels * W, V]: the top level's outputs become the next level."""
         B, levels, W = self.levels.shape
         new = logits[:, (levels - 1) * W :].argmax(-1).cpu()  # [B, W]
-        if levels == self.N - 1:  # full window: every column closes an n-gram (pooled left to right), the oldest level goes
+        # full window: every column closes an n-gram (pooled left to right), the oldest level goes
+        if levels == self.N - 1:
             self.pool.remember(torch.cat([self.levels, new[:, None]], dim=1).transpose(1, 2))  # [B, W, N]
             self.levels = self.levels[:, 1:]
         self.levels = torch.cat([self.levels, new[:, None]], dim=1)
@@ -96,7 +97,8 @@ class LookaheadProposer(TextProposer):
     def join(self, other: LookaheadProposer) -> None:
         super().join(other)
         levels = min(self.levels.shape[1], other.levels.shape[1])  # the window is a guess: the newest levels stay
-        self.levels = torch.cat([self.levels[:, self.levels.shape[1] - levels:], other.levels[:, other.levels.shape[1] - levels:]])
+        self.levels = torch.cat([self.levels[:, self.levels.shape[1] - levels:],
+                                 other.levels[:, other.levels.shape[1] - levels:]])
         self.pool.join(other.pool)
 
     def select(self, rows: torch.Tensor) -> None:

@@ -44,7 +44,8 @@ def batched_continuations(tokens: torch.Tensor, lengths: torch.Tensor, min_ngram
         return WeightedPaths(torch.full((B, max_matches, length), -1, dtype=torch.long),
                              torch.zeros(B, max_matches, dtype=torch.float64))
     follow, weight = torch.cat(follows, dim=1), torch.cat(weights, dim=1).double()  # [B, K, length], [B, K]
-    chosen, pick, has = first_distinct(follow, weight > 0, max_matches)  # [B, max_matches, length], [B, max_matches] x 2
+    # [B, max_matches, length], [B, max_matches] x 2
+    chosen, pick, has = first_distinct(follow, weight > 0, max_matches)
     return WeightedPaths(chosen, torch.where(has, weight.gather(1, pick), 0.0))
 
 
@@ -71,5 +72,6 @@ def continuations(sequence: Sequence[int], min_ngram: int, max_ngram: int, lengt
     """One sequence's (continuation, n) pairs, as batched_continuations finds them."""
     tokens = torch.tensor([list(sequence)], dtype=torch.long).reshape(1, -1)
     found = batched_continuations(tokens, torch.tensor([tokens.shape[1]]), min_ngram, max_ngram, length, max_matches)
-    return [(tuple(t for t in path if t >= 0), int(w)) for path, w in zip(found.tokens[0].tolist(), found.weights[0].tolist())
+    return [(tuple(t for t in path if t >= 0), int(w))
+            for path, w in zip(found.tokens[0].tolist(), found.weights[0].tolist())
             if w > 0]

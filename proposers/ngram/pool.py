@@ -28,7 +28,8 @@ class NgramPool:
             self.compact()
 
     def newest_tails(self, first: torch.Tensor) -> torch.Tensor:
-        """first [B] -> [B, keep, N-1]: the newest distinct tails of each row's n-grams that start with it, -1 padded."""
+        """first [B] -> [B, keep, N-1]: the newest distinct tails of each row's n-grams that start with it,
+        -1 padded."""
         B, T, N = self.grams.shape
         if T == 0:
             return torch.full((B, self.keep, N - 1), -1, dtype=torch.long)
@@ -36,7 +37,8 @@ class NgramPool:
         return first_distinct(newest[:, :, 1:], newest[:, :, 0] == first[:, None], self.keep)[0]
 
     def compact(self) -> None:
-        """Keep per row and first token the `keep` newest distinct n-grams (in their order): nothing else can be asked for."""
+        """Keep per row and first token the `keep` newest distinct n-grams (in their order): nothing else can be
+        asked for."""
         B, T, N = self.grams.shape
         if T == 0:
             return
@@ -44,7 +46,8 @@ class NgramPool:
         when = torch.arange(T).repeat(B)
         flat = self.grams.reshape(B * T, N)
         _, gram_id = torch.unique(torch.cat([row[:, None], flat], dim=1), dim=0, return_inverse=True)
-        newest_copy = torch.full((int(gram_id.max()) + 1,), -1, dtype=torch.long).scatter_reduce(0, gram_id, when, "amax")
+        newest_copy = torch.full((int(gram_id.max()) + 1,), -1, dtype=torch.long).scatter_reduce(
+            0, gram_id, when, "amax")
         distinct = (when == newest_copy[gram_id]) & (flat[:, 0] >= 0)
         _, first_id = torch.unique(torch.stack([row, flat[:, 0]], dim=1), dim=0, return_inverse=True)
         order = torch.from_numpy(lexsort(first_id.numpy(), -when.numpy()))  # per (row, first token): newest first

@@ -33,5 +33,6 @@ class PromptLookupProposer(TextProposer):
         if not state.plan.drafts:
             return self.plain_step(state.root)
         tokens, lengths = self.history.contexts(state.root)
-        paths = batched_continuations(tokens, lengths, self.min_ngram, self.max_ngram, self.num_tokens, self.max_matches)
+        paths = batched_continuations(tokens, lengths, self.min_ngram, self.max_ngram, self.num_tokens,
+                                      self.max_matches)
         return tree_from_paths(paths, self.budget, state.root.device, depth=state.plan.depth)

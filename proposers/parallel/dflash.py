@@ -54,7 +54,8 @@ class DFlashConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "target_layer_ids", tuple(int(i) for i in self.target_layer_ids))
         if self.block_size < 2:
-            raise ValueError(f"block_size must be >= 2 (the root and at least one drafted position), got {self.block_size}")
+            raise ValueError(f"block_size must be >= 2 (the root and at least one drafted position), "
+                             f"got {self.block_size}")
         if not self.target_layer_ids:
             raise ValueError("DFlash reads at least one target layer: target_layer_ids is empty")
         bad = [i for i in self.target_layer_ids if not 0 <= i < self.target_num_layers]
@@ -71,13 +72,16 @@ class DFlashConfig:
     def layer_config(self) -> LlamaConfig:
         return LlamaConfig(
             vocab_size=self.vocab_size, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
-            num_hidden_layers=self.num_layers, num_attention_heads=self.num_heads, num_key_value_heads=self.num_kv_heads,
+            num_hidden_layers=self.num_layers, num_attention_heads=self.num_heads,
+            num_key_value_heads=self.num_kv_heads,
             head_dim=self.head_dim or self.hidden_size // self.num_heads, rms_norm_eps=self.rms_norm_eps,
-            max_position_embeddings=self.max_positions, rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta})
+            max_position_embeddings=self.max_positions,
+            rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta})
 
 
 def spread_layers(target_num_layers: int, count: int = 3) -> tuple[int, ...]:
-    """`count` output-of-layer ids spread evenly from layer 1 to L - 3 (z-lab's published choice: 1, 13, ..., 49 of 52)."""
+    """`count` output-of-layer ids spread evenly from layer 1 to L - 3 (z-lab's published choice:
+    1, 13, ..., 49 of 52)."""
     low, high = min(1, target_num_layers - 1), max(min(1, target_num_layers - 1), target_num_layers - 3)
     if count == 1:
         return (target_num_layers // 2,)
@@ -198,14 +202,18 @@ def read(folder: Path, config: dict) -> DFlashDrafter:
     rope = config.get("rope_parameters") or {}
     missing = [k for k in ("block_size", "target_layer_ids") if k not in d]
     if missing or "num_target_layers" not in config:
-        raise ValueError(f"{folder}/config.json lacks dflash_config {missing} or num_target_layers: not a DFlash drafter")
+        raise ValueError(f"{folder}/config.json lacks dflash_config {missing} or num_target_layers: "
+                         "not a DFlash drafter")
     drafter = DFlashDrafter(DFlashConfig(
-        hidden_size=config["hidden_size"], vocab_size=config["vocab_size"], target_num_layers=config["num_target_layers"],
+        hidden_size=config["hidden_size"], vocab_size=config["vocab_size"],
+        target_num_layers=config["num_target_layers"],
         target_layer_ids=tuple(d["target_layer_ids"]), block_size=d["block_size"],
         mask_token_id=d.get("mask_token_id", 0), num_layers=config["num_hidden_layers"],
-        num_heads=config["num_attention_heads"], num_kv_heads=config.get("num_key_value_heads", config["num_attention_heads"]),
+        num_heads=config["num_attention_heads"],
+        num_kv_heads=config.get("num_key_value_heads", config["num_attention_heads"]),
         head_dim=config.get("head_dim"), intermediate_size=config["intermediate_size"],
-        rms_norm_eps=config.get("rms_norm_eps", 1e-6), rope_theta=rope.get("rope_theta", config.get("rope_theta", 10000.0)),
+        rms_norm_eps=config.get("rms_norm_eps", 1e-6),
+        rope_theta=rope.get("rope_theta", config.get("rope_theta", 10000.0)),
         max_positions=config.get("max_position_embeddings", 4096)))
     state = load_file(folder / WEIGHTS_FILE)
     expected = set(drafter.state_dict())
@@ -219,10 +227,12 @@ def read(folder: Path, config: dict) -> DFlashDrafter:
 
 def random_dflash(hidden_size: int, vocab_size: int, target_num_layers: int, target_layer_ids=None, block_size: int = 4,
                   mask_token_id: int | None = None, num_layers: int = 1, num_heads: int = 2, num_kv_heads: int = 1,
-                  intermediate_size: int = 32, seed: int = 0, scale: float = 1.0, dtype: str = "float32") -> DFlashDrafter:
+                  intermediate_size: int = 32, seed: int = 0, scale: float = 1.0,
+                  dtype: str = "float32") -> DFlashDrafter:
     """A random-weight drafter for the tiny targets of tests and configs (weights ~ N(0, scale^2 / fan_in))."""
     sizes_stated(hidden_size=hidden_size, vocab_size=vocab_size, target_num_layers=target_num_layers)
-    layers = tuple(target_layer_ids) if target_layer_ids is not None else spread_layers(target_num_layers, min(3, target_num_layers))
+    layers = (tuple(target_layer_ids) if target_layer_ids is not None
+              else spread_layers(target_num_layers, min(3, target_num_layers)))
     mask_token_id = vocab_size - 1 if mask_token_id is None else mask_token_id  # token 0 is often a zero padding row
     config = DFlashConfig(hidden_size, vocab_size, target_num_layers, layers, block_size, mask_token_id, num_layers,
                           num_heads, num_kv_heads, intermediate_size=intermediate_size)

@@ -43,7 +43,8 @@ class DFlashProposer:
         if kind not in ("point", "iid", "wor"):
             raise ValueError(f"kind must be point, iid or wor, got {kind!r}")
         if depth is not None and not 1 <= depth <= drafter.drafts:
-            raise ValueError(f"depth must lie in 1..{drafter.drafts} (the drafter's block of {drafter.config.block_size}), got {depth}")
+            raise ValueError(f"depth must lie in 1..{drafter.drafts} "
+                             f"(the drafter's block of {drafter.config.block_size}), got {depth}")
         self.drafter, self.kind, self.sampling = drafter.eval(), kind, sampling
         self.shape = shape_of(choices, depth or drafter.drafts)
         self.hidden_layers = drafter.config.hidden_layers
@@ -63,7 +64,8 @@ class DFlashProposer:
     @torch.no_grad()
     def propose(self, state: DecodeState) -> CandidateTree:
         if state.committed_hidden is None:
-            raise ValueError("DFlash needs the target's hidden states of the committed positions: the target did not return them")
+            raise ValueError("DFlash needs the target's hidden states of the committed positions: "
+                             "the target did not return them")
         committed = (state.committed_hidden, state.root[:, None].expand(-1, state.committed_hidden.shape[1]),
                      state.committed_count.to(self.cache.length.device))
         shape = within(self.shape, state.plan.depth)
@@ -83,9 +85,11 @@ class DFlashProposer:
         block = torch.cat([root[:, None], torch.full((B, drafts), c.mask_token_id, device=root.device)], dim=1)
         device = self.cache.length.device
         slots = torch.arange(A, device=device)
-        positions = torch.cat([self.cache.positions(slots), (self.cache.length + count)[:, None] + torch.arange(M, device=device)], dim=1)
+        positions = torch.cat([self.cache.positions(slots),
+                               (self.cache.length + count)[:, None] + torch.arange(M, device=device)], dim=1)
         new_context = slots[None, :] < count[:, None]  # [B, A]: holes of rows that committed fewer
-        sees = torch.cat([self.cache.valid, new_context, torch.ones(B, M, dtype=torch.bool, device=device)], dim=1)  # [B, S]
+        sees = torch.cat([self.cache.valid, new_context, torch.ones(B, M, dtype=torch.bool, device=device)],
+                         dim=1)  # [B, S]
         out = self.drafter(self.embed(block.to(device)), self.drafter.context(hidden),
                            positions, sees[:, None, None, :].expand(B, 1, M, -1), self.cache.cache)
         self.cache.keep(slots.expand(B, A), count)  # the context rows stay; the block's are dropped

@@ -56,17 +56,20 @@ class ParallelDraftProposer:
             raise ValueError(f"depth must be >= 1, got {depth}")
         mask_token = getattr(draft.config, "pard_token", None) if mask_token is None else mask_token
         if mask_token is None:
-            raise ValueError("PARD needs the draft's mask token: give mask_token= or a draft whose config has pard_token "
-                             "(train one with `python -m experiments.train experiment=zoo_pard`)")
-        self.shape, self.kind, self.sampling, self.mask_token = shape_of(choices, depth), kind, sampling, int(mask_token)
+            raise ValueError("PARD needs the draft's mask token: give mask_token= or a draft whose config has "
+                             "pard_token (train one with `python -m experiments.train experiment=zoo_pard`)")
+        self.shape, self.kind, self.sampling, self.mask_token = (
+            shape_of(choices, depth), kind, sampling, int(mask_token))
         self.lm = CachedLM(draft, tree_backend=None)  # per-row masks: the dense path
-        self.lead = (torch.zeros(0, 0, dtype=torch.long), torch.zeros(0, dtype=torch.long))  # tokens not yet read, per row
+        # tokens not yet read, per row
+        self.lead = (torch.zeros(0, 0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
         self.forwards = 0
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
         rows, V = self.lm.vocab_size, target.vocab_size
         if rows < V:
-            raise ValueError(f"draft vocabulary ({rows}) is smaller than the target's ({V}): a PARD draft predicts the target's tokens")
+            raise ValueError(f"draft vocabulary ({rows}) is smaller than the target's ({V}): "
+                             "a PARD draft predicts the target's tokens")
         if not 0 <= self.mask_token < rows:
             raise ValueError(f"mask token {self.mask_token} is not a row of the draft's vocabulary (0..{rows - 1})")
         self.lm.run_beside(target)
@@ -102,7 +105,8 @@ class ParallelDraftProposer:
         block = torch.arange(depth, device=device)
         offsets = torch.cat([torch.arange(L, device=device).expand(B, L), count[:, None] + block], dim=1)  # [B, M]
         out = self.lm.forward(tokens, offsets, ragged_then_block(count, L, depth), logits_rows=L + block)
-        kept = torch.where(torch.arange(L + 1, device=device)[None, :] < count[:, None], torch.arange(L + 1, device=device), L)
+        kept = torch.where(torch.arange(L + 1, device=device)[None, :] < count[:, None],
+                           torch.arange(L + 1, device=device), L)
         self.lm.keep(kept, count + 1)  # the unread tokens and the root; the masks' KV is dropped
         self.lead = (lead[:, :0], torch.zeros_like(count))
         self.forwards += 1

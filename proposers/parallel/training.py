@@ -13,7 +13,7 @@ the frozen target's law at the position that predicts the same token, with any d
 | DFlash | none: context keys only (fc of target features) | [x_a, mask...] at a..a+K, sees context < a, whole block | x[a+j], j >= 1 |
 | PARD | every position t (predicts x[t+1]: depth 1) | masks at a+1..a+K-1, see tokens <= a, causal | x[a+1+j] |
 | P-EAGLE | every position t (reads x[t+1], g_t; predicts x[t+2]) | masks (pard_token, fc(mask_hidden)) at a+1.., see <= a, causal | x[a+2+j] |
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -133,8 +133,8 @@ class ParallelObjective(nn.Module):
                 count[j] += q.shape[0]
         count = count.clamp_min(1)
         accept = hits / count[:, None]
-        return {"accept": accept.tolist(), "top1_target": accept[:, 0].tolist(), "accept_sampled": (sampled / count).tolist(),
-                "positions": count.tolist()}
+        return {"accept": accept.tolist(), "top1_target": accept[:, 0].tolist(),
+                "accept_sampled": (sampled / count).tolist(), "positions": count.tolist()}
 
 
 class DFlashObjective(ParallelObjective):
@@ -170,7 +170,8 @@ class PardObjective(ParallelObjective):
         super().__init__(target, drafters, cfg)
         tokens = {getattr(d.config, "pard_token", None) for d in drafters.values()}
         if len(tokens) != 1 or None in tokens:
-            raise ValueError("a PARD draft names its mask token in its config (pard_token): see experiments/train_parallel.py")
+            raise ValueError("a PARD draft names its mask token in its config (pard_token): "
+                             "see experiments/train_parallel.py")
         self.mask_token = tokens.pop()
 
     def anchor_range(self, T):
@@ -187,9 +188,11 @@ class PardObjective(ParallelObjective):
         tokens = torch.cat([ids, torch.full_like(at, self.mask_token)], dim=1)
         positions = torch.cat([torch.arange(T, device=ids.device).expand(b, T), at], dim=1)
         attention = with_sequence(T, block_attention(T, anchors, width, sees_anchor=True, causal=True))
-        logp = draft(input_ids=tokens, position_ids=positions, attention_mask=attention).logits[..., :V].float().log_softmax(-1)
+        logp = draft(input_ids=tokens, position_ids=positions,
+                     attention_mask=attention).logits[..., :V].float().log_softmax(-1)
         sequence = torch.arange(T - 1, device=ids.device).expand(b, -1)
-        out = depth_pairs(logp[:, : T - 1], target_logp, ids, mask, sequence, torch.zeros(T - 1, dtype=torch.long), first=0, shift=0)
+        out = depth_pairs(logp[:, : T - 1], target_logp, ids, mask, sequence, torch.zeros(T - 1, dtype=torch.long),
+                          first=0, shift=0)
         if width:
             out += depth_pairs(logp[:, T:], target_logp, ids, mask, at, offset, first=1, shift=0)
         return out
@@ -204,7 +207,8 @@ class PEagleObjective(ParallelObjective):
     @torch.no_grad()
     def teacher(self, ids):
         first = next(iter(self.drafters.values()))
-        features, _, logits = target_features(self.target, ids, first.config.layers_for(self.target.config.num_hidden_layers))
+        features, _, logits = target_features(self.target, ids,
+                                              first.config.layers_for(self.target.config.num_hidden_layers))
         return features, logits
 
     def pairs(self, head: EagleHead, ids, mask, anchors, teacher):
@@ -226,7 +230,8 @@ class PEagleObjective(ParallelObjective):
         out = depth_pairs(logp[:, : n - 1], target_logp, ids, mask, sequence, torch.zeros(n - 1, dtype=torch.long),
                           first=0, shift=1, label_shift=2, target_ids=draft)
         if width:
-            out += depth_pairs(logp[:, n:], target_logp, ids, mask, at, offset, first=1, shift=1, label_shift=2, target_ids=draft)
+            out += depth_pairs(logp[:, n:], target_logp, ids, mask, at, offset, first=1, shift=1, label_shift=2,
+                               target_ids=draft)
         return out
 
 
@@ -243,7 +248,8 @@ def depth_pairs(logp, target_logp, ids, mask, at, offset, first: int, shift: int
         q = logp[:, cols][kept]
         p = gather_rows(target_logp, where + shift)[kept]
         labels = ids.gather(1, where + label_shift)[kept]
-        if target_ids is not None:  # a label outside the draft vocabulary scores as its nearest id: only CE reads labels
+        # a label outside the draft vocabulary scores as its nearest id: only CE reads labels
+        if target_ids is not None:
             labels = torch.searchsorted(target_ids, labels).clamp_max(target_ids.numel() - 1)
         out.append((q, p, labels))
     return out

@@ -92,7 +92,8 @@ class Datastore:
         tokens, lengths = tokens.cpu().numpy(), lengths.cpu().numpy()
         B, span = tokens.shape[0], np.arange(max_len)
         rows = np.arange(B)[:, None]
-        context = tokens[rows, np.clip(lengths[:, None] - max_len + span, 0, max(tokens.shape[1] - 1, 0))]  # the last tokens
+        # the last tokens
+        context = tokens[rows, np.clip(lengths[:, None] - max_len + span, 0, max(tokens.shape[1] - 1, 0))]
         available = np.minimum(lengths, max_len)
 
         def pattern(m: np.ndarray) -> np.ndarray:  # [B, max_len]: each row's last m tokens first
@@ -114,8 +115,8 @@ class Datastore:
         lo, hi = index.bounds(pattern(low), low), index.bounds(pattern(low), low, upper=True)
         return np.where(found, low, 0), np.where(found, lo, 0), np.where(found, hi, 0)
 
-    def batched_continuations(self, tokens: torch.Tensor, lengths: torch.Tensor, num_tokens: int, max_matches: int = 256,
-                              max_len: int = 16, min_len: int = 1) -> WeightedPaths:
+    def batched_continuations(self, tokens: torch.Tensor, lengths: torch.Tensor, num_tokens: int,
+                              max_matches: int = 256, max_len: int = 16, min_len: int = 1) -> WeightedPaths:
         """Per row: what followed up to max_matches occurrences of its longest match (up to num_tokens tokens each,
         weight 1 per occurrence read: [B, M <= max_matches, num_tokens], -1 padded)."""
         length, lo, hi = self.longest_matches(tokens, lengths, max_len, min_len)
@@ -140,7 +141,8 @@ class Datastore:
                       max_len: int = 16, min_len: int = 1) -> Counter:
         """(up to num_tokens tokens after an occurrence of the longest match) -> occurrences read."""
         found = self.batched_continuations(*one_row(context), num_tokens, max_matches, max_len, min_len)
-        return Counter(tuple(t for t in path if t >= 0) for path, w in zip(found.tokens[0].tolist(), found.weights[0].tolist()) if w)
+        return Counter(tuple(t for t in path if t >= 0)
+                       for path, w in zip(found.tokens[0].tolist(), found.weights[0].tolist()) if w)
 
     def for_model(self, model) -> "Datastore":
         """This datastore, after checking that it fits the model (tokenizer and vocabulary)."""
@@ -153,7 +155,8 @@ class Datastore:
                                  "has none (no tokenizer.json beside its checkpoint); use Datastore.from_token_ids")
             if tokenizer_fingerprint(tokenizer) != self.fingerprint:
                 raise ValueError(f"the REST datastore from {self.source!r} was built with another tokenizer "
-                                 f"({self.fingerprint[:16]}) than the target's ({tokenizer_fingerprint(tokenizer)[:16]})")
+                                 f"({self.fingerprint[:16]}) than the target's "
+                                 f"({tokenizer_fingerprint(tokenizer)[:16]})")
         vocab = model.get_output_embeddings().weight.shape[0]
         if self.vocab_size > vocab:
             raise ValueError(f"the REST datastore from {self.source!r} has a vocabulary of {self.vocab_size} tokens, "
@@ -233,7 +236,8 @@ def build_datastore(source: str, tokenizer, cache_dir: str | Path | None = None,
             if meta["fingerprint"] != fingerprint:
                 raise ValueError(
                     f"the REST datastore in {folder} was built with another tokenizer ({meta['tokenizer']}, "
-                    f"sha256 {meta['fingerprint'][:16]}) than this one ({getattr(tokenizer, 'name_or_path', '?')}, sha256 "
+                    f"sha256 {meta['fingerprint'][:16]}) than this one "
+                    f"({getattr(tokenizer, 'name_or_path', '?')}, sha256 "
                     f"{fingerprint[:16]}); delete that folder or pass rebuild=true (proposer.datastore.rebuild=true) "
                     "to rebuild it for this tokenizer, or give another cache_dir to keep both")
             return Datastore.load(folder, meta)
@@ -248,7 +252,8 @@ def build_datastore(source: str, tokenizer, cache_dir: str | Path | None = None,
     store = Datastore(tokens, suffixes.astype(np.int32), len(tokenizer), fingerprint, settings["source"])
     meta = {"format": FORMAT, "settings": settings, "stamp": text.stamp, "fingerprint": fingerprint,
             "tokenizer": getattr(tokenizer, "name_or_path", "?"), "vocab_size": len(tokenizer),
-            "num_tokens": store.num_tokens, "num_documents": documents, "build_s": round(time.perf_counter() - start, 1)}
+            "num_tokens": store.num_tokens, "num_documents": documents,
+            "build_s": round(time.perf_counter() - start, 1)}
     publish(store, meta, folder)
     return store
 

@@ -53,7 +53,8 @@ class SelfSpeculationProposer(DraftModelProposer):
                                  "hybrid targets)")
             lengths = prompt_lengths(input_ids)  # calibrated on the prompts (on the longest, when they differ)
             longest = int(lengths.argmax())
-            calibration = input_ids if not is_ragged(input_ids) else input_ids[longest:longest + 1, : int(lengths[longest])]
+            calibration = (input_ids if not is_ragged(input_ids)
+                           else input_ids[longest:longest + 1, : int(lengths[longest])])
             self.layers = self.view_layers(model, calibration)
             backend = target.lm.tree_backend
             views = _views.setdefault(model, {})
@@ -120,13 +121,16 @@ class LayerSkipProposer(SelfSpeculationProposer):
     def view_layers(self, model, prompt: torch.Tensor) -> tuple[int, ...]:
         total = len(decoder_stack(model).layers)
         if self.skip == "auto":
-            return self.chosen(model, f"skip/{self.gamma}", lambda: best_skip_set(Calibration(model, prompt, self.gamma)))
+            return self.chosen(model, f"skip/{self.gamma}",
+                               lambda: best_skip_set(Calibration(model, prompt, self.gamma)))
         unknown = sorted(i for i in self.skip if not 0 <= i < total)
         if unknown:
-            raise ValueError(f"skip names layers {unknown} that this {total}-layer target lacks (it has 0..{total - 1})")
+            raise ValueError(f"skip names layers {unknown} that this {total}-layer target lacks "
+                             f"(it has 0..{total - 1})")
         kept = tuple(i for i in range(total) if i not in set(self.skip))
         if not kept:
-            raise ValueError(f"skip names every one of the target's {total} layers: nothing would be left to draft with")
+            raise ValueError(f"skip names every one of the target's {total} layers: "
+                             "nothing would be left to draft with")
         if len(kept) == total:
             raise ValueError("skip names no layer: the view would be the target itself (proposer=self_draft)")
         return kept

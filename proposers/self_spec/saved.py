@@ -34,7 +34,8 @@ def saved_layers(model, key: str) -> tuple[int, ...] | None:
                          "layers: rerun python -m experiments.search_layers for it")
     layers = tuple(saved["choices"][key]["layers"])
     if not layers or len(layers) >= total or any(not 0 <= i < total for i in layers):
-        raise ValueError(f"{path}: {key} keeps layers {list(layers)}, not a proper subset of this target's 0..{total - 1}")
+        raise ValueError(f"{path}: {key} keeps layers {list(layers)}, "
+                         f"not a proper subset of this target's 0..{total - 1}")
     return layers
 
 

@@ -88,7 +88,8 @@ class SuffixCache:
 
     def save(self) -> None:
         files.save_torch({"fingerprint": self.fingerprint, "max_depth": self.trie.max_depth,
-                          "sequences": [torch.tensor(s, dtype=torch.int32) for s in self.sequences.values()]}, self.path)
+                          "sequences": [torch.tensor(s, dtype=torch.int32) for s in self.sequences.values()]},
+                         self.path)
 
     def _load(self) -> None:
         try:

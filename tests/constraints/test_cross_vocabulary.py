@@ -45,9 +45,10 @@ CASES = {
     "toy tokenizer, iid chain, T=1": LoopCase(dict(gamma=2, kind="iid"), depth=2, vocab=5, vocabulary=toy_vocabulary),
     "toy tokenizer, iid, T=0.7 top-3": LoopCase(dict(gamma=1, kind="iid"), depth=3, vocab=5, vocabulary=toy_vocabulary,
                                                 sampling=SamplingConfig(temperature=0.7, top_k=3)),
-    "toy tokenizer, wor siblings": LoopCase(dict(branching=2, depth=1, kind="wor"), depth=2, vocab=5, vocabulary=toy_vocabulary),
-    "toy tokenizer, point chain, greedy": LoopCase(dict(gamma=3, kind="point"), depth=4, vocab=5, vocabulary=toy_vocabulary,
-                                                   sampling=SamplingConfig(temperature=0)),
+    "toy tokenizer, wor siblings": LoopCase(dict(branching=2, depth=1, kind="wor"), depth=2, vocab=5,
+                                            vocabulary=toy_vocabulary),
+    "toy tokenizer, point chain, greedy": LoopCase(dict(gamma=3, kind="point"), depth=4, vocab=5,
+                                                   vocabulary=toy_vocabulary, sampling=SamplingConfig(temperature=0)),
     "padded draft embedding": LoopCase(dict(gamma=2, kind="iid"), depth=2, vocab=5,
                                        vocabulary=lambda: VocabularyMap.padded(5, 7)),
     "padded target embedding": LoopCase(dict(gamma=2, kind="iid"), depth=2, vocab=5,
@@ -137,6 +138,6 @@ def test_a_grammar_that_leaves_no_shared_token_leaves_the_draft_its_shared_ones(
     rejects them) rather than from an empty law."""
     target = tiny_random_model("llama", seed=9, vocab_size=5, **{**TOY, "dtype": "float32"})
     draft = tiny_random_model("llama", seed=1, vocab_size=6, **{**TOY, "dtype": "float32"})
-    out = generate(HFTarget(target), CrossVocabularyProposer(draft, toy_vocabulary(), gamma=2), torch.tensor([[0, 1]]), 6,
-                   SamplingConfig(), seed=0, constraint=OnlyAfterA())
+    out = generate(HFTarget(target), CrossVocabularyProposer(draft, toy_vocabulary(), gamma=2), torch.tensor([[0, 1]]),
+                   6, SamplingConfig(), seed=0, constraint=OnlyAfterA())
     assert out.tokens[0].tolist() == [2] * 6 and out.stats.steps[0].nodes > 0

@@ -151,5 +151,6 @@ def test_a_schema_the_engine_would_not_enforce_is_refused_before_decoding(schema
 
 def test_a_schema_given_as_text_is_read_once_as_the_object():
     text = '{"type": "object", "properties": {"n": {"type": "integer", "maximum": 9}}, "required": ["n"]}'
-    assert Grammar(json_schema=text).json_schema == {"type": "object", "properties": {"n": {"type": "integer",
-                                                                                             "maximum": 9}}, "required": ["n"]}
+    assert Grammar(json_schema=text).json_schema == {"type": "object",
+                                                     "properties": {"n": {"type": "integer", "maximum": 9}},
+                                                     "required": ["n"]}

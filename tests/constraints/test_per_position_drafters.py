@@ -28,8 +28,8 @@ def drafters(kind: str) -> dict:
         "dflash": lambda: DFlashProposer(random_dflash(H, V, 1, block_size=3, seed=0, scale=2.0, dtype="float64"),
                                          TREE, kind=kind),
         "pard": lambda: ParallelDraftProposer(random_pard(V, seed=1, dtype="float64"), TREE, kind=kind, depth=2),
-        "peagle": lambda: ParallelEagleProposer(random_head(H, V, 1, (0, 1), "eagle3", seed=0, scale=2.0, dtype="float64",
-                                                            pard_token=0), TREE, depth=2, kind=kind),
+        "peagle": lambda: ParallelEagleProposer(random_head(H, V, 1, (0, 1), "eagle3", seed=0, scale=2.0,
+                                                            dtype="float64", pard_token=0), TREE, depth=2, kind=kind),
     }
 
 
@@ -38,8 +38,10 @@ T07 = SamplingConfig(temperature=0.7)
 CASES = {f"{name} {kind}, {grammar}": LoopCase(proposer_factory=make, depth=3, grammar=GRAMMARS[grammar], vocab=V,
                                                 sampling=T07 if kind == "wor" else SamplingConfig())
          for kind in ("iid", "wor") for name, make in drafters(kind).items() for grammar in GRAMMARS}
-CASES |= {f"cross_vocab iid, {grammar}": LoopCase(dict(gamma=2, kind="iid"), depth=3, grammar=GRAMMARS[grammar], vocab=V,
-                                                   vocabulary=lambda: VocabularyMap.padded(target_size=V, draft_size=V + 2))
+CASES |= {f"cross_vocab iid, {grammar}": LoopCase(dict(gamma=2, kind="iid"), depth=3, grammar=GRAMMARS[grammar],
+                                                   vocab=V,
+                                                   vocabulary=lambda: VocabularyMap.padded(target_size=V,
+                                                                                           draft_size=V + 2))
           for grammar in GRAMMARS}
 
 

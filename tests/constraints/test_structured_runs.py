@@ -53,7 +53,8 @@ def test_the_schema_checker_names_what_is_wrong():
     assert schema_errors({**good, "extra": 1, "tags": ["x"] * 4}, schema) == ["$: extra extra", "$.tags: over 3 items"]
 
 
-@pytest.mark.parametrize("entry, config_name", [(run_check, "check"), (run_compare, "compare"), (run_first_token, "first_token")])
+@pytest.mark.parametrize("entry, config_name",
+                         [(run_check, "check"), (run_compare, "compare"), (run_first_token, "first_token")])
 def test_entry_points_whose_checks_know_no_grammar_refuse_one(entry, config_name, tmp_path):
     cfg = load("grammar=identifier_list", f"output_dir={tmp_path}", config_name=config_name)
     with pytest.raises(ValueError, match="takes no grammar"):

@@ -56,7 +56,8 @@ def test_a_prediction_sums_each_steps_parts_from_the_tables():
     assert side.target_s == pytest.approx(1.5) and side.verify_s == pytest.approx(0.03)
     scaled = simple_profile(target_scale={"pld": {"greedy": {1: 1.2}}})
     assert predict(scaled, "pld", "greedy", [0], [StepRecord(1, 2, 1, 0, side_rows=3)]).target_s == pytest.approx(1.8)
-    assert predict(scaled, "plain", "greedy", [0], [StepRecord(1, 0, 0, 0)]).target_s == pytest.approx(1.0)  # unmeasured: 1
+    # unmeasured: 1
+    assert predict(scaled, "plain", "greedy", [0], [StepRecord(1, 0, 0, 0)]).target_s == pytest.approx(1.0)
 
 
 def test_plain_decoding_drafts_nothing_and_an_unprofiled_method_is_named():
@@ -162,7 +163,8 @@ def test_a_projection_replaces_model_forwards_and_keeps_host_work_as_measured():
     assert modelled.draft_s("pld", "greedy", 1, 0) == pytest.approx(forward_s(H100, drafter, 1, 64, 1))  # its catch-up
     together = Projection(H100, EIGHT_B, {"pld": replace(drafter, parallel=True)}, draft_context=64).of(measured)
     assert together.draft_s("pld", "greedy", 1, 3) == pytest.approx(forward_s(H100, drafter, 1, 64, 3))
-    assert modelled.prefill_s("pld", 1, 100) == pytest.approx(forward_s(H100, EIGHT_B, 1, 0, 100) + forward_s(H100, drafter, 1, 0, 100))
+    assert modelled.prefill_s("pld", 1, 100) == pytest.approx(forward_s(H100, EIGHT_B, 1, 0, 100)
+                                                              + forward_s(H100, drafter, 1, 0, 100))
     with pytest.raises(ValueError, match="needs 'pld'"):
         Projection(H100, EIGHT_B, {}).of(measured)
 

@@ -117,7 +117,8 @@ def test_trim_leaves_drawn_children_alone():
     p = policy()
     p.planned = Plan(3)
     q = torch.full((1, 4, 5), 0.2)
-    iid = CandidateTree(torch.tensor([[1, 2, 3]]), torch.tensor([-1, 0, 1]), q, "iid", torch.tensor([[1e-4, 1e-5, 1e-6]]))
+    iid = CandidateTree(torch.tensor([[1, 2, 3]]), torch.tensor([-1, 0, 1]), q, "iid",
+                        torch.tensor([[1e-4, 1e-5, 1e-6]]))
     assert p.trim(iid) == (iid, None)  # pruning a drawn child by its own value is not exact
 
 
@@ -234,7 +235,8 @@ def empty_steps(p: GoodputPolicy, count: int, seconds=(0.0, 0.0, 0.0, 0.0)) -> l
         plans.append(p.plan())
         tree = point_tree(torch.zeros(1, 0))
         p.trim(tree)
-        p.observe(tree, Verification(torch.zeros(1, 1, dtype=torch.long), torch.tensor([0]), torch.zeros(1, 0, dtype=torch.long)),
+        p.observe(tree, Verification(torch.zeros(1, 1, dtype=torch.long), torch.tensor([0]),
+                                     torch.zeros(1, 0, dtype=torch.long)),
                   StepStats(torch.tensor([0]), *seconds, 0, drafted=torch.tensor([0])))  # as the engine says: no tree
     return plans
 

@@ -39,7 +39,8 @@ def load(*overrides: str):
         return compose(config_name="config", overrides=["models=tiny", "target.dtype=float64", *overrides])
 
 
-OWN_CLASS = {"mtp", "mtp_chain"}  # methods whose parts are layers of the target's own class: composed with the stack's target
+# methods whose parts are layers of the target's own class: composed with the stack's target
+OWN_CLASS = {"mtp", "mtp_chain"}
 
 
 @cache
@@ -72,7 +73,8 @@ def test_every_method_decodes_transformers_greedy(stack):
     want = transformers_greedy(stack, new_tokens)
     differ = {}
     for method in METHODS:
-        got = generate(HFTarget(model), instantiate(parts_of(method, stack))(), PROMPT, new_tokens, GREEDY).tokens[0].tolist()
+        got = generate(HFTarget(model), instantiate(parts_of(method, stack))(),
+                       PROMPT, new_tokens, GREEDY).tokens[0].tolist()
         if got != want:
             differ[method] = got
     own = instantiate(load(f"target=tiny_{stack}").target)  # the model's own attention over our dense masks
@@ -82,7 +84,8 @@ def test_every_method_decodes_transformers_greedy(stack):
     assert not differ, (want, differ)
 
 
-@pytest.mark.parametrize("stack", [pytest.param(s, marks=pytest.mark.slow) for s in ("mistral", "gemma3")] + ["gpt_oss"])
+@pytest.mark.parametrize("stack",
+                         [pytest.param(s, marks=pytest.mark.slow) for s in ("mistral", "gemma3")] + ["gpt_oss"])
 def test_sliding_window_targets_decode_far_past_their_window(stack):
     """Window 16, 200 new tokens: a draft tree on the tree attention (SDPA here) and EAGLE-3's dynamic tree on the
     model's own attention over our dense masks (a dict per layer type for Gemma-3 and GPT-OSS; additive for
@@ -97,7 +100,8 @@ def test_sliding_window_targets_decode_far_past_their_window(stack):
         assert got == want, (method, backend, next(i for i, (a, b) in enumerate(zip(got, want)) if a != b))
 
 
-@pytest.mark.slow  # the interpreter's kernel through a whole model; windows and sinks on the kernel: test_tree_attention
+# the interpreter's kernel through a whole model; windows and sinks on the kernel: test_tree_attention
+@pytest.mark.slow
 def test_sinks_and_windows_on_the_triton_kernel():
     """GPT-OSS (sinks, sliding and global layers) with EAGLE-3's trees on the kernel (its interpreter here)."""
     make = instantiate(load("target=tiny_gpt_oss", "proposer=eagle3").proposer)
@@ -122,7 +126,8 @@ def test_eagle3_default_layers_are_the_same_hidden_states_in_every_stack(stack):
     """A head with no layer ids reads hidden_states (2, L//2, L-3) (EAGLE's patched Llama; SpecForge's [1, L//2-1, L-4]
     in its output-of-layer ids): at L = 8, [2, 4, 5], as the stack's own forward numbers them."""
     model = instantiate(load(f"target=tiny_{stack}", "target.num_layers=8").target)
-    layers = EagleConfig("eagle3", model.config.hidden_size, model.config.vocab_size).layers_for(model.config.num_hidden_layers)
+    layers = EagleConfig("eagle3", model.config.hidden_size,
+                         model.config.vocab_size).layers_for(model.config.num_hidden_layers)
     assert layers == (2, 4, 5)
     target = HFTarget(model, backend=None)
     target.provide_hidden(layers)
@@ -154,5 +159,7 @@ def test_a_draft_tree_keeps_each_stacks_law(stack):
     target = tiny_random_model(stack, seed=0, sliding_window=2 if stack in WINDOWED else None, **toy)
     draft = tiny_random_model("llama", seed=1, **toy)
     prompt, sampling = torch.tensor([[1, 2, 0]]), SamplingConfig()
-    spec = exact_loop_law(target, lambda: DraftModelProposer(draft, branching=2, depth=2, kind="point"), prompt, 3, sampling)
-    assert compare(spec, teacher_forced_law(target, prompt, 3, sampling)).passes(1e-7 if stack in FLOAT32_ROUTERS else 1e-9)
+    spec = exact_loop_law(target, lambda: DraftModelProposer(draft, branching=2, depth=2, kind="point"),
+                          prompt, 3, sampling)
+    assert compare(spec, teacher_forced_law(target, prompt, 3, sampling)).passes(
+        1e-7 if stack in FLOAT32_ROUTERS else 1e-9)

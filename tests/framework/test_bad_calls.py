@@ -59,7 +59,8 @@ def test_a_draft_with_another_tokenizer_of_the_same_size_is_named(tmp_path):
     from proposers.draft_model import fingerprint_at
 
     fingerprint_at.cache_clear()
-    assert len(generate(HFTarget(target), DraftModelProposer(load_causal_lm(tmp_path / "draft")), PROMPT, 3).tokens[0]) == 3
+    assert len(generate(HFTarget(target), DraftModelProposer(load_causal_lm(tmp_path / "draft")),
+                        PROMPT, 3).tokens[0]) == 3
 
 
 def test_a_saved_head_whose_weights_were_altered_is_named(tmp_path):

@@ -44,7 +44,8 @@ def test_a_finished_row_leaves_the_batch_and_the_others_decode_as_alone():
     model, make = tiny("draft")
     target = HFTarget(model)
     prompts = torch.tensor([[5, 9, 2, 7], [1, 2, 3, 4], [8, 8, 1, 3]])
-    alone = [generate(target, make(), prompts[b : b + 1], 12, SamplingConfig(temperature=0)).tokens[0] for b in range(3)]
+    alone = [generate(target, make(), prompts[b : b + 1], 12, SamplingConfig(temperature=0)).tokens[0]
+             for b in range(3)]
     eos = int(alone[1][2])  # row 1 stops at its third token
     batch = generate(target, make(), prompts, 12, SamplingConfig(temperature=0), eos_token_id=eos)
     for b in range(3):

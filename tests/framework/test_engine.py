@@ -69,14 +69,17 @@ def test_same_seed_same_text():
 
 def test_stops_at_eos_and_budget():
     target, draft = pair("llama", "float64")
-    free = generate(HFTarget(target), DraftModelProposer(draft), torch.tensor([[1, 2, 3]]), 40, SamplingConfig(), seed=1)
+    free = generate(HFTarget(target), DraftModelProposer(draft), torch.tensor([[1, 2, 3]]), 40, SamplingConfig(),
+                    seed=1)
     eos = int(free.tokens[0, 5])
     first = free.tokens[0].tolist().index(eos)
-    out = generate(HFTarget(target), DraftModelProposer(draft), torch.tensor([[1, 2, 3]]), 40, SamplingConfig(), seed=1, eos_token_id=eos)
+    out = generate(HFTarget(target), DraftModelProposer(draft), torch.tensor([[1, 2, 3]]), 40, SamplingConfig(),
+                   seed=1, eos_token_id=eos)
     assert out.tokens[0, : first + 1].tolist() == free.tokens[0, : first + 1].tolist()
     assert (out.tokens[0, first + 1 :] == -1).all()
     for budget in (1, 2, 7):
-        out = generate(HFTarget(target), DraftModelProposer(draft, gamma=5), torch.tensor([[1]]), budget, SamplingConfig(), seed=2)
+        out = generate(HFTarget(target), DraftModelProposer(draft, gamma=5), torch.tensor([[1]]), budget,
+                       SamplingConfig(), seed=2)
         assert out.tokens.shape == (1, budget) and (out.tokens >= 0).all()
 
 
@@ -141,7 +144,8 @@ def test_the_triton_verifier_without_a_gpu_says_so():
 
     code = ("import torch\n"
             "from framework import CandidateTree\nfrom verifiers import verify\n"
-            "from verifiers.triton_rules import triton_tree_verifier\nfrom verifiers.triton_chain import TritonChainVerifier\n"
+            "from verifiers.triton_rules import triton_tree_verifier\n"
+            "from verifiers.triton_chain import TritonChainVerifier\n"
             "tree = CandidateTree.chain(torch.tensor([[1, 2]]), torch.full((1, 3, 5), 0.2), 'iid')\n"
             "for v in (triton_tree_verifier(), TritonChainVerifier()):\n"
             "    try:\n        verify(tree, torch.full((1, 3, 5), 0.2), verifier=v)\n"

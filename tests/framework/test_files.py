@@ -1,4 +1,5 @@
-"""framework.core.files: every file written whole, folders swapped whole, torn records dropped, one writer per folder."""
+"""framework.core.files: every file written whole, folders swapped whole, torn records dropped, one writer per
+folder."""
 
 import json
 import os

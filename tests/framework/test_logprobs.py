@@ -39,7 +39,8 @@ def test_logprobs_are_the_processed_target_law(sampling, speculative):
     target = tiny_random_model("llama", seed=0, vocab_size=5, **TOY)
     draft = tiny_random_model("llama", seed=1, vocab_size=5, **TOY)
     prompt = torch.tensor([[1, 2, 0, 3]])
-    proposer = DraftModelProposer(draft, gamma=3, kind="iid" if not sampling.greedy else "point") if speculative else None
+    proposer = (DraftModelProposer(draft, gamma=3, kind="iid" if not sampling.greedy else "point") if speculative
+                else None)
     out = generate(HFTarget(target), proposer, prompt, 12, sampling, seed=3, constraint=PAIRS.constraint(), logprobs=2)
     tokens = out.tokens[0].tolist()
     assert -1 not in tokens
@@ -55,7 +56,8 @@ def test_logprobs_are_the_processed_target_law(sampling, speculative):
 
 def test_positions_past_the_end_carry_nothing():
     target = tiny_random_model("llama", seed=0, vocab_size=5, **TOY)
-    out = generate(HFTarget(target), None, torch.tensor([[1, 2]]), 6, SamplingConfig(), seed=0, eos_token_id=4, logprobs=0)
+    out = generate(HFTarget(target), None, torch.tensor([[1, 2]]), 6, SamplingConfig(), seed=0, eos_token_id=4,
+                   logprobs=0)
     ended = out.tokens[0] < 0
     assert out.logprobs.top.shape == (1, 6, 0)
     assert bool((out.logprobs.chosen[0][ended] == 0).all()) and bool((out.logprobs.chosen[0][~ended] < 0).all())

@@ -77,7 +77,8 @@ def test_side_rows_run_for_every_row_beside_a_packed_tree():
     model = tiny_random_model("llama", dtype="float64")
     tree = CandidateTree(torch.tensor([[3, 4], [8, 9], [1, 2]]), TreeShape(torch.tensor([-1, 0])))
     side = SideRows(torch.tensor([[5, 6], [7, 8], [9, 10]]), torch.tensor([1, 2]),
-                    torch.tensor([[True, False, False], [True, False, False]]), torch.tensor([[True, False], [True, True]]))
+                    torch.tensor([[True, False, False], [True, False, False]]),
+                    torch.tensor([[True, False], [True, True]]))
     outs = []
     for speculating in (None, SPECULATING):
         target = HFTarget(model)

@@ -20,7 +20,8 @@ def test_shared_prefixes_are_one_node_and_siblings_rank_by_score():
 @pytest.mark.parametrize("seed", range(20))
 def test_budget_keeps_an_ancestor_closed_best_set(seed):
     g = random.Random(seed)
-    rows = [[(tuple(g.randrange(4) for _ in range(g.randint(1, 4))), g.choice([1.0, 2.0, 3.0])) for _ in range(g.randint(0, 6))]
+    rows = [[(tuple(g.randrange(4) for _ in range(g.randint(1, 4))), g.choice([1.0, 2.0, 3.0]))
+             for _ in range(g.randint(0, 6))]
             for _ in range(g.randint(1, 3))]
     budget = g.randint(1, 8)
     tree = tree_from_paths(rows, budget)
@@ -78,7 +79,8 @@ def reference_tree(rows, budget: int, pad_token: int = 0, depth=None):
         for r, (_, s) in row.items():
             count, summed = held.get(r, (0, 0.0))
             held[r] = (count + 1, summed + s)
-    ordered = sorted(sorted(held, key=lambda r: (-held[r][0], -held[r][1], len(r), r))[:budget], key=lambda c: (len(c), c))
+    ordered = sorted(sorted(held, key=lambda r: (-held[r][0], -held[r][1], len(r), r))[:budget],
+                     key=lambda c: (len(c), c))
     tokens = []
     for row in per_row:
         used = {}

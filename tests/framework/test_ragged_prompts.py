@@ -103,4 +103,5 @@ def test_a_hybrid_target_decodes_ragged_rows_and_refuses_a_join_by_name():
     alone = [generate(HFTarget(model), None, [p], 6, GREEDY).tokens[0].tolist() for p in prompts]
     assert generate(HFTarget(model), None, prompts, 6, GREEDY).tokens.tolist() == alone
     with pytest.raises(ValueError, match="recurrent layers"):  # the third request would join the first
-        Scheduler(model, None, GREEDY, max_batch=2).run([Request(prompts[0], 6), Request(prompts[1], 1), Request(SHORT, 3)])
+        Scheduler(model, None, GREEDY, max_batch=2).run([Request(prompts[0], 6), Request(prompts[1], 1),
+                                                         Request(SHORT, 3)])

@@ -22,7 +22,8 @@ METHODS = sorted(p.stem for p in (CONF / "proposer").glob("*.yaml") if p.stem !=
 # with the hybrid target itself, whose state cannot step back a draft's rejected tail) and must be named.
 CHAINS = {"draft", "draft_chain", "prompt_lookup", "prompt_lookup_chain", "eagle3_chain", "string_match", "cross_vocab",
           "grammar", "mix_grammar", "mtp", "mtp_chain",  # mtp: its models=tiny default drafts a chain (top_k 1)
-          "suffix"}  # suffix: each row's text continues one way here, so its trees are chains (a branching one is named)
+          # suffix: each row's text continues one way here, so its trees are chains (a branching one is named)
+          "suffix"}
 PROMPTS = torch.tensor([[40, 3, 9, 1, 0, 22, 5, 5, 40, 3, 9, 1], [7, 7, 1, 3, 7, 7, 1, 3, 7, 7, 1, 3],
                         [30, 2, 11, 5, 6, 30, 2, 11, 5, 6, 30, 2]])
 GREEDY = SamplingConfig(temperature=0)
@@ -44,7 +45,8 @@ def test_chains_decode_plain_greedy_row_by_row_and_trees_are_named(target):
     differ, named, accepted = {}, set(), {}
     for method in METHODS:
         # every tiny stack has the same sizes, so parts composed once serve; self_draft's draft is the target itself
-        parts = load("target=tiny_qwen3_next", "proposer=self_draft").proposer if method == "self_draft" else parts_of(method, "qwen3_next")
+        parts = (load("target=tiny_qwen3_next", "proposer=self_draft").proposer if method == "self_draft"
+                 else parts_of(method, "qwen3_next"))
         make = instantiate(parts)
         try:
             out = generate(HFTarget(target), make(), PROMPTS, 24, GREEDY)

@@ -101,4 +101,5 @@ def test_a_bias_that_overflows_the_logits_is_named_not_a_nan_law():
     cfg = SamplingConfig(logit_bias={1: 3e38})
     with pytest.raises(ValueError, match="logit_bias overflows"):
         process_logits(torch.tensor([[0.0, 3e38, 1.0]]), cfg)
-    assert SamplingConfig(logit_bias={"2": 1.0, 3.0: -1.0}).logit_bias == ((2, 1.0), (3, -1.0))  # digits and whole floats
+    # digits and whole floats
+    assert SamplingConfig(logit_bias={"2": 1.0, 3.0: -1.0}).logit_bias == ((2, 1.0), (3, -1.0))

@@ -1,5 +1,6 @@
 """Continuous batching (framework/scheduler.py): arrivals, the concurrency cap, per-request times, cancellation and
-bad requests; a planted join bug caught by the scheduled law (every method: tests/proposers/test_proposer_contract.py)."""
+bad requests; a planted join bug caught by the scheduled law (every method:
+tests/proposers/test_proposer_contract.py)."""
 
 from __future__ import annotations
 

@@ -53,7 +53,8 @@ def test_a_device_map_from_the_command_line_places_the_target(tmp_path):
     """`target.device_map={...}` reaches load_causal_lm as a DictConfig."""
     with hydra_conf():
         cfg = compose(config_name="config", overrides=["models=tiny", "target.num_layers=3",
-                                                       "target.device_map={" + ",".join(f"{k}:{v}" for k, v in SPLIT.items()) + "}"])
+                                                       "target.device_map={"
+                                                       + ",".join(f"{k}:{v}" for k, v in SPLIT.items()) + "}"])
     assert sharding.placement_of(instantiate(cfg.target)) == "device_map cpu,disk"
 
 
@@ -76,7 +77,8 @@ def test_placement_settings_are_named(tmp_path):
 def test_a_process_count_that_does_not_divide_the_heads_is_named():
     config = tiny_random_model(num_heads=4, num_kv_heads=2).config
     sharding.check_tensor_parallel(config, 2)
-    with pytest.raises(ValueError, match=r"3 does not divide the target's 4 attention heads and 2 key-value heads.*\[1, 2\]"):
+    with pytest.raises(ValueError,
+                       match=r"3 does not divide the target's 4 attention heads and 2 key-value heads.*\[1, 2\]"):
         sharding.check_tensor_parallel(config, 3)
     with pytest.raises(ValueError, match="4 does not divide"):  # 4 query heads, but only 2 key-value heads to split
         sharding.check_tensor_parallel(config, 4)
@@ -86,7 +88,8 @@ def test_fingerprints_tell_values_and_shapes_apart():
     a = torch.tensor([[3, 1, 2]])
     same = sharding.fingerprint([a, torch.tensor([0, -1])])
     assert torch.equal(same, sharding.fingerprint([a.clone(), torch.tensor([0, -1])]))
-    for other in ([torch.tensor([[1, 3, 2]]), torch.tensor([0, -1])], [a, torch.tensor([0, -1, 0])], [a, torch.tensor([0, 1])]):
+    for other in ([torch.tensor([[1, 3, 2]]), torch.tensor([0, -1])], [a, torch.tensor([0, -1, 0])],
+                  [a, torch.tensor([0, 1])]):
         assert not torch.equal(same, sharding.fingerprint(other))
 
 

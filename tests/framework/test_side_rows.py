@@ -56,7 +56,8 @@ def test_each_window_row_is_one_consecutive_sequence():
         for row in range(side.num_rows):
             seen = [j for j in range(side.num_rows) if side.sees_side[row, j]]
             assert sorted(depth[j] for j in seen) == list(range(1, depth[row] + 1))  # consecutive positions
-            sequence = PROMPT[b].tolist() + [root] + [int(side.tokens[b, j]) for j in sorted(seen, key=lambda j: depth[j])]
+            sequence = PROMPT[b].tolist() + [root] + [int(side.tokens[b, j])
+                                                      for j in sorted(seen, key=lambda j: depth[j])]
             torch.testing.assert_close(out[b, row], plain_logits(sequence), rtol=1e-9, atol=1e-9)
 
 
@@ -71,8 +72,8 @@ def test_commit_keeps_no_side_row():
     assert with_side.lm.length.tolist() == without.lm.length.tolist() == [8, 7]
     next_tree = CandidateTree.chain(torch.tensor([[1], [2]]))
     next_root = torch.tensor([5, 4])  # the token each row emitted at the step
-    torch.testing.assert_close(with_side.forward_tree(next_root, next_tree).logits, without.forward_tree(next_root, next_tree).logits,
-                               rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(with_side.forward_tree(next_root, next_tree).logits,
+                               without.forward_tree(next_root, next_tree).logits, rtol=1e-10, atol=1e-10)
 
 
 def test_triton_backend_serves_the_side_pattern():

@@ -52,7 +52,8 @@ def test_shapes():
         (dict(tokens=torch.tensor([1, 2]), parents=torch.tensor([-1, 0])), "tokens must be"),
         (dict(tokens=torch.tensor([[1]]), parents=torch.tensor([-1]), kind="iid"), "needs draft_probs"),
         (dict(tokens=torch.tensor([[1]]), parents=torch.tensor([-1]), kind="sampled"), "kind must be"),
-        (dict(tokens=torch.tensor([[1]]), parents=torch.tensor([-1]), draft_probs=torch.ones(1, 1, 3) / 3), r"\[B, N\+1, V\]"),
+        (dict(tokens=torch.tensor([[1]]), parents=torch.tensor([-1]), draft_probs=torch.ones(1, 1, 3) / 3),
+         r"\[B, N\+1, V\]"),
     ],
 )
 def test_bad_trees_are_named(kwargs, message):
@@ -97,7 +98,8 @@ def test_a_shape_computes_its_views_once_and_its_trees_share_them():
     second = CandidateTree(torch.ones(2, 6, dtype=torch.long), shape)
     assert first.shape is second.shape is shape
     assert first.ancestor_mask() is second.ancestor_mask() is mask  # not rebuilt per tree
-    assert torch.equal(CandidateTree(first.tokens, shape.parents.clone()).ancestor_mask(), mask)  # from parents: the same facts
+    # from parents: the same facts
+    assert torch.equal(CandidateTree(first.tokens, shape.parents.clone()).ancestor_mask(), mask)
     first_two = shape.prefix(2)
     assert shape.prefix(2) is first_two and first_two.parents.tolist() == [-1, -1]  # built once
     assert TreeShape.chain(3).is_chain and TreeShape.chain(0).max_depth == 0

@@ -101,7 +101,8 @@ def test_fp16_error_within_twice_pytorch(prefix, nodes, group, head_dim):
     q16, k16, v16 = (x.half() for x in (q, k, v))
     kernel = tree_attention_triton(q16, k16, v16, mask, scale)
     rep = lambda x: x.repeat_interleave(group, dim=1)  # plain PyTorch at fp16 repeats K/V
-    torch_fp16 = torch.nn.functional.scaled_dot_product_attention(q16, rep(k16), rep(v16), attn_mask=mask.dense(), scale=scale)
+    torch_fp16 = torch.nn.functional.scaled_dot_product_attention(q16, rep(k16), rep(v16), attn_mask=mask.dense(),
+                                                                  scale=scale)
     kernel_err = (kernel.float() - exact).abs().max()
     torch_err = (torch_fp16.float() - exact).abs().max()
     assert kernel.dtype == torch.float16
@@ -145,7 +146,8 @@ def test_windows_and_sinks_agree_on_every_backend(window, with_sinks):
     ref = tree_attention_reference(q, k, v, mask.dense(window), scale, sinks)
     assert (ref.double() - brute_force(q, k, v, mask, scale, window, sinks)).abs().max() <= 1e-5
     assert (sdpa_backend(q, k, v, mask, scale, window, sinks) - ref).abs().max() <= 2e-5
-    assert (tree_attention_triton(q, k, v, mask, scale, split_size=32, window=window, sinks=sinks) - ref).abs().max() <= 2e-5
+    assert (tree_attention_triton(q, k, v, mask, scale, split_size=32, window=window, sinks=sinks)
+            - ref).abs().max() <= 2e-5
     if window == 1:  # each row sees only itself, with or without a sink's share
         assert torch.isfinite(ref).all()
 
@@ -180,7 +182,8 @@ def test_hf_target_on_the_triton_path():
         tree = CandidateTree.from_parents(torch.tensor([[10, 11, 12, 13, 14], [15, 16, 17, 18, 19]]), [-1, -1, 0, 0, 2])
         logits[backend] = target.forward_tree(torch.tensor([5, 6]), tree).logits
         target.commit(accepted([[0, 2, 4], [1, -1, -1]], [3, 1]))
-        logits[backend + "/after commit"] = target.forward_tree(torch.tensor([7, 3]), CandidateTree.chain(torch.tensor([[8, 9], [4, 4]]))).logits
+        logits[backend + "/after commit"] = target.forward_tree(
+            torch.tensor([7, 3]), CandidateTree.chain(torch.tensor([[8, 9], [4, 4]]))).logits
     assert (logits["triton"] - logits["reference"]).abs().max() <= 1e-4
     assert (logits["triton/after commit"] - logits["reference/after commit"]).abs().max() <= 1e-4
 
@@ -201,5 +204,6 @@ def test_kernel_on_gpu_full_size(dtype):
     exact = tree_attention_reference(q, k, v, mask.dense(), scale)
     kernel = tree_attention_triton(q.to(dtype), k.to(dtype), v.to(dtype), mask, scale).float()
     rep = lambda x: x.to(dtype).repeat_interleave(4, dim=1)
-    plain = torch.nn.functional.scaled_dot_product_attention(q.to(dtype), rep(k), rep(v), attn_mask=mask.dense(), scale=scale).float()
+    plain = torch.nn.functional.scaled_dot_product_attention(q.to(dtype), rep(k), rep(v), attn_mask=mask.dense(),
+                                                             scale=scale).float()
     assert (kernel - exact).abs().max() <= 2 * (plain - exact).abs().max() + 1e-3

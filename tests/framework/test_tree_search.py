@@ -27,7 +27,8 @@ def all_trees(depth, ranks, size):
 @pytest.mark.parametrize("seed", range(3))
 def test_greedy_growth_is_optimal_for_every_budget(seed):
     gen = torch.Generator().manual_seed(seed)
-    accept = torch.rand(3, 2, generator=gen, dtype=torch.float64).sort(dim=1, descending=True).values * 0.9  # per depth, by rank
+    # per depth, by rank
+    accept = torch.rand(3, 2, generator=gen, dtype=torch.float64).sort(dim=1, descending=True).values * 0.9
     tree = grow_tree(accept, 8)
     for n in range(1, 9):
         best = max(value(t, accept) for t in all_trees(3, 2, n))

@@ -12,7 +12,8 @@ from verifiers.block import BlockVerifier
 from verifiers.multidraft import multidraft_verifier
 from verifiers.traversal import TraversalVerifier
 
-RULES = {"token": LOSSLESS, "block": BlockVerifier(), "traversal": TraversalVerifier(), "multidraft": multidraft_verifier()}
+RULES = {"token": LOSSLESS, "block": BlockVerifier(), "traversal": TraversalVerifier(),
+         "multidraft": multidraft_verifier()}
 SHAPES = {  # name -> (how the shape grows, the kind of children, tier: framework.harness.cases.TIERS)
     "chain-confidence-cut": (confidence_cut(0.5, 3), "iid", "core"),
     "chain-stop-token": (stop_token(0, 3), "iid", "core"),

@@ -44,7 +44,8 @@ def test_the_representative_has_the_configured_features(name):
     assert got["kind"] == want["kind"] and (got.get("branching", 1) > 1) == (want["branching"] > 1)
     if want["branching"] > 1:
         assert got["depth"] >= 2  # a tree deeper than one level
-    assert (got["stop_below"] > 0) == (want["stop_below"] > 0) and (got["adaptive_depth"] > 0) == (want["adaptive_depth"] > 0)
+    assert ((got["stop_below"] > 0) == (want["stop_below"] > 0)
+            and (got["adaptive_depth"] > 0) == (want["adaptive_depth"] > 0))
 
 
 @pytest.mark.parametrize("name", REPRESENTATIVES)

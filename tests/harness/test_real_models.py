@@ -94,7 +94,8 @@ def test_statistical_check_real_models(tv):
     prompt = torch.tensor([[1, 2, 3]])
     law = teacher_forced_law(target, prompt, 3, SamplingConfig(), min_prob=1e-7)
     n, dof = sample_size_for_law(law, tv)
-    exact = statistical_check(target, lambda: DraftModelProposer(draft, gamma=3), prompt, SamplingConfig(), n, seed=0, law=law)
+    exact = statistical_check(target, lambda: DraftModelProposer(draft, gamma=3), prompt, SamplingConfig(), n, seed=0,
+                              law=law)
     lossy = statistical_check(target, lambda: DraftModelProposer(draft, gamma=3), prompt, SamplingConfig(), n, seed=0,
                               verifier=typical_verifier(), law=law)
     assert exact.test.dof == dof and exact.test.power(tv) >= 0.9

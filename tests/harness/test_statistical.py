@@ -30,7 +30,8 @@ def test_g_test_power_and_size():
     n = sample_size_for_tv(0.02)
     g = torch.Generator().manual_seed(0)
     exact = torch.multinomial(P, n, replacement=True, generator=g)
-    shifted = torch.multinomial(P + torch.tensor([-0.02, 0.02, 0.0], dtype=torch.float64), n, replacement=True, generator=g)
+    shifted = torch.multinomial(P + torch.tensor([-0.02, 0.02, 0.0], dtype=torch.float64), n, replacement=True,
+                                generator=g)
     assert g_test(counts(exact), LAW).passes()
     assert not g_test(counts(shifted), LAW).passes()
     assert g_test({3: 1, 0: 10}, LAW).p_value == 0.0  # an impossible outcome fails outright
@@ -69,7 +70,8 @@ def test_power_is_what_the_noncentral_chi_square_says():
     off = np.array([(1 + 2 * delta * (1 if i % 2 == 0 else -1)) / cells for i in range(cells)])  # TV exactly delta
     rng = np.random.default_rng(0)
     for n in (25 * 400, sample_size_for_tv(delta, cells - 1)):
-        rejected = np.mean([not g_test(dict(enumerate(rng.multinomial(n, off).tolist())), law).passes() for _ in range(300)])
+        rejected = np.mean([not g_test(dict(enumerate(rng.multinomial(n, off).tolist())), law).passes()
+                            for _ in range(300)])
         assert abs(rejected - power(n, delta, cells - 1)) < 0.06, (n, rejected)  # sd of a rate over 300: <= 0.029
     assert power(25 * 400, delta, cells - 1) < 0.85 and sample_size_for_tv(delta, cells - 1) > 25 * 400
 

@@ -90,7 +90,8 @@ def test_consistency_names_increasing_marginals_and_a_pooled_length_off_the_marg
 
 def test_latency_percentiles_are_linear_between_order_statistics():
     summary = latency_summary([A, B])
-    assert close(summary["ttft_s"], {"mean": 0.2, "std": 0.1, "p50": 0.2, "p95": 0.1 + 0.2 * 0.95, "p99": 0.1 + 0.2 * 0.99})
+    assert close(summary["ttft_s"], {"mean": 0.2, "std": 0.1, "p50": 0.2, "p95": 0.1 + 0.2 * 0.95,
+                                     "p99": 0.1 + 0.2 * 0.99})
     assert close(summary["tpot_s"]["p50"], (0.1 + 0.2) / 2) and close(summary["tpot_s"]["mean"], 0.15)
     assert close(summary["e2e_s"]["p99"], 1.1 + 0.8 * 0.99)
     assert quantile([4.0, 1.0, 3.0, 2.0], 50) == 2.5
@@ -130,6 +131,7 @@ def test_the_speculation_profile_has_specdec_bench_conventions():
     assert profile["acceptance_length_histogram"] == {"1": 1, "2": 2, "3": 3, "4": 1}  # lengths count the bonus
     assert close(profile["accept_length_by_k"], {"2": 2.5, "3": 2.5, "4": 3.0})
     assert close(profile["per_category"]["c1"]["mean_accept_length"], 2.5)
-    assert profile["validation"]["mean_consistency"]["passed"] and profile["validation"]["marginal_monotonicity"]["passed"]
+    assert (profile["validation"]["mean_consistency"]["passed"]
+            and profile["validation"]["marginal_monotonicity"]["passed"])
     assert not validation([0.5, 0.6], 2.1)["marginal_monotonicity"]["passed"]
     assert not validation([0.5, 0.4], 2.5)["mean_consistency"]["passed"]

@@ -26,8 +26,10 @@ def main() -> None:
             protocol.flush()
             continue
         expected = recorded[index]["request"]
-        differs = {k: (request.get(k), expected.get(k)) for k in FIELDS if k in expected and request.get(k) != expected[k]}
-        answer = recorded[index]["answer"] if not differs else {"ok": False, "error": f"not the recorded request: {differs}"}
+        differs = {k: (request.get(k), expected.get(k))
+                   for k in FIELDS if k in expected and request.get(k) != expected[k]}
+        answer = (recorded[index]["answer"] if not differs
+                  else {"ok": False, "error": f"not the recorded request: {differs}"})
         protocol.write(json.dumps(answer) + "\n")
         protocol.flush()
 

@@ -40,7 +40,8 @@ def config(*overrides: str):
 def test_every_vllm_row_decodes_our_plain_greedy_text(row):
     settings = config().experiment.vllm
     target = HFTarget(load_causal_lm("target"))
-    ours = [generate(target, None, torch.tensor([p]), 32, SamplingConfig(temperature=0)).tokens[0].tolist() for p in PROMPTS]
+    ours = [generate(target, None, torch.tensor([p]), 32, SamplingConfig(temperature=0)).tokens[0].tolist()
+            for p in PROMPTS]
     with PeerEngine("vllm", resolve_checkpoint("target"), 256, speculative_config(settings.rows[row]),
                     worker_env=proposer_env(settings, row)) as engine:
         theirs = engine.generate(PROMPTS, 32, {"temperature": 0.0})
@@ -58,6 +59,7 @@ def test_the_check_through_vllm_has_teeth_a_law_at_the_wrong_temperature_fails()
     cfg = config()
     model = load_causal_lm("target")
     prompt = encode_prompt(cfg.peer_law.prompt, tokenizer_of(model))
-    wrong = {d: teacher_forced_law(model, prompt, d, SamplingConfig(temperature=0.8), min_prob=MIN_PROB) for d in (1, 2)}
+    wrong = {d: teacher_forced_law(model, prompt, d, SamplingConfig(temperature=0.8), min_prob=MIN_PROB)
+             for d in (1, 2)}
     result = engine_law_check(cfg, "vllm_plain", samples=3000, depth=2, laws=wrong, prompt=prompt[0].tolist())
     assert result["g_test_p"] < 1e-3, result

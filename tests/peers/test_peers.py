@@ -161,7 +161,8 @@ def row(method, tokens_per_s, speedup, length=None, identical="5/5", plain=100.0
 
 
 def test_the_side_by_side_table_sets_each_engine_against_its_own_plain():
-    summary = [row("vllm_plain", 80.0, 1.25), row("vllm_ngram", 100.0, 1.0, 2.0), row("prompt_lookup_chain", 110.0, 1.1, 2.5)]
+    summary = [row("vllm_plain", 80.0, 1.25), row("vllm_ngram", 100.0, 1.0, 2.0),
+               row("prompt_lookup_chain", 110.0, 1.1, 2.5)]
     text = engines_side_by_side(summary, {"matches": {"vllm_plain": "plain", "vllm_ngram": "prompt_lookup_chain"}})
     lines = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| vllm")}
     assert "| 2.00 | 2.50 | 0.800 | 100.0 | 110.0 | 1.25x | 1.10x |" in lines["vllm_ngram"]  # 100 / 80 for vLLM
@@ -174,7 +175,8 @@ def test_a_greedy_difference_names_its_row_position_tokens_and_the_targets_logit
     from framework.lm.models import tiny_random_model
 
     model = tiny_random_model("llama", vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, seed=0)
-    reference = tiny_random_model("llama", vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, seed=0)
+    reference = tiny_random_model("llama", vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                                  seed=0)
     HFTarget(model)  # the compare's model runs our attention: a plain forward through it must be the reference's
     prompt = torch.tensor([[5, 6, 7], [1, 2, 3]])
     out = greedy_identity([[9, 9], [4, 8, 7]], [[9, 9], [4, 8, 2]], prompt, logits_of(model))

@@ -43,8 +43,8 @@ def test_the_published_greedy_rows_are_identical_at_every_batch_size():
 
 
 def test_docs_quote_the_committed_profile_of_a_plain_token():
-    """docs/peers.md's milliseconds are docs/results_vllm/peer_profile.json's (python -m experiments.peers.profile_plain,
-    copied from outputs/peer_profile)."""
+    """docs/peers.md's milliseconds are docs/results_vllm/peer_profile.json's
+    (python -m experiments.peers.profile_plain, copied from outputs/peer_profile)."""
     import json
 
     profile = json.loads((ROOT / "docs" / "results_vllm" / "peer_profile.json").read_text())
@@ -53,7 +53,8 @@ def test_docs_quote_the_committed_profile_of_a_plain_token():
     assert (f"ours {ms['ours']:.1f} ms per token, transformers' `generate` {ms['transformers']:.1f} ms, "
             f"vLLM {ms['vllm']:.1f} ms") in page
     split = profile["ours_split"]["per_token_ms"]
-    for name, words in (("matmul", "matrix products"), ("attention", "attention"), ("other tensor ops", "cache\nwrites)"),
+    for name, words in (("matmul", "matrix products"), ("attention", "attention"),
+                        ("other tensor ops", "cache\nwrites)"),
                         ("python and dispatch in the forward", "Python and dispatch inside the forward")):
         assert f"{split[name]:.1f} ms" in page.split(words, 1)[1][:40], name
     readme = (ROOT / "README.md").read_text()

@@ -41,7 +41,8 @@ def test_an_eagle3_head_we_write_loads_and_drafts_the_same_in_speculators(tmp_pa
     blocks = torch.randint(0, 64, (1, 13), generator=generator)  # [1, T]
     features = torch.randn(1, 13, 3, 32, generator=generator)  # [1, T, L, H]: the target's three layers
     with torch.no_grad():
-        ours = head.draft_logits(unroll(head, target.get_input_embeddings(), features, blocks, steps=1)[0])  # [1, n, Vd]
+        ours = head.draft_logits(unroll(head, target.get_input_embeddings(), features, blocks,
+                                        steps=1)[0])  # [1, n, Vd]
     n = blocks.shape[1] - 1
     torch.save({"hidden_states": features[:, :n].flatten(-2), "input_ids": blocks[:, 1:],
                 "position_ids": torch.arange(n)[None]}, tmp_path / "inputs.pt")
@@ -55,4 +56,5 @@ def test_an_eagle3_head_we_write_loads_and_drafts_the_same_in_speculators(tmp_pa
     top2 = ours.topk(2, dim=-1).values[0]
     clear = (top2[:, 0] - top2[:, 1]) > 1e-4  # positions whose argmax no rounding can flip
     assert clear.sum() >= n - 1
-    assert torch.equal(torch.tensor(loaded["drafted"])[clear], ours.argmax(-1)[0][clear]), (loaded["drafted"], ours.argmax(-1))
+    assert torch.equal(torch.tensor(loaded["drafted"])[clear],
+                       ours.argmax(-1)[0][clear]), (loaded["drafted"], ours.argmax(-1))

@@ -1,4 +1,5 @@
-"""Tiny target checkpoints that carry MTP modules in the published layouts (helpers for the MTP tests, not a test module).
+"""Tiny target checkpoints that carry MTP modules in the published layouts (helpers for the MTP tests, not a test
+module).
 
 Each writer saves a tiny random target with save_pretrained (config.json + model.safetensors), then adds seeded-random
 MTP tensors under the layout's own keys and states the module count in config.json as the family does:
@@ -13,7 +14,7 @@ The main model in the folder is exactly `tiny_random_model(arch, seed=seed, **si
 MTP tensors come from another seed, and loading the folder with AutoModelForCausalLM ignores them. Norms are
 1 + 0.1 randn and input projections 0.2 randn, so that drafts are not degenerate. `transformers_mtp_model` loads a
 deepseek_folder so that transformers' own `generate(..., use_mtp=True)` finds its modules.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ def rand(*shape, generator, scale=1.0, dtype=torch.float32):
     return (torch.randn(*shape, generator=generator, dtype=torch.float64) * scale / shape[-1] ** 0.5).to(dtype)
 
 
-def layer_weights(prefix: str, width: int, generator, norms: tuple[str, ...], heads=HEADS, kv=KV) -> dict[str, torch.Tensor]:
+def layer_weights(prefix: str, width: int, generator, norms: tuple[str, ...], heads=HEADS,
+                  kv=KV) -> dict[str, torch.Tensor]:
     """A Llama decoder layer's published keys; q/k/v read `width`-wide rows."""
     hd = H // heads
     w = {f"{prefix}.self_attn.q_proj.weight": rand(heads * hd, width, generator=generator),
@@ -61,7 +62,8 @@ def eagle1_folder(folder: Path, target, seed=0, bias=True, config_bias: bool | N
              **layer_weights("layers.0", H, g, ("post_attention_layernorm",), heads=2, kv=2)}
     if bias:
         state["fc.bias"] = 0.1 * torch.randn(H, generator=g)
-    state["embed_tokens.weight"] = (target.get_input_embeddings().weight if embedding is None else embedding).detach().float().clone()
+    state["embed_tokens.weight"] = (target.get_input_embeddings().weight if embedding is None
+                                    else embedding).detach().float().clone()
     config = llama_config(target.config.vocab_size, **({"rope_theta": rope_theta} if rope_theta else {}))
     del config["num_key_value_heads"]
     config["num_attention_heads"] = 2  # Vicuna's config: no kv-heads key, so kv heads = heads
@@ -85,7 +87,8 @@ def eagle3_folder(folder: Path, seed=0, draft_vocab=16, ids=None, extra_config=N
         state["t2d"][used] = True
     if embed:
         state["embed_tokens.weight"] = rand(vocab, H, generator=g) * H**0.5
-    config = llama_config(vocab, architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=draft_vocab, **(extra_config or {}))
+    config = llama_config(vocab, architectures=["LlamaForCausalLMEagle3"], draft_vocab_size=draft_vocab,
+                          **(extra_config or {}))
     if ids is not None:
         config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}
     if target_hidden:
@@ -133,7 +136,8 @@ def attention(u, s: dict, prefix: str, theta: float, heads: int, kv: int, positi
 
 def mlp(x, s: dict, prefix: str) -> torch.Tensor:
     gate = x @ s[f"{prefix}.mlp.gate_proj.weight"].T
-    return (torch.nn.functional.silu(gate) * (x @ s[f"{prefix}.mlp.up_proj.weight"].T)) @ s[f"{prefix}.mlp.down_proj.weight"].T
+    return ((torch.nn.functional.silu(gate) * (x @ s[f"{prefix}.mlp.up_proj.weight"].T))
+            @ s[f"{prefix}.mlp.down_proj.weight"].T)
 
 
 def eagle1_reference(s: dict, embedded, g, theta=10000.0, heads=2, kv=2):

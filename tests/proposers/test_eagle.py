@@ -42,7 +42,8 @@ def dynamic(head):
     return lambda: EagleProposer(head, None, top_k=3, depth=3, budget=7)
 
 
-@pytest.mark.parametrize("arch", [a if a in ("llama", "gpt2") else pytest.param(a, marks=pytest.mark.slow) for a in ARCHS])
+@pytest.mark.parametrize("arch", [a if a in ("llama", "gpt2") else pytest.param(a, marks=pytest.mark.slow)
+                                  for a in ARCHS])
 def test_greedy_identity(arch):
     target = tiny_random_model(arch, seed=3, dtype="float64", init_std=0.3)
     for layers in ((-1,), (0, 1, -1)):  # EAGLE-1's last layer; EAGLE-3's fusion of three
@@ -137,7 +138,8 @@ def test_dynamic_tree_is_eagle2s_rerank():
     drafted = [((int(t),), float(lp_root[t])) for t in lp_root.topk(k).indices]
     beam = drafted
     for _ in range(2, depth + 1):
-        children = [(path + (int(c),), s + float(logp[path[-1], c])) for path, s in beam for c in logp[path[-1]].topk(k).indices]
+        children = [(path + (int(c),), s + float(logp[path[-1], c]))
+                    for path, s in beam for c in logp[path[-1]].topk(k).indices]
         drafted += children
         beam = sorted(children, key=lambda x: -x[1])[:k]
     best = sorted(drafted, key=lambda x: (-x[1], len(x[0])))[:budget]

@@ -16,7 +16,8 @@ def test_unrolled_step_sees_the_context_and_its_own_chain():
 
 
 def test_short_run_learns_and_resumes(tmp_path):
-    target = tiny_random_model("llama", vocab_size=32, hidden_size=32, num_layers=2, max_positions=64, seed=0, init_std=0.3)
+    target = tiny_random_model("llama", vocab_size=32, hidden_size=32, num_layers=2, max_positions=64, seed=0,
+                               init_std=0.3)
     stream = torch.arange(4000) % 7  # periodic: the head can learn it from the tokens alone
     data = TokenData(stream, torch.ones_like(stream, dtype=torch.bool), "test")
     streams = {"train": data, "valid": data, "heldout": data}
@@ -32,9 +33,11 @@ def test_short_run_learns_and_resumes(tmp_path):
         return head.set_vocabulary(vocabulary)
 
     head = fresh()
-    assert train_head(target, {"kl": head}, streams, tmp_path, cfg) is None  # stopped after one step: checkpoint written
+    # stopped after one step: checkpoint written
+    assert train_head(target, {"kl": head}, streams, tmp_path, cfg) is None
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 1
-    head = train_head(target, {"kl": fresh()}, streams, tmp_path, EagleTrainConfig(**{**cfg.__dict__, "time_limit_s": None}))["kl"]
+    head = train_head(target, {"kl": fresh()}, streams, tmp_path,
+                      EagleTrainConfig(**{**cfg.__dict__, "time_limit_s": None}))["kl"]
     log = torch.load(tmp_path / "checkpoint.pt", weights_only=False)["log"]
     assert [row["step"] for row in log] == list(range(1, 41))
     assert log[-1]["parts"][0] < log[0]["parts"][0] / 2.5 and log[-1]["parts"][1] < log[0]["parts"][1] / 2.5

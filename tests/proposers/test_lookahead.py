@@ -21,7 +21,8 @@ SMALL = dict(window=2, ngram=2, guesses=2)
 
 
 def exact_tv(sampling, target_factory=HFTarget, **settings):
-    spec = exact_loop_law(TARGET, lambda: LookaheadProposer(**settings), PROMPT, 3, sampling, target_factory=target_factory)
+    spec = exact_loop_law(TARGET, lambda: LookaheadProposer(**settings), PROMPT, 3, sampling,
+                          target_factory=target_factory)
     return compare(spec, teacher_forced_law(TARGET, PROMPT, 3, sampling))
 
 
@@ -80,7 +81,8 @@ def test_rows_keep_their_own_window_and_pool():
     model = tiny_random_model("llama", vocab_size=16, seed=1, dtype="float64", init_std=0.4)
     prompts = torch.tensor([[1, 2, 3, 1, 2, 3], [7, 7, 5, 7, 7, 5], [4, 9, 4, 9, 4, 9]])
     greedy = SamplingConfig(temperature=0)
-    together = generate(HFTarget(model), LookaheadProposer(window=3, ngram=3, guesses=3, pool_from_prompt=True), prompts, 24, greedy)
+    together = generate(HFTarget(model), LookaheadProposer(window=3, ngram=3, guesses=3, pool_from_prompt=True),
+                        prompts, 24, greedy)
     for b in range(3):
         alone = generate(HFTarget(model), None, prompts[b : b + 1], 24, greedy)
         assert together.tokens[b].tolist() == alone.tokens[0].tolist()

@@ -31,7 +31,8 @@ def test_greedy_identity(arch):
     target = tiny_random_model(arch, seed=3, dtype="float64", init_std=0.3)
     heads = random_heads(target)
     for kind in ("point", "iid", "wor"):
-        report = greedy_identity(target, lambda: MedusaProposer(heads, CHOICES, kind=kind), torch.tensor([[4, 9, 2]]), 24)
+        report = greedy_identity(target, lambda: MedusaProposer(heads, CHOICES, kind=kind),
+                                 torch.tensor([[4, 9, 2]]), 24)
         assert report.equal, (arch, kind, report.first_difference)
 
 
@@ -43,7 +44,8 @@ SMALL = [(0,), (1,), (0, 0)]
 
 def test_typical_acceptance_fails_on_medusa_trees():
     heads = random_heads(TARGET, num_heads=2, scale=1.0)
-    spec = exact_loop_law(TARGET, lambda: MedusaProposer(heads, SMALL), PROMPT, 3, SamplingConfig(), verifier=typical_verifier())
+    spec = exact_loop_law(TARGET, lambda: MedusaProposer(heads, SMALL), PROMPT, 3, SamplingConfig(),
+                          verifier=typical_verifier())
     assert compare(spec, teacher_forced_law(TARGET, PROMPT, 3, SamplingConfig())).tv > 1e-3
 
 
@@ -98,7 +100,8 @@ def test_heads_read_the_hidden_state_that_produced_the_root():
             self.emitted += int(result.num_accepted[0]) + 1
 
     prompt = torch.tensor([[4, 9, 2, 5]])
-    out = generate(HFTarget(target), Recording(random_heads(target), CHOICES), prompt, 20, SamplingConfig(temperature=0))
+    out = generate(HFTarget(target), Recording(random_heads(target), CHOICES), prompt, 20,
+                   SamplingConfig(temperature=0))
     full = torch.cat([prompt, out.tokens], dim=1)
     hidden = target(full, output_hidden_states=True).hidden_states[-1][0]  # [L, H]
     assert len(seen) > 3 and len({n for _, n in seen}) == len(seen)

@@ -61,7 +61,8 @@ def test_only_labelled_tokens_are_scored():
 
 
 def test_short_run_learns_and_resumes(tmp_path):
-    target = tiny_random_model("llama", vocab_size=32, hidden_size=32, num_layers=1, max_positions=64, seed=0, init_std=0.3)
+    target = tiny_random_model("llama", vocab_size=32, hidden_size=32, num_layers=1, max_positions=64, seed=0,
+                               init_std=0.3)
     stream = torch.arange(4000) % 7  # periodic: every head can learn it
     data = TokenData(stream, torch.ones_like(stream, dtype=torch.bool), "test")
     streams = {"train": data, "valid": data, "heldout": data}

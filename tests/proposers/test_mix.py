@@ -44,7 +44,8 @@ class Recording:
 
 
 def test_merged_tree_holds_every_parts_paths_once():
-    parts = [Recording(DraftModelProposer(copy.deepcopy(MODEL), gamma=3, kind="point")), Recording(PromptLookupProposer())]
+    parts = [Recording(DraftModelProposer(copy.deepcopy(MODEL), gamma=3, kind="point")),
+             Recording(PromptLookupProposer())]
     mix = Recording(MixProposer(parts, budget=64))
     generate(HFTarget(MODEL), mix, PROMPTS, 12, SamplingConfig(temperature=0))
     for step, merged in enumerate(mix.trees):
@@ -55,7 +56,8 @@ def test_merged_tree_holds_every_parts_paths_once():
 
 
 def test_budget_cuts_the_merged_tree():
-    mix = Recording(MixProposer([DraftModelProposer(copy.deepcopy(MODEL), gamma=4, kind="point"), PromptLookupProposer()], budget=3))
+    mix = Recording(MixProposer([DraftModelProposer(copy.deepcopy(MODEL), gamma=4, kind="point"),
+                                 PromptLookupProposer()], budget=3))
     generate(HFTarget(MODEL), mix, PROMPTS, 8, SamplingConfig(temperature=0))
     assert max(t.num_nodes for t in mix.trees) == 3
 
@@ -64,7 +66,8 @@ def mix_tv(kind, gamma, sampling, depth):
     prompt = torch.tensor([[1, 2, 0, 1]])
     make = lambda: MixProposer([lambda: DraftModelProposer(DRAFT, gamma=gamma, kind=kind),
                                 lambda: PromptLookupProposer(max_ngram=2, num_tokens=2)])
-    return compare(exact_loop_law(TARGET, make, prompt, depth, sampling), teacher_forced_law(TARGET, prompt, depth, sampling))
+    return compare(exact_loop_law(TARGET, make, prompt, depth, sampling),
+                   teacher_forced_law(TARGET, prompt, depth, sampling))
 
 
 def test_exact_law_of_a_mix():
@@ -94,7 +97,8 @@ def test_draft_part_cache_holds_the_committed_text():
     for _ in range(8):
         decoder.step()
     assert decoder.stats.accepted_total > 0
-    got = part.read_root(torch.tensor([1, 1])).logits[:, -1]  # commits what the last step deferred, as a next step would
+    # commits what the last step deferred, as a next step would
+    got = part.read_root(torch.tensor([1, 1])).logits[:, -1]
     for b in range(2):
         committed = lookup.history.row(b)  # prompt + every emitted token before the current root
         assert part.lm.length[b] == len(committed)

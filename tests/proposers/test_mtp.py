@@ -105,7 +105,8 @@ def test_the_zoo_module_decodes_the_zoo_target_as_plain_greedy_does():
     assert head.searched["top_k"] >= 1 and head.searched["chain_depth"] >= 1
     head.check_target(target)
     prompt = torch.tensor([[4, 1023, 308, 11, 220, 220, 220, 1320, 7, 44]])  # any ids of its 6144-token vocabulary
-    for make in (lambda: MtpProposer(head, depth="auto", top_k="auto", budget="auto"), lambda: MtpProposer(head, depth=2)):
+    for make in (lambda: MtpProposer(head, depth="auto", top_k="auto", budget="auto"),
+                 lambda: MtpProposer(head, depth=2)):
         report = greedy_identity(target, make, prompt, 24)
         assert report.equal, report.first_difference
     stats = generate(HFTarget(target), MtpProposer(head, depth=2), prompt, 24, SamplingConfig(temperature=0.0)).stats

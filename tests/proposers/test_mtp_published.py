@@ -82,7 +82,8 @@ def test_only_the_mtp_tensors_are_read(tmp_path, monkeypatch):
     from proposers.mtp import layouts
 
     kept, real = [], layouts.read_weights
-    monkeypatch.setattr(layouts, "read_weights", lambda paths, keep: real(paths, lambda k: keep(k) and not kept.append(k)))
+    monkeypatch.setattr(layouts, "read_weights",
+                        lambda paths, keep: real(paths, lambda k: keep(k) and not kept.append(k)))
     read_mtp(folder)
     copies = ("shared_head.head.", "embed_tokens.")  # the target's head and embedding, copied into DeepSeek's layers
     assert sorted(kept) == [k for k in written["keys"] if not any(c in k for c in copies)]

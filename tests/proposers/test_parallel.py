@@ -31,7 +31,8 @@ def target_model(arch="llama", vocab=64, dtype="float64", seed=0):
 
 
 def parts(model, depth=3, scale=1.0):
-    """(name -> a factory of a fresh proposer, given choices and kind) for each drafter, random weights fitted to `model`."""
+    """(name -> a factory of a fresh proposer, given choices and kind) for each drafter, random weights fitted to
+    `model`."""
     c = model.config
     H, V, L = c.hidden_size, c.vocab_size, c.num_hidden_layers
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
@@ -39,9 +40,11 @@ def parts(model, depth=3, scale=1.0):
     draft = tiny_random_model(arch="llama", vocab_size=V + 1, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
                               dtype=dtype, seed=1, init_std=0.3)
     draft.config.pard_token = V
-    head = random_head(H, V, L, list(range(L + 1))[-3:], "eagle3", max(2, V * 3 // 4), dtype=dtype, scale=scale, pard_token=0)
+    head = random_head(H, V, L, list(range(L + 1))[-3:], "eagle3", max(2, V * 3 // 4), dtype=dtype, scale=scale,
+                       pard_token=0)
     return {
-        "dflash": lambda choices=None, kind="iid": DFlashProposer(dflash, choices, kind, depth=None if choices else depth),
+        "dflash": lambda choices=None, kind="iid": DFlashProposer(dflash, choices, kind,
+                                                                  depth=None if choices else depth),
         "pard": lambda choices=None, kind="iid": ParallelDraftProposer(draft, choices, kind, depth=depth),
         "peagle": lambda choices=None, kind="iid": ParallelEagleProposer(head, choices, depth, kind),
     }
@@ -71,14 +74,16 @@ def loop_tv(make, sampling=SamplingConfig()) -> float:
 
 
 @pytest.mark.parametrize("drafter", DRAFTERS)
-@pytest.mark.parametrize("kind,choices", [("iid", None), ("point", [(0,), (1,), (0, 0)]), ("wor", [(0,), (1,), (0, 0)])])
+@pytest.mark.parametrize("kind,choices",
+                         [("iid", None), ("point", [(0,), (1,), (0, 0)]), ("wor", [(0,), (1,), (0, 0)])])
 def test_the_loop_law_is_the_targets(drafter, kind, choices):
     make = parts(tiny_random_model(**TOY), scale=2.0)[drafter]
     assert loop_tv(lambda: make(choices, kind)) < 1e-9
 
 
 class WrongPositionQ(DFlashProposer):
-    """Planted bug: each chain node drawn from its position's law, but the verifier told the law of the position before."""
+    """Planted bug: each chain node drawn from its position's law, but the verifier told the law of the position
+    before."""
 
     def propose(self, state):
         tree = super().propose(state)
@@ -107,7 +112,8 @@ def decode_laws(proposer, model, prompt: torch.Tensor, root: torch.Tensor, depth
     """The proposer's per-depth log-laws [depth, V] for `prompt` [1, L] then `root`, after one prefill."""
     target = HFTarget(model, hidden_layers=proposer.hidden_layers) if proposer.hidden_layers else HFTarget(model)
     proposer.prefill(prompt, target)
-    state = DecodeState(root, torch.zeros(1, model.config.vocab_size, dtype=torch.bool), SamplingConfig(), TorchSource(0))
+    state = DecodeState(root, torch.zeros(1, model.config.vocab_size, dtype=torch.bool), SamplingConfig(),
+                        TorchSource(0))
     if proposer.hidden_layers:
         out = model(input_ids=prompt, output_hidden_states=True)
         hidden = torch.stack([out.hidden_states[i] for i in proposer.hidden_layers], dim=2)
@@ -128,7 +134,8 @@ def test_training_scores_the_laws_decoding_draws(drafter):
     (incremental, cached) for the same context."""
     model, depth = target_model(), 3
     proposer = parts(model, depth)[drafter]()
-    module = {"dflash": lambda p: p.drafter, "pard": lambda p: p.lm.model, "peagle": lambda p: p.head}[drafter](proposer)
+    module = {"dflash": lambda p: p.drafter, "pard": lambda p: p.lm.model,
+              "peagle": lambda p: p.head}[drafter](proposer)
     objective = {"dflash": DFlashObjective, "pard": PardObjective, "peagle": PEagleObjective}[drafter](
         model, {"m": module}, ParallelTrainConfig(depth=depth, anchors=2))
     ids = torch.randint(0, 64, (1, 16), generator=torch.Generator().manual_seed(3))
@@ -136,20 +143,23 @@ def test_training_scores_the_laws_decoding_draws(drafter):
     # the root is x[a] for DFlash and PARD; P-EAGLE's anchor is the root's head position, reading x[a + 1]
     L = a + 1 if drafter == "peagle" else a
     laws = decode_laws(proposer, model, ids[:, :L], ids[:, L], depth)
-    pairs = objective.pairs(module, ids, torch.ones_like(ids, dtype=torch.bool), torch.tensor([[4, a]]), objective.teacher(ids))
+    pairs = objective.pairs(module, ids, torch.ones_like(ids, dtype=torch.bool), torch.tensor([[4, a]]),
+                            objective.teacher(ids))
     # anchor a is each block depth's last row; PARD's and P-EAGLE's depth 1 is the sequence's row a
     rows = [a if j == 0 and drafter != "dflash" else -1 for j in range(depth)]
     trained = torch.stack([q[row] for (q, _, _), row in zip(pairs, rows)]).double()
     vocab = module.draft_ids() if drafter == "peagle" else None
     decoded = laws if vocab is None else laws[:, vocab]
     assert torch.allclose(trained.exp(), decoded.exp(), atol=1e-6), (trained.exp() - decoded.exp()).abs().max()
-    # and scores them against the target's law of the token each depth drafts after the root x[L]: x[L + j], predicted at L + j - 1
+    # and scores them against the target's law of the token each depth drafts after the root x[L]: x[L + j], predicted
+    # at L + j - 1
     z = model(input_ids=ids).logits[0].double()
     z = z if vocab is None else z[:, vocab]
     teacher = torch.stack([p[row] for (_, p, _), row in zip(pairs, rows)]).double()
     assert torch.allclose(teacher.exp(), z[L : L + depth].softmax(-1), atol=1e-6)
     labels = torch.stack([y[row] for (_, _, y), row in zip(pairs, rows)])
-    assert labels.tolist() == (ids[0, L + 1 : L + 1 + depth] if vocab is None else torch.searchsorted(vocab, ids[0, L + 1 : L + 1 + depth]).clamp_max(len(vocab) - 1)).tolist()
+    assert labels.tolist() == (ids[0, L + 1 : L + 1 + depth] if vocab is None else torch.searchsorted(
+        vocab, ids[0, L + 1 : L + 1 + depth]).clamp_max(len(vocab) - 1)).tolist()
 
 
 def test_dflash_context_cache_keeps_what_one_forward_reads():
@@ -178,7 +188,8 @@ def test_dflash_files_round_trip_in_the_published_layout(tmp_path):
     drafter = random_dflash(32, 64, 2, block_size=5, mask_token_id=7)
     drafter.save(tmp_path, dtype=torch.float32)
     config = json.loads((tmp_path / "config.json").read_text())
-    assert config["dflash_config"] == {"block_size": 5, "mask_token_id": 7, "target_layer_ids": list(drafter.config.target_layer_ids)}
+    assert config["dflash_config"] == {"block_size": 5, "mask_token_id": 7,
+                                       "target_layer_ids": list(drafter.config.target_layer_ids)}
     loaded = DFlashDrafter.load(tmp_path)
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in drafter.state_dict().items())
     with pytest.raises(FileNotFoundError, match="experiment=zoo_dflash"):

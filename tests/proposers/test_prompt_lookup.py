@@ -44,20 +44,23 @@ def test_batched_rows_of_their_own_lengths_equal_brute_force(seed):
     tokens = torch.randint(0, 3, (6, 30), generator=g)  # past each row's length: another row's noise, never read
     found = batched_continuations(tokens, lengths, 1, 3, 4, 5)
     for b, n in enumerate(lengths.tolist()):
-        got = [(tuple(t for t in path if t >= 0), int(w)) for path, w in zip(found.tokens[b].tolist(), found.weights[b].tolist()) if w]
+        got = [(tuple(t for t in path if t >= 0), int(w))
+               for path, w in zip(found.tokens[b].tolist(), found.weights[b].tolist()) if w]
         assert got == brute_force(tokens[b, :n].tolist(), 1, 3, 4, 5)
 
 
 def propose(proposer, prompt, root):
     proposer.prefill(torch.tensor(prompt), None)
     V = 16
-    state = DecodeState(torch.tensor(root), torch.zeros(len(root), V, dtype=torch.bool), SamplingConfig(), TorchSource(seed=0))
+    state = DecodeState(torch.tensor(root), torch.zeros(len(root), V, dtype=torch.bool), SamplingConfig(),
+                        TorchSource(seed=0))
     return proposer.propose(state)
 
 
 def test_several_matches_make_one_tree():
     # "1 2" occurred twice before, followed by 3 4 and by 5 6: both become branches under one shared root child
-    tree = propose(PromptLookupProposer(max_ngram=2, num_tokens=2, max_matches=4), [[1, 2, 3, 4, 9, 1, 2, 5, 6, 1]], [2])
+    tree = propose(PromptLookupProposer(max_ngram=2, num_tokens=2, max_matches=4),
+                   [[1, 2, 3, 4, 9, 1, 2, 5, 6, 1]], [2])
     paths = node_paths(tree)[0]
     assert {(5, 6), (3, 4)} <= set(paths) and tree.kind == "point"
     assert paths.index((5,)) < paths.index((3,))  # the most recent match first (equal n, equal weight)
@@ -81,8 +84,10 @@ def test_rows_have_their_own_matches():
     assert node_paths(tree)[0][0] == (5,) and node_paths(tree)[1][0] == (8,)
 
 
-@pytest.mark.parametrize("sname, sampling", [("T1", SamplingConfig()), ("T0.7-topk2", SamplingConfig(temperature=0.7, top_k=2)),
-                                             pytest.param("penalty1.5", SamplingConfig(repetition_penalty=1.5), marks=pytest.mark.slow)])
+@pytest.mark.parametrize("sname, sampling", [("T1", SamplingConfig()),
+                                             ("T0.7-topk2", SamplingConfig(temperature=0.7, top_k=2)),
+                                             pytest.param("penalty1.5", SamplingConfig(repetition_penalty=1.5),
+                                                          marks=pytest.mark.slow)])
 def test_exact_law_through_the_real_loop(sname, sampling):
     prompt = torch.tensor([[1, 2, 0, 1, 2]])
     spec = exact_loop_law(TARGET, lambda: PromptLookupProposer(max_ngram=2, num_tokens=2), prompt, 3, sampling)
@@ -101,6 +106,7 @@ def test_greedy_identity_and_batches():
 
 def test_bad_settings_are_named():
     for bad, name in ((dict(min_ngram=0), "min_ngram"), (dict(min_ngram=3, max_ngram=2), "exceeds the n-gram max"),
-                      (dict(budget=0), "budget"), (dict(num_tokens=0), "num_tokens"), (dict(max_matches=0), "max_matches")):
+                      (dict(budget=0), "budget"), (dict(num_tokens=0), "num_tokens"),
+                      (dict(max_matches=0), "max_matches")):
         with pytest.raises(ValueError, match=name):
             PromptLookupProposer(**bad)

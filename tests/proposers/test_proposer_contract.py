@@ -61,13 +61,15 @@ class Setting:
 # model and mix's parts are swapped for mix_draft's; without a grammar, grammar drafts nothing and mix_grammar is
 # the draft model's chain (their exact laws under grammars: tests/constraints); the *_chain configs are draft, prompt
 # lookup and EAGLE-3 at the settings vLLM runs: their exact check repeats another's, so -m slow.
-DEFAULT = {("medusa", "t1", ("proposer.kind=iid",)), ("medusa", "t1", ("proposer.kind=wor",)), ("medusa", "t07_topk2", ()),
-           ("medusa", "penalty15", ("proposer.kind=iid",)), ("eagle", "t07_topk2", ()), ("eagle2", "penalty15", ())}
+DEFAULT = {("medusa", "t1", ("proposer.kind=iid",)), ("medusa", "t1", ("proposer.kind=wor",)),
+           ("medusa", "t07_topk2", ()), ("medusa", "penalty15", ("proposer.kind=iid",)), ("eagle", "t07_topk2", ()),
+           ("eagle2", "penalty15", ())}
 REPEATS = {"self_draft", "mix", "grammar", "mix_grammar", "draft_chain", "prompt_lookup_chain", "eagle3_chain"}
 VARIANTS = {"medusa": [(), ("proposer.kind=iid",), ("proposer.kind=wor",)]}
 # Self-speculation drafts with part of the target: its toy target gets a second layer (a 1-layer one has no part).
 OWN_TARGET = {p: ("experiment.exact.target.num_layers=2",) for p in ("early_exit", "layer_skip")}
-SETTINGS = [Setting(p, s, o, "default" if (s == "t1" and not o and p not in REPEATS) or (p, s, o) in DEFAULT else "slow")
+SETTINGS = [Setting(p, s, o,
+                    "default" if (s == "t1" and not o and p not in REPEATS) or (p, s, o) in DEFAULT else "slow")
             for p in PROPOSERS for o in VARIANTS.get(p, [()]) for s in SAMPLINGS]
 
 

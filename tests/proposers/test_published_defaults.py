@@ -20,7 +20,8 @@ from tests.test_configs import FAST, load
 LAYOUTS = {"eagle": ("eagle", None, None), "eagle2": ("eagle", None, None), "eagle3": ("specforge", (0, 1, 2), 48)}
 
 
-@pytest.mark.parametrize("proposer", [p if p != "eagle2" else pytest.param(p, marks=pytest.mark.slow) for p in sorted(LAYOUTS)])
+@pytest.mark.parametrize("proposer", [p if p != "eagle2" else pytest.param(p, marks=pytest.mark.slow)
+                                      for p in sorted(LAYOUTS)])
 def test_the_documented_command_runs_a_published_head_with_the_published_defaults(proposer, tmp_path):
     layout, layers, draft_vocab = LAYOUTS[proposer]
     tiny_random_model("llama", vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,

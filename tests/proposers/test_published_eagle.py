@@ -21,7 +21,8 @@ from proposers.eagle.head import Eagle1Head, Eagle3Head
 
 TARGET = tiny_random_model("llama", seed=3, num_layers=8, dtype="float64", init_std=0.3)  # H 32, V 64, 4 / 2 heads
 CHOICES = [(0,), (1,), (0, 0), (1, 0), (0, 1), (0, 0, 0)]
-SMALL = tiny_random_model("llama", seed=3, vocab_size=8, num_layers=8, dtype="float64", init_std=0.3)  # rows accept often
+# rows accept often
+SMALL = tiny_random_model("llama", seed=3, vocab_size=8, num_layers=8, dtype="float64", init_std=0.3)
 TOKENS = torch.tensor([[5, 9, 1, 33, 7, 2]])
 TOL = 1e-5  # float64 heads, but transformers computes RoPE's cos/sin in float32: the issue's float32 bound
 
@@ -55,7 +56,8 @@ def test_eagle1_llama3_variant_and_a_bias_the_config_denies(tmp_path):
     assert not head.config.fc_bias and head.config.rope_theta == 500000.0
     e, g = TARGET.get_input_embeddings()(TOKENS[:, 1:]), states(TARGET, TOKENS)[-1][:, :-1]
     with torch.no_grad():
-        assert (head(e, g, torch.arange(5)[None]) - eagle1_reference(load_state(folder), e, g, theta=500000.0)).abs().max() <= TOL
+        assert (head(e, g, torch.arange(5)[None])
+                - eagle1_reference(load_state(folder), e, g, theta=500000.0)).abs().max() <= TOL
     contradicting = eagle1_folder(tmp_path / "c", TARGET, bias=True, config_bias=False)
     with pytest.warns(UserWarning, match="config says fc bias False but the weights have fc.bias; the weights decide"):
         assert load_head(contradicting).config.fc_bias
@@ -163,7 +165,8 @@ def test_eagle3_vocabulary_maps(tmp_path):
 
 
 def test_eagle3_layer_ids_by_convention(tmp_path):
-    """E7: no ids -> (2, L//2, L-3); SGLang/SpecForge ids [1, 3, 4] -> (2, 4, 5); the same ids as vLLM's -> (1, 3, 4)."""
+    """E7: no ids -> (2, L//2, L-3); SGLang/SpecForge ids [1, 3, 4] -> (2, 4, 5); the same ids as vLLM's ->
+    (1, 3, 4)."""
     def layers(head):
         proposer = EagleProposer(head, CHOICES)
         proposer.prefill(TOKENS, HFTarget(TARGET))

@@ -22,7 +22,8 @@ TOL = 1e-5  # transformers' RoPE is float32
 def speculators_folder(folder, ids=(2, 4, 5), embed=True, **config_changes):
     """A speculators 0.9 EAGLE-3 folder: SpecForge's weights renamed midlayer.* -> layers.0.*, its config."""
     source = eagle3_folder(folder / "src")
-    state = {("layers.0." + k[9:] if k.startswith("midlayer.") else k): v for k, v in load_file(str(source / "model.safetensors")).items()}
+    state = {("layers.0." + k[9:] if k.startswith("midlayer.") else k): v
+             for k, v in load_file(str(source / "model.safetensors")).items()}
     if embed:
         state["embed_tokens.weight"] = TARGET.get_input_embeddings().weight.detach().float().clone()
     layer = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 48, "num_attention_heads": 4,
@@ -101,11 +102,13 @@ def test_a_head_written_in_a_layout_reads_back_the_same(tmp_path, fmt):
     feature = head.fused(torch.stack([hs[2], hs[4], hs[5]], 2)[:, :-1])
     e = TARGET.get_input_embeddings()(TOKENS[:, 1:])
     with torch.no_grad():
-        assert torch.equal(again.logits(again(e, feature, torch.arange(5)[None])), head.logits(head(e, feature, torch.arange(5)[None])))
+        assert torch.equal(again.logits(again(e, feature, torch.arange(5)[None])),
+                           head.logits(head(e, feature, torch.arange(5)[None])))
 
 
 def test_an_eagle1_head_written_in_safeailabs_layout_reads_back(tmp_path):
-    head = random_head(32, 64, 8, None, "eagle", num_heads=4, num_kv_heads=2, intermediate_size=48, seed=2, dtype="float64")
+    head = random_head(32, 64, 8, None, "eagle", num_heads=4, num_kv_heads=2, intermediate_size=48, seed=2,
+                       dtype="float64")
     head.save(tmp_path, dtype=torch.float64, format="eagle")
     again = load_head(tmp_path, "float64")
     assert sorted(load_file(str(tmp_path / "model.safetensors"))) == sorted(head.state_dict())
@@ -121,7 +124,8 @@ def test_an_eagle1_head_written_in_safeailabs_layout_reads_back(tmp_path):
 def test_the_zoo_eagle3_committed_in_speculators_layout_is_the_zoo_head():
     """experiments/zoo/eagle3/speculators (written by experiment=zoo_eagle3) reads back as the zoo's head."""
     ours, published = load_head("eagle3"), load_head(EMBEDDED / "eagle3" / "speculators")
-    assert json.loads((EMBEDDED / "eagle3" / "speculators" / "config.json").read_text())["speculators_model_type"] == "eagle3"
+    assert json.loads((EMBEDDED / "eagle3" / "speculators" / "config.json").read_text())[
+        "speculators_model_type"] == "eagle3"
     for name, value in ours.state_dict().items():
         assert torch.equal(published.state_dict()[name], value), name
     assert ours.config.target_layers is None and ours.config.layers_for(20) == (2, 10, 17)  # EAGLE-3's default

@@ -46,7 +46,8 @@ def medusa_folder(folder, heads=5, layers=1, stated=2, file="medusa_lm_head.pt",
 
 
 def reference(state: dict, hidden: torch.Tensor, k: int, layers: int, lm_head=None) -> torch.Tensor:
-    """Head k: the same ResBlock x + SiLU(W x + b) applied `layers` times, then its own W_out (or the target's lm_head)."""
+    """Head k: the same ResBlock x + SiLU(W x + b) applied `layers` times, then its own W_out (or the target's
+    lm_head)."""
     x = hidden.double()
     w, b = state[f"{k}.0.linear.weight"].double(), state[f"{k}.0.linear.bias"].double()
     for _ in range(layers):
@@ -97,7 +98,8 @@ def medusa2_folder(folder, target, heads: int = 3, seed: int = 1):
     target.save_pretrained(folder)
     model_state = load_file(str(folder / "model.safetensors"))
     heads_state = published_state(heads, 1, torch.Generator().manual_seed(seed), dtype=torch.float32)
-    save_file({**model_state, **{f"medusa_head.{k}": v for k, v in heads_state.items()}}, str(folder / "model.safetensors"))
+    save_file({**model_state, **{f"medusa_head.{k}": v for k, v in heads_state.items()}},
+              str(folder / "model.safetensors"))
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "medusa_num_heads": heads, "medusa_num_layers": 1}))
     return folder, heads_state
@@ -132,7 +134,8 @@ def test_bad_folders_are_named(tmp_path):
     """M6: another H or V names both sizes; a folder with no head file names the files looked for."""
     folder, _ = medusa_folder(tmp_path / "h", heads=2, stated=2)
     other = tiny_random_model("llama", seed=3, hidden_size=16, vocab_size=80)
-    with pytest.raises(ValueError, match="hidden size 32 and vocabulary 64, but this target has hidden size 16 and vocabulary 80"):
+    with pytest.raises(ValueError,
+                       match="hidden size 32 and vocabulary 64, but this target has hidden size 16 and vocabulary 80"):
         generate(HFTarget(other), MedusaProposer(load_head(folder)), torch.tensor([[1, 2]]), 4)
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -174,7 +177,7 @@ def test_hydra_runs_published_heads_against_a_local_target(tmp_path):
     for method, overrides in runs.items():
         with initialize_config_dir(config_dir=conf, version_base="1.3"):
             cfg = compose("config", [f"target.path={tmp_path / 'target'}", f"proposer={method}", *overrides,
-                                     "prompt=[4,9,2]", "sampling=greedy", "max_new_tokens=12", f"output_dir={tmp_path / method}",
-                                     "experiment.warmup=0", "experiment.repeats=1"])
+                                     "prompt=[4,9,2]", "sampling=greedy", "max_new_tokens=12",
+                                     f"output_dir={tmp_path / method}", "experiment.warmup=0", "experiment.repeats=1"])
         result = run(cfg)
         assert result["tokens"] == result["plain_tokens"], method

@@ -30,7 +30,8 @@ TEXTS = ["def add(a, b):\n    return a + b\n", "def sub(a, b):\n    return a - b
 def brute_matches(docs, pattern):
     """Every (document, start) where the pattern occurs."""
     m = len(pattern)
-    return [(d, s) for d, doc in enumerate(docs) for s in range(len(doc) - m + 1) if list(doc[s : s + m]) == list(pattern)]
+    return [(d, s) for d, doc in enumerate(docs) for s in range(len(doc) - m + 1)
+            if list(doc[s : s + m]) == list(pattern)]
 
 
 def brute_continuations(docs, context, num_tokens, max_len, min_len):
@@ -91,7 +92,8 @@ def test_longest_match_and_continuations_vs_brute_force(wide):
         assert (match and match.length) == length
         if match is not None:
             assert match.hi - match.lo == len(brute_matches(docs, context[len(context) - length :]))
-        assert store.continuations(context, num_tokens, 10**6, max_len, min_len) == expected, (context, max_len, min_len)
+        assert (store.continuations(context, num_tokens, 10**6, max_len, min_len)
+                == expected), (context, max_len, min_len)
 
 
 def test_a_batch_of_contexts_equals_each_context_alone():
@@ -160,7 +162,8 @@ def test_short_context_or_no_match_is_a_plain_step():
 
 def test_commit_extends_the_context():
     store = Datastore.from_token_ids([[1, 2, 3, 4, 5]])
-    out = generate(HFTarget(tiny_random_model(seed=4)), RestProposer(store), torch.tensor([[1, 2]]), 6, SamplingConfig(temperature=0))
+    out = generate(HFTarget(tiny_random_model(seed=4)), RestProposer(store), torch.tensor([[1, 2]]), 6,
+                   SamplingConfig(temperature=0))
     assert out.tokens.shape == (1, 6)
 
 
@@ -215,7 +218,8 @@ def test_built_from_text_files(tokenizers, text_folder, tmp_path):
 
 def test_cache_is_reused_and_another_tokenizer_refused(tokenizers, text_folder, tmp_path, monkeypatch):
     builds = []
-    monkeypatch.setattr(rest_datastore, "suffix_array", lambda tokens, on_round=None: builds.append(1) or suffix_array(tokens))
+    monkeypatch.setattr(rest_datastore, "suffix_array",
+                        lambda tokens, on_round=None: builds.append(1) or suffix_array(tokens))
     first = build_datastore(str(text_folder), tokenizers[0], tmp_path)
     (folder,) = [p for p in tmp_path.iterdir() if (p / "meta.json").is_file()]
     stamp = (folder / "tokens.npy").stat().st_mtime_ns

@@ -49,7 +49,8 @@ def test_a_view_shares_the_targets_modules_and_computes_what_a_model_of_those_la
     assert all(any(p is q for q in model.parameters()) for p in view.parameters())  # nothing copied
     ids = PROMPT
     with torch.no_grad():
-        torch.testing.assert_close(view(input_ids=ids, use_cache=False).logits, rebuilt(model, list(layers))(input_ids=ids).logits)
+        torch.testing.assert_close(view(input_ids=ids, use_cache=False).logits,
+                                   rebuilt(model, list(layers))(input_ids=ids).logits)
         full = model(input_ids=ids).logits
         assert not torch.allclose(view(input_ids=ids, use_cache=False).logits, full)  # the view is not the target
 
@@ -152,7 +153,8 @@ def test_search_layers_writes_the_choice_beside_the_target_and_auto_reads_it(mod
                              (LayerSkipProposer(skip="auto", gamma=3), (0, 3))):
         proposer.prefill(PROMPT, HFTarget(loaded))
         assert proposer.layers == layers
-    out = generate(HFTarget(loaded), LayerSkipProposer(skip="auto", gamma=3), PROMPT, 8, SamplingConfig(temperature=0.0))
+    out = generate(HFTarget(loaded), LayerSkipProposer(skip="auto", gamma=3), PROMPT, 8,
+                   SamplingConfig(temperature=0.0))
     plain = generate(HFTarget(loaded), None, PROMPT, 8, SamplingConfig(temperature=0.0))
     assert torch.equal(out.tokens, plain.tokens)
 
@@ -166,7 +168,8 @@ def test_a_saved_choice_that_does_not_fit_the_target_is_named(model, tmp_path, c
     import json
 
     loaded = saved_target(tmp_path, model)
-    (tmp_path / "target" / "self_speculation.json").write_text(json.dumps({"num_layers": num_layers, "choices": choices}))
+    (tmp_path / "target" / "self_speculation.json").write_text(json.dumps({"num_layers": num_layers,
+                                                                           "choices": choices}))
     with pytest.raises(ValueError, match="self_speculation.json.*" + message):
         EarlyExitProposer(exit_layer="auto", gamma=4).prefill(PROMPT, HFTarget(loaded))
 

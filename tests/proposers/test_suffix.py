@@ -74,7 +74,8 @@ def test_the_cache_stays_within_its_bound_evicting_the_oldest():
 
 def test_the_tree_is_the_most_probable_paths_and_respects_budget_and_floor():
     trie = SuffixTrie(max_depth=4)
-    trie.extend(trie.open(), [9, 1, 2, 9, 1, 2, 9, 1, 3, 9, 5])  # after 9: 1 (3 of 4), 5 (1 of 4); after 9 1: 2 (2/3), 3 (1/3)
+    # after 9: 1 (3 of 4), 5 (1 of 4); after 9 1: 2 (2/3), 3 (1/3)
+    trie.extend(trie.open(), [9, 1, 2, 9, 1, 2, 9, 1, 3, 9, 5])
     node, length = trie.match([7, 9], max_match=3)
     assert length == 1
     leaves, expected = trie.speculate(node, budget=3, min_prob=0.0)

@@ -33,6 +33,7 @@ def chat_files(tmp_path_factory):
     sharegpt.write_text("".join(json.dumps({"id": f"c{i}", "conversations": [{"from": SHAREGPT_ROLE[r], "value": t}
                                                                               for r, t in c]}) + "\n"
                                 for i, c in enumerate(CONVERSATIONS)))
-    messages.write_text("".join(json.dumps({"id": f"c{i}", "messages": [{"role": r, "content": t} for r, t in c]}) + "\n"
+    messages.write_text("".join(json.dumps({"id": f"c{i}", "messages": [{"role": r, "content": t}
+                                                                        for r, t in c]}) + "\n"
                                 for i, c in enumerate(CONVERSATIONS)))
     return {"sharegpt": sharegpt, "messages": messages}

@@ -67,7 +67,8 @@ def test_eagle_depth_one_is_the_heads_rank_of_the_targets_next_token():
                 states = target(prefix[None], output_hidden_states=True).hidden_states
                 features = head.fused(torch.stack([states[i] for i in (0, 1, 2)], dim=2))  # [1, t+1, H]
                 causal = torch.ones(t + 1, t + 1, dtype=torch.bool).tril()[None, None]
-                h = head(embed(window[None, 1 : t + 2]), features, torch.arange(t + 1)[None], None, attention_mask=causal)
+                h = head(embed(window[None, 1 : t + 2]), features, torch.arange(t + 1)[None], None,
+                         attention_mask=causal)
                 ranked = head.logits(h[0, -1], lm_head).topk(RANKS).indices
             hits += (ranked == greedy_after(target, window[: t + 2])).double()
             count += 1

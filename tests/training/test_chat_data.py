@@ -28,8 +28,8 @@ def test_both_schemas_tokenize_alike_and_round_trip(schema, chat_files, chat_tok
     every = torch.cat([splits[s].ids for s in ("train", "valid", "heldout")])
     assert every.dtype == torch.int32 and int(every.max()) >= 2**15  # past what int16 holds
     ids, _ = render_chat(chat_tokenizer, list(documents[0].messages))
-    rendered = chat_tokenizer.apply_chat_template([{"role": m.role, "content": m.content} for m in documents[0].messages],
-                                                  tokenize=False)
+    rendered = chat_tokenizer.apply_chat_template([{"role": m.role, "content": m.content}
+                                                   for m in documents[0].messages], tokenize=False)
     assert chat_tokenizer.decode(ids) == rendered and rendered.count("<|endoftext|>") == 1  # BOS once, by the template
 
 
@@ -51,7 +51,8 @@ def draft_loss(target, ids, mask):
     with torch.no_grad():
         for p in draft.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
-        sums, counts = DraftObjective(target, {"kl": draft}, {"kl": KL()})(ids[None], mask[None], torch.tensor([0]), None)
+        sums, counts = DraftObjective(target, {"kl": draft}, {"kl": KL()})(ids[None], mask[None],
+                                                                            torch.tensor([0]), None)
     return float(sums[0] / counts[0])
 
 
@@ -91,7 +92,8 @@ def test_bad_conversations_are_named(chat_tokenizer, tmp_path):
         render_chat(chat_tokenizer, [Message("user", "hello")])
     rewriting = chat_tokenizer.__class__.from_pretrained(chat_tokenizer.name_or_path)
     rewriting.chat_template = ("{% for m in messages %}{% if loop.last or m['role'] != 'assistant' %}{{ m['role'] }}: "
-                               "{{ m['content'] }}\n{% endif %}{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}")
+                               "{{ m['content'] }}\n{% endif %}{% endfor %}"
+                               "{% if add_generation_prompt %}assistant: {% endif %}")
     # it drops earlier answers (each turn is then its own sample), and its generation prompt ends in a space that the
     # tokenizer merges with the answer's first word: no turn's span can be told apart, even alone
     with pytest.raises(ValueError, match="not a prefix.*merges tokens across the turn boundary"):

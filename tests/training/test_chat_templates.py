@@ -20,9 +20,11 @@ QWEN3_STYLE = (
     "{% for m in messages %}"
     "{% if m['role'] == 'assistant' %}"
     "{% set answer = m['content'].split('</think>')[-1].lstrip('\\n') %}"
-    "{% if '</think>' in m['content'] %}{% set reasoning = m['content'].split('</think>')[0].split('<think>')[-1].strip('\\n') %}"
+    "{% if '</think>' in m['content'] %}"
+    "{% set reasoning = m['content'].split('</think>')[0].split('<think>')[-1].strip('\\n') %}"
     "{% else %}{% set reasoning = '' %}{% endif %}"
-    "{% if loop.index0 > ns.last_user %}<|im_start|>assistant\n<think>\n{{ reasoning }}\n</think>\n\n{{ answer }}<|im_end|>\n"
+    "{% if loop.index0 > ns.last_user %}"
+    "<|im_start|>assistant\n<think>\n{{ reasoning }}\n</think>\n\n{{ answer }}<|im_end|>\n"
     "{% else %}<|im_start|>assistant\n{{ answer }}<|im_end|>\n{% endif %}"
     "{% else %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}"
     "{% endfor %}"
@@ -121,7 +123,8 @@ def test_workload_turns_render_as_the_thinking_template_does(chat_tokenizer):
 
 
 def test_a_template_that_rewrites_the_turn_it_is_given_is_named(chat_tokenizer):
-    rewrites = with_template(chat_tokenizer, QWEN3_STYLE.replace("{{ answer }}<|im_end|>", "{{ answer | upper }}<|im_end|>")
+    rewrites = with_template(chat_tokenizer, QWEN3_STYLE.replace("{{ answer }}<|im_end|>",
+                                                                 "{{ answer | upper }}<|im_end|>")
                              .replace("<|im_start|>assistant\n{% if enable", "<|im_start|>helper\n{% if enable"))
     with pytest.raises(ValueError, match="not a prefix"):
         render_chat(rewrites, THINKING)

@@ -1,4 +1,5 @@
-"""`python -m experiments.train experiment=... experiment.target=FOLDER data=sharegpt`: a user's chat target, end to end."""
+"""`python -m experiments.train experiment=... experiment.target=FOLDER data=sharegpt`: a user's chat target, end to
+end."""
 
 import json
 
@@ -85,18 +86,22 @@ def test_distilled_draft_for_a_chat_target(chat_target, chat_files, tmp_path):
 
 
 def test_dflash_drafter_for_a_chat_target(chat_target, chat_files, tmp_path):
-    """Trained through experiments/train_parallel.py, exported in z-lab's layout, decoding exactly what plain greedy does."""
+    """Trained through experiments/train_parallel.py, exported in z-lab's layout, decoding exactly what plain greedy
+    does."""
     from experiments import train_parallel
     from framework.harness.real import greedy_identity
     from framework.zoo.checkpoints import load_causal_lm
     from proposers import DFlashProposer, load_head
     from proposers.common.position_tree import load_choices
 
-    cfg = configured("zoo_dflash", chat_target, chat_files, tmp_path, *CONTINUATIONS, f"experiment.export={tmp_path / 'dflash'}",
-                     "experiment.tree.cost_sizes=[0,4]", "experiment.tree.cost_repeats=1", "experiment.tree.max_nodes=6",
-                     "experiment.tree.budgets=[2]", "experiment.tree.chains=[2]", "experiment.tree.budget_prompts=1", "experiment.tree.budget_tokens=4",
+    cfg = configured("zoo_dflash", chat_target, chat_files, tmp_path, *CONTINUATIONS,
+                     f"experiment.export={tmp_path / 'dflash'}", "experiment.tree.cost_sizes=[0,4]",
+                     "experiment.tree.cost_repeats=1", "experiment.tree.max_nodes=6", "experiment.tree.budgets=[2]",
+                     "experiment.tree.chains=[2]", "experiment.tree.budget_prompts=1",
+                     "experiment.tree.budget_tokens=4",
                      "experiment.train.depth=3", "experiment.train.anchors=4", "experiment.drafter.mask_token_id=5",
-                     "experiment.drafter.num_heads=2", "experiment.drafter.num_kv_heads=1", "experiment.drafter.intermediate_size=64")
+                     "experiment.drafter.num_heads=2", "experiment.drafter.num_kv_heads=1",
+                     "experiment.drafter.intermediate_size=64")
     out = train_parallel.run(cfg)
     record = json.loads((out / "measurements.json").read_text())["acceptance"]["kl"]
     assert len(record["heldout/text"]["accept_sampled"]) == 3  # per depth
@@ -104,7 +109,8 @@ def test_dflash_drafter_for_a_chat_target(chat_target, chat_files, tmp_path):
     assert drafter.config.block_size == 4 and drafter.config.mask_token_id == 5
     choices = load_choices(out)  # the tree searched for it
     assert 1 <= len(choices) <= 6 and max(len(c) for c in choices) <= 3
-    assert greedy_identity(target, lambda: DFlashProposer(drafter, choices, "point"), torch.tensor([[1, 2, 3, 4]]), 12).equal
+    assert greedy_identity(target, lambda: DFlashProposer(drafter, choices, "point"),
+                           torch.tensor([[1, 2, 3, 4]]), 12).equal
 
 
 def test_a_mask_token_without_an_embedding_is_refused(chat_target):
@@ -139,4 +145,5 @@ def test_a_layerskip_fine_tune_of_a_chat_target(chat_target, chat_files, tmp_pat
     assert measured["after"]["valid_loss"] != measured["before"]["valid_loss"]  # it was trained
     tuned = load_causal_lm(out)
     assert (out / "tokenizer.json").is_file()
-    assert greedy_identity(tuned, lambda: EarlyExitProposer(exit_layer=2, gamma=3), torch.tensor([[5, 9, 2, 31, 7]]), 8).equal
+    assert greedy_identity(tuned, lambda: EarlyExitProposer(exit_layer=2, gamma=3),
+                           torch.tensor([[5, 9, 2, 31, 7]]), 8).equal

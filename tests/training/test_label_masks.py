@@ -71,7 +71,8 @@ def test_every_objective_trains_on_the_assistants_tokens_only(document, chat_tar
         assert spy.calls, name
         for depth, labels in enumerate(spy.calls):  # an unrolled step or a head each; the first label sits past them
             if document == "plain text":  # the text's first tokens precede every depth's first prediction
-                assert chat_tokenizer.decode(labels) == chat_tokenizer.decode(ids[len(ids) - len(labels):]), (name, depth)
+                assert (chat_tokenizer.decode(labels)
+                        == chat_tokenizer.decode(ids[len(ids) - len(labels):])), (name, depth)
                 assert want.endswith(chat_tokenizer.decode(labels)) and len(labels) >= len(ids) - 5, (name, depth)
             else:
                 assert chat_tokenizer.decode(labels) == want, (name, depth)

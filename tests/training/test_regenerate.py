@@ -22,7 +22,8 @@ def test_answers_are_the_targets_own_and_a_rerun_resumes(chat_target, chat_files
     assert [r["id"] for r in rows] == [f"c{i}" for i in range(5)]
     first = rows[0]["messages"]
     assert [m["role"] for m in first] == [r for r, _ in CONVERSATIONS[0]]
-    assert [m["content"] for m in first if m["role"] != "assistant"] == [t for r, t in CONVERSATIONS[0] if r != "assistant"]
+    assert [m["content"] for m in first if m["role"] != "assistant"] == [t for r, t in CONVERSATIONS[0]
+                                                                         if r != "assistant"]
     # the first answer is the target's greedy continuation of the prompt, exactly
     prompt = chat_tokenizer.apply_chat_template(first[:2], tokenize=False, add_generation_prompt=True)
     ids = torch.tensor([chat_tokenizer(prompt, add_special_tokens=False)["input_ids"]])

@@ -26,11 +26,13 @@ CFG = dict(steps=2, batch_size=2, block_size=16, warmup=1, eval_every=100, eval_
 
 def test_a_root_resumed_against_another_target_is_refused(tmp_path):
     draft = tiny_random_model("llama", seed=1, num_layers=1)
-    assert train_drafts(tiny_random_model("llama", seed=0), draft, data(), tmp_path, DraftTrainConfig(**CFG)) is not None
+    assert train_drafts(tiny_random_model("llama", seed=0), draft, data(), tmp_path,
+                        DraftTrainConfig(**CFG)) is not None
     other = tiny_random_model("llama", seed=5)  # the same vocabulary and shapes, other weights
     with pytest.raises(ValueError, match="trained against another target"):
         train_drafts(other, draft, data(), tmp_path, DraftTrainConfig(**{**CFG, "steps": 3}))
-    resumed = train_drafts(tiny_random_model("llama", seed=0), draft, data(), tmp_path, DraftTrainConfig(**{**CFG, "steps": 3}))
+    resumed = train_drafts(tiny_random_model("llama", seed=0), draft, data(), tmp_path,
+                           DraftTrainConfig(**{**CFG, "steps": 3}))
     assert resumed is not None  # the same target resumes
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 3
 
@@ -59,5 +61,6 @@ def test_the_command_lines_train_settings_win_over_a_models_own_and_say_so(capsy
 
     spec = OmegaConf.create({"train": {"steps": 2000, "batch_size": 16}})
     assert own_settings("draft", spec, {"steps"}) == {"batch_size": 16}
-    assert "draft: experiment.train.steps from the command line replaces its own train.steps=2000" in capsys.readouterr().out
+    assert ("draft: experiment.train.steps from the command line replaces its own train.steps=2000"
+            in capsys.readouterr().out)
     assert own_settings("draft", spec, set()) == {"steps": 2000, "batch_size": 16}

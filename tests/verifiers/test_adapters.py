@@ -106,13 +106,19 @@ def test_masked_target_never_emits_a_masked_token(sampling):
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: ragged_chains(torch.tensor([1, 2]), [3], None, one_hot([1, 2]), torch.tensor([[0]])), "sums to 3 but draft_token_ids holds 2"),
-    (lambda: ragged_chains(torch.tensor([1, 9]), [1, 1], None, one_hot([1, 2]), torch.tensor([[0], [0]])), "request 1: draft_token_ids holds 9"),
-    (lambda: ragged_chains(torch.tensor([1, 2]), [1, 1], None, one_hot([1, 2]) * 0.5, torch.tensor([[0], [0]])), "request 0: target_probs row [0-9]+ does not sum to 1"),
-    (lambda: ragged_chains(torch.tensor([1, 2]), [1, 1], one_hot([1, 3]), one_hot([1, 2]), torch.tensor([[0], [0]])), "request 1: a draft has zero draft_probs"),
-    (lambda: ragged_chains(torch.tensor([1, 2, 3, 4, 5]), [1, 2, 2], None, one_hot([1, 2, 3, 4, 5]) * torch.tensor([[1.0], [1], [1], [0.5], [1]]),
+    (lambda: ragged_chains(torch.tensor([1, 2]), [3], None, one_hot([1, 2]), torch.tensor([[0]])),
+     "sums to 3 but draft_token_ids holds 2"),
+    (lambda: ragged_chains(torch.tensor([1, 9]), [1, 1], None, one_hot([1, 2]), torch.tensor([[0], [0]])),
+     "request 1: draft_token_ids holds 9"),
+    (lambda: ragged_chains(torch.tensor([1, 2]), [1, 1], None, one_hot([1, 2]) * 0.5, torch.tensor([[0], [0]])),
+     "request 0: target_probs row [0-9]+ does not sum to 1"),
+    (lambda: ragged_chains(torch.tensor([1, 2]), [1, 1], one_hot([1, 3]), one_hot([1, 2]), torch.tensor([[0], [0]])),
+     "request 1: a draft has zero draft_probs"),
+    (lambda: ragged_chains(torch.tensor([1, 2, 3, 4, 5]), [1, 2, 2], None,
+                           one_hot([1, 2, 3, 4, 5]) * torch.tensor([[1.0], [1], [1], [0.5], [1]]),
                            torch.tensor([[0], [0], [0]])), "request 2: target_probs row [0-9]+ does not sum to 1"),
-    (lambda: ragged_chains(torch.tensor([1]), [1], None, one_hot([1]), torch.tensor([[0], [1]])), r"bonus_token_ids must be \[B, 1\]"),
+    (lambda: ragged_chains(torch.tensor([1]), [1], None, one_hot([1]), torch.tensor([[0], [1]])),
+     r"bonus_token_ids must be \[B, 1\]"),
 ])
 def test_bad_input_names_the_request_and_the_field(call, message):
     with pytest.raises(ValueError, match=message):
@@ -121,7 +127,8 @@ def test_bad_input_names_the_request_and_the_field(call, message):
 
 def test_import_verifiers_pulls_in_neither_transformers_nor_hydra():
     code = ("import sys, verifiers, verifiers.adapters; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'transformers', 'hydra', 'omegaconf', 'datasets'}))")
+            "print(sorted({m.split('.')[0] for m in sys.modules}"
+            " & {'transformers', 'hydra', 'omegaconf', 'datasets'}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "[]", (done.stdout, done.stderr[-2000:])
 
@@ -132,7 +139,8 @@ def test_flat_trees_of_different_shapes_in_one_call():
     out = flat_trees(torch.tensor([1, 2, 3, 5]), [3, 1], [-1, -1, 0, -1], None, target)
     assert out.tokens.tolist() == [[2, 4, -1, -1], [5, 0, -1, -1]]  # node 1 accepted, then its law's token
     assert out.accepted_slots.tolist() == [[1, -1], [0, -1]] and out.num_accepted.tolist() == [1, 1]
-    assert out.accept_index.tolist() == [[0, 2, -1], [4, 5, -1]]  # table rows: request 0's root, its node 1; request 1's
+    # table rows: request 0's root, its node 1; request 1's
+    assert out.accept_index.tolist() == [[0, 2, -1], [4, 5, -1]]
 
 
 def test_flat_trees_follow_the_target_law():
@@ -147,10 +155,14 @@ def test_flat_trees_follow_the_target_law():
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: flat_trees(torch.tensor([1, 2]), [2], [0, -1], None, one_hot([1, 2, 3])), "request 0: parents of its node 0 is 0: parents must point backwards"),
-    (lambda: flat_trees(torch.tensor([1, 2]), [3], [-1, 0], None, one_hot([1, 2, 3])), "num_draft_tokens sums to 3 but draft_token_ids holds 2"),
-    (lambda: flat_trees(torch.tensor([1, 2]), [2], [-1, 0], None, one_hot([1, 2])), r"target_probs must be \[T \+ B, V\]"),
-    (lambda: flat_trees(torch.tensor([1, 2]), [2], [-1, 0], None, one_hot([1, 2, 3]) * 2), "request 0: target_probs row [0-9]+ does not sum to 1"),
+    (lambda: flat_trees(torch.tensor([1, 2]), [2], [0, -1], None, one_hot([1, 2, 3])),
+     "request 0: parents of its node 0 is 0: parents must point backwards"),
+    (lambda: flat_trees(torch.tensor([1, 2]), [3], [-1, 0], None, one_hot([1, 2, 3])),
+     "num_draft_tokens sums to 3 but draft_token_ids holds 2"),
+    (lambda: flat_trees(torch.tensor([1, 2]), [2], [-1, 0], None, one_hot([1, 2])),
+     r"target_probs must be \[T \+ B, V\]"),
+    (lambda: flat_trees(torch.tensor([1, 2]), [2], [-1, 0], None, one_hot([1, 2, 3]) * 2),
+     "request 0: target_probs row [0-9]+ does not sum to 1"),
 ])
 def test_flat_trees_bad_input_names_the_request(call, message):
     with pytest.raises(ValueError, match=message):

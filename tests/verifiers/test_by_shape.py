@@ -59,7 +59,8 @@ def vllm_requests(seed, counts=(2, 0, 3, 2)):
     out = []
     for k in counts:
         q, p = probs(gen, k), probs(gen, k)
-        drafts = torch.stack([torch.multinomial(q[t], 1, generator=gen)[0] for t in range(k)]) if k else torch.zeros(0, dtype=torch.long)
+        drafts = (torch.stack([torch.multinomial(q[t], 1, generator=gen)[0] for t in range(k)]) if k
+                  else torch.zeros(0, dtype=torch.long))
         out.append((drafts, q, p, torch.randint(0, V, (1, 1), generator=gen)))
     return out
 

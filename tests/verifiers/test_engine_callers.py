@@ -106,7 +106,8 @@ def test_siblings_are_tried_in_the_linked_order():
     first_child, next_sibling = torch.tensor([[3, -1, -1, -1]]), torch.tensor([[-1, -1, -1, 1]])
     p = torch.stack([0.5 * one_hot([1]) + 0.5 * one_hot([3])] + [one_hot([0])] * 3, 1)  # [1, 4, V]
     out = linked_trees(candidates, first_child, next_sibling, p, None,
-                       rng=ReplaySource([torch.full((1, 2, 2), 0.3, dtype=torch.float64), torch.zeros(1, dtype=torch.float64)]))
+                       rng=ReplaySource([torch.full((1, 2, 2), 0.3, dtype=torch.float64),
+                                         torch.zeros(1, dtype=torch.float64)]))
     assert out.accepted_slots.tolist() == [[3]] and out.tokens.tolist() == [[3, 0, -1]]
     assert out.accept_index.tolist() == [[0, 3]]  # slot 2 is unused: linked from nowhere, skipped
 
@@ -155,7 +156,8 @@ VOCAB = 8
 def test_linked_trees_compare_the_sizes_of_every_field_before_reading_them(change, message):
     """Links one slot narrower than the candidates used to drop a used slot silently (issue 58, case 7)."""
     fields = dict(candidates=torch.tensor([[0, 1, 2, 3]]), first_child=torch.tensor([[1, 2, 3, -1]]),
-                  next_sibling=torch.full((1, 4), -1), target_probs=torch.full((1, 4, VOCAB), 1.0 / VOCAB), draft_probs=None)
+                  next_sibling=torch.full((1, 4), -1), target_probs=torch.full((1, 4, VOCAB), 1.0 / VOCAB),
+                  draft_probs=None)
     fields.update(change)
     with pytest.raises(ValueError, match=message):
         linked_trees(**fields)

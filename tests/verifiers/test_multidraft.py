@@ -18,7 +18,8 @@ def test_the_scale_is_feasible_and_one_for_a_single_draft():
     k = torch.randint(1, 6, (64,), generator=g)
     rho = sequential_scale(p, q, k)
     assert (rho >= _needed(_accepted_mass(p, q, rho), k.double()) - 1e-12).all()  # p_res is a law
-    assert (rho <= k).all() and torch.equal(sequential_scale(p, q, torch.ones(64, dtype=torch.long)), torch.ones(64, dtype=torch.float64))
+    assert (rho <= k).all() and torch.equal(sequential_scale(p, q, torch.ones(64, dtype=torch.long)),
+                                            torch.ones(64, dtype=torch.float64))
 
 
 def test_on_a_chain_it_is_the_token_rule():

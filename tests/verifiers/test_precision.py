@@ -57,7 +57,8 @@ def test_half_precision_laws_decide_as_their_float32_values(dtype, name, kind):
     tree, p = half_tree(kind, dtype)
     kwargs = {} if VERIFIERS[name] is None else {"verifier": VERIFIERS[name]}
     half = verify(tree, p, torch.Generator().manual_seed(3), validate=False, **kwargs)
-    wide = verify(widened_tree(tree, torch.float32), p.float(), torch.Generator().manual_seed(3), validate=False, **kwargs)
+    wide = verify(widened_tree(tree, torch.float32), p.float(), torch.Generator().manual_seed(3), validate=False,
+                  **kwargs)
     assert torch.equal(half.tokens, wide.tokens) and torch.equal(half.path, wide.path)
     assert (half.num_accepted < 6).any()  # rejections happened: the residual draws were exercised
 
@@ -73,19 +74,21 @@ def test_half_precision_chains_block_and_ragged(dtype):
     for verifier in (BlockVerifier(), None):
         kwargs = {} if verifier is None else {"verifier": verifier}
         half = verify(tree, p.to(dtype), torch.Generator().manual_seed(1), validate=False, **kwargs)
-        wide = verify(widened_tree(tree, torch.float32), p.to(dtype).float(), torch.Generator().manual_seed(1), validate=False,
-                      **kwargs)
+        wide = verify(widened_tree(tree, torch.float32), p.to(dtype).float(), torch.Generator().manual_seed(1),
+                      validate=False, **kwargs)
         assert torch.equal(half.tokens, wide.tokens)
     # the engines' shapes: vLLM's flat chains and SGLang-style flat trees
     flat_p, flat_q = p[:, :K].reshape(-1, V), q[:, :K].reshape(-1, V)
     bonus = torch.randint(V, (B, 1), generator=g)
-    half = ragged_chains(tokens.reshape(-1), [K] * B, flat_q.to(dtype), flat_p.to(dtype), bonus, torch.Generator().manual_seed(2))
+    half = ragged_chains(tokens.reshape(-1), [K] * B, flat_q.to(dtype), flat_p.to(dtype), bonus,
+                         torch.Generator().manual_seed(2))
     wide = ragged_chains(tokens.reshape(-1), [K] * B, flat_q.to(dtype).float(), flat_p.to(dtype).float(), bonus,
                          torch.Generator().manual_seed(2), validate=False)
     assert torch.equal(half, wide)
     table_p, table_q = p.reshape(-1, V).to(dtype), q.reshape(-1, V).to(dtype)
     parents = torch.tensor([-1, 0, 1] * B)
-    half = flat_trees(tokens.reshape(-1), [K] * B, parents, table_q, table_p, generator=torch.Generator().manual_seed(4))
+    half = flat_trees(tokens.reshape(-1), [K] * B, parents, table_q, table_p,
+                      generator=torch.Generator().manual_seed(4))
     wide = flat_trees(tokens.reshape(-1), [K] * B, parents, table_q.float(), table_p.float(),
                       generator=torch.Generator().manual_seed(4), validate=False)
     assert torch.equal(half.tokens, wide.tokens)
@@ -106,7 +109,8 @@ def test_triton_paths_take_half_precision_laws():
 
     tree, p = half_tree("iid", torch.bfloat16, B=16, V=40)
     ref = verify(tree, p, torch.Generator().manual_seed(3))
-    assert torch.equal(verify(tree, p, torch.Generator().manual_seed(3), verifier=triton_tree_verifier()).tokens, ref.tokens)
+    assert torch.equal(verify(tree, p, torch.Generator().manual_seed(3), verifier=triton_tree_verifier()).tokens,
+                       ref.tokens)
     chain = CandidateTree.chain(tree.tokens[:, :2], tree.draft_probs[:, :3], "iid")
     ref = verify(chain, p[:, :3], torch.Generator().manual_seed(3), validate=False)
     ours = verify(chain, p[:, :3], torch.Generator().manual_seed(3), validate=False, verifier=TritonChainVerifier())

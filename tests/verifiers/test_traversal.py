@@ -15,7 +15,8 @@ TRAVERSAL = TraversalVerifier()
 def test_on_a_chain_it_is_block_verification():
     """Same law as block verification, same acceptance: both reach the oracle's bound on chains."""
     laws = ToyLaws(3, 1)
-    assert rule_acceptance(TRAVERSAL, [-1, 0, 1], laws) == pytest.approx(rule_acceptance(BlockVerifier(), [-1, 0, 1], laws), abs=1e-12)
+    assert rule_acceptance(TRAVERSAL, [-1, 0, 1], laws) == pytest.approx(rule_acceptance(BlockVerifier(), [-1, 0, 1],
+                                                                                         laws), abs=1e-12)
     assert rule_acceptance(TRAVERSAL, [-1, 0, 1], laws) == pytest.approx(best_acceptance([-1, 0, 1], laws), abs=1e-7)
 
 
@@ -32,7 +33,8 @@ def test_p_equals_q_accepts_the_deepest_path_without_nan():
     g = torch.Generator().manual_seed(0)
     p = torch.softmax(torch.randn(4, 5, 6, generator=g, dtype=torch.float64), -1)
     tokens = torch.multinomial(p[:, 0], 2, replacement=True, generator=g)
-    tokens = torch.cat([tokens, torch.multinomial(p[:, 1], 2, replacement=True, generator=g)], 1)  # node 0's two children
+    # node 0's two children
+    tokens = torch.cat([tokens, torch.multinomial(p[:, 1], 2, replacement=True, generator=g)], 1)
     tree = CandidateTree(tokens, torch.tensor([-1, -1, 0, 0]), p, "iid")
     draws = [torch.rand(4, 5, 1, generator=g, dtype=torch.float64), torch.rand(4, generator=g, dtype=torch.float64)]
     out = verify(tree, p, rng=ReplaySource(draws), verifier=TRAVERSAL)

@@ -1,4 +1,5 @@
-"""The Triton chain path matches the PyTorch verifier; the exact harness on it is tests/verifiers/test_verifier_contract.py's."""
+"""The Triton chain path matches the PyTorch verifier; the exact harness on it is
+tests/verifiers/test_verifier_contract.py's."""
 
 import pytest
 import torch
@@ -34,7 +35,8 @@ PAIRWISE = {("point", 1, None), ("iid", 1, 3), ("point", 4, 3), ("iid", 4, None)
 def test_same_uniforms_same_tokens(kind, K, V, eos):
     tree, p = inputs(64, K, V, kind, seed=K * V)
     g = torch.Generator().manual_seed(1)
-    draws = [torch.rand(64, K + 1, 1, generator=g, dtype=torch.float64), torch.rand(64, generator=g, dtype=torch.float64)]
+    draws = [torch.rand(64, K + 1, 1, generator=g, dtype=torch.float64),
+             torch.rand(64, generator=g, dtype=torch.float64)]
     ours = verify(tree, p, rng=ReplaySource(list(draws)), eos_token_id=eos, verifier=TRITON)
     ref = verify(tree, p, rng=ReplaySource(list(draws)), eos_token_id=eos, verifier=LOSSLESS)
     assert torch.equal(ours.tokens, ref.tokens)
@@ -44,7 +46,8 @@ def test_same_uniforms_same_tokens(kind, K, V, eos):
 
 def test_p_equals_q_never_nan():
     tree, p = inputs(16, 3, 20, "iid", seed=5)
-    res = verify(CandidateTree.chain(tree.tokens, p, "iid"), p, generator=torch.Generator().manual_seed(0), verifier=TRITON)
+    res = verify(CandidateTree.chain(tree.tokens, p, "iid"), p, generator=torch.Generator().manual_seed(0),
+                 verifier=TRITON)
     assert (res.num_accepted == 3).all() and (res.tokens >= 0).all()
 
 

@@ -1,5 +1,6 @@
 """The Triton tree path (verifiers/triton_rules.py) against the PyTorch rules; the exact harness on it is
-tests/verifiers/test_verifier_contract.py's (a smoke spread by default: the interpreter runs every program in Python)."""
+tests/verifiers/test_verifier_contract.py's (a smoke spread by default: the interpreter runs every program in
+Python)."""
 
 import pytest
 import torch
@@ -26,7 +27,8 @@ def tree_inputs(kind, B, V, seed, dtype=torch.float64, same_law=False):
         kids = [i for i, parent in enumerate(PARENTS.tolist()) if parent + 1 == row]
         for b in range(B) if kids else ():
             tokens[b, kids] = torch.multinomial(q[b, row], len(kids), replacement=kind == "iid", generator=g)
-    if kind == "point":  # children by value: the parent's top-ranked tokens (the first of them zeroed in p: a certain rejection)
+    # children by value: the parent's top-ranked tokens (the first of them zeroed in p: a certain rejection)
+    if kind == "point":
         for row in range(N + 1):
             kids = [i for i, parent in enumerate(PARENTS.tolist()) if parent + 1 == row]
             if kids:
@@ -37,7 +39,8 @@ def tree_inputs(kind, B, V, seed, dtype=torch.float64, same_law=False):
 
 
 @pytest.mark.parametrize("kind, eos", [("point", None), ("iid", 2), ("wor", None),
-                                       *(pytest.param(k, e, marks=pytest.mark.slow) for k, e in (("point", 2), ("iid", None), ("wor", 2)))])
+                                       *(pytest.param(k, e, marks=pytest.mark.slow)
+                                         for k, e in (("point", 2), ("iid", None), ("wor", 2)))])
 def test_same_uniforms_same_tokens_as_pytorch(kind, eos):
     tree, p = tree_inputs(kind, 48, 300, seed=len(kind) + (eos or 0))
     g = torch.Generator().manual_seed(9)
@@ -60,7 +63,8 @@ def test_rules_compute_the_pytorch_laws():
         law = NodeLaw(p, p, q)
         ours, ref = TRITON_RULES[kind], LOSSLESS_RULES[kind]
         torch.testing.assert_close(ours.accept_probability(law, token), ref.accept_probability(law, token))
-        after, expected = ours.after_reject(law, token), ref.after_reject(NodeLaw(p.clone(), p.clone(), q.clone()), token)
+        after, expected = (ours.after_reject(law, token),
+                           ref.after_reject(NodeLaw(p.clone(), p.clone(), q.clone()), token))
         torch.testing.assert_close(after.r, expected.r, rtol=1e-5, atol=1e-7)
         torch.testing.assert_close(after.q, expected.q, rtol=1e-5, atol=1e-7)
 

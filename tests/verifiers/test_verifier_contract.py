@@ -58,7 +58,8 @@ def runs_by_default(rule: RuleUnderTest, case: ExactCase) -> bool:
 PAIRS = [pytest.param(rule, case, id=f"{rule.name}-{case.name}",
                       marks=() if runs_by_default(rule, case) else pytest.mark.slow)
          for rule in RULES for case in CASES
-         if rule.takes(case) and (case.tier != "heavy" or rule.name == "token")]  # heavy: minutes each, the reference only
+         # heavy: minutes each, the reference only
+         if rule.takes(case) and (case.tier != "heavy" or rule.name == "token")]
 
 
 @pytest.mark.parametrize("rule, case", PAIRS)

@@ -38,7 +38,8 @@ def test_batched_rows_match_rows_alone(kind):
         tree.draft_probs.clamp_min_(1e-3)
         tree.draft_probs /= tree.draft_probs.sum(-1, keepdim=True)
     g = torch.Generator().manual_seed(1)
-    coins, final = torch.rand(16, 3, 2, generator=g, dtype=torch.float64), torch.rand(16, generator=g, dtype=torch.float64)
+    coins, final = (torch.rand(16, 3, 2, generator=g, dtype=torch.float64),
+                    torch.rand(16, generator=g, dtype=torch.float64))
     batched = verify(tree, p, rng=ReplaySource([coins, final]))
     for b in range(16):
         row_tree = CandidateTree(tree.tokens[b : b + 1], tree.parents, tree.draft_probs[b : b + 1], kind)
@@ -85,8 +86,12 @@ def _bad(kind="iid"):
         (lambda t, p: (t, p.masked_fill(p > 0.5, float("nan"))), "NaN"),
         (lambda t, p: (t, p * 1.1), "does not sum to 1"),
         (lambda t, p: (CandidateTree.chain(t.tokens + 5, t.draft_probs, "iid"), p), "tokens must lie in"),
-        (lambda t, p: (CandidateTree.chain(t.tokens, t.draft_probs[..., :4] / t.draft_probs[..., :4].sum(-1, keepdim=True), "iid"), p), "vocabulary"),
-        (lambda t, p: (CandidateTree.chain(t.tokens, t.draft_probs.scatter(-1, t.tokens[:, :1, None].expand(-1, 3, 1), 0.0) / 1, "iid"), p), "zero draft probability|does not sum"),
+        (lambda t, p: (CandidateTree.chain(t.tokens,
+                                           t.draft_probs[..., :4] / t.draft_probs[..., :4].sum(-1, keepdim=True),
+                                           "iid"), p), "vocabulary"),
+        (lambda t, p: (CandidateTree.chain(t.tokens,
+                                           t.draft_probs.scatter(-1, t.tokens[:, :1, None].expand(-1, 3, 1), 0.0) / 1,
+                                           "iid"), p), "zero draft probability|does not sum"),
     ],
 )
 def test_bad_input_is_named(mutate, message):

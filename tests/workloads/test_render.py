@@ -37,8 +37,10 @@ def tokenizer(chat_target):
 def test_the_chat_template_renders_turns_answers_and_a_system_prompt_with_bos_once(tokenizer):
     rendered = Rendering(system_prompt="Be brief.").render(tokenizer, PROMPT, ("An old pond.",))
     assert rendered.template == "chat"
-    assert rendered.text == ("<|endoftext|><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWrite a haiku.<|im_end|>\n"
-                             "<|im_start|>assistant\nAn old pond.<|im_end|>\n<|im_start|>user\nNow make it rhyme.<|im_end|>\n"
+    assert rendered.text == ("<|endoftext|><|im_start|>system\nBe brief.<|im_end|>\n"
+                             "<|im_start|>user\nWrite a haiku.<|im_end|>\n"
+                             "<|im_start|>assistant\nAn old pond.<|im_end|>\n"
+                             "<|im_start|>user\nNow make it rhyme.<|im_end|>\n"
                              "<|im_start|>assistant\n")
     assert rendered.ids.count(tokenizer.bos_token_id) == 1 and rendered.ids[0] == tokenizer.bos_token_id
     assert Rendering(template="auto").render(tokenizer, PROMPT).template == "chat"
@@ -72,7 +74,8 @@ def test_thinking_is_switched_where_the_template_has_it(tokenizer):
 def load(tmp_path, target: Path, *overrides: str):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name="compare", overrides=[
-            f"target.path={target}", "workload=mt_bench", f"workload.suite.source={FIXTURES / 'mt_bench_fastchat.jsonl'}",
+            f"target.path={target}", "workload=mt_bench",
+            f"workload.suite.source={FIXTURES / 'mt_bench_fastchat.jsonl'}",
             "experiment.methods=[prompt_lookup]", "experiment.samplings=[greedy]", "experiment.max_new_tokens=6",
             "experiment.check.samples=0", f"output_dir={tmp_path}", *overrides])
 

@@ -19,8 +19,8 @@ def load(*overrides: str):
 
 
 def test_every_category_reports_acceptance_speed_and_step_cost(tmp_path):
-    result = compare.run(load("experiment.per_category=1", "experiment.max_new_tokens=6", "experiment.samplings=[greedy]",
-                              f"output_dir={tmp_path}"))
+    result = compare.run(load("experiment.per_category=1", "experiment.max_new_tokens=6",
+                              "experiment.samplings=[greedy]", f"output_dir={tmp_path}"))
     rows = result["rows"]
     assert [(r["method"], r["category"]) for r in rows] == [("proposer", c) for c in CATEGORIES]
     for r in rows:

@@ -57,7 +57,8 @@ def test_loss_decreases_and_model_reloads(streams, small_tokenizer, tmp_path):
         logits = [transformers.AutoModelForCausalLM.from_pretrained(p).eval()(ids).logits  # [1, T, V]
                   for p in (final, latest_checkpoint(tmp_path))]
     torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=0)
-    assert transformers.AutoTokenizer.from_pretrained(final)("x = 1")["input_ids"] == small_tokenizer("x = 1")["input_ids"]
+    assert (transformers.AutoTokenizer.from_pretrained(final)("x = 1")["input_ids"]
+            == small_tokenizer("x = 1")["input_ids"])
 
 
 def scripted_valid_losses(monkeypatch, losses: list[float]) -> None:
@@ -79,7 +80,8 @@ def test_final_is_the_best_validation_checkpoint(streams, small_tokenizer, tmp_p
     state = torch.load(latest_checkpoint(tmp_path) / "trainer_state.pt", weights_only=False)
     assert state["best_step"] == 10 and state["best_valid"] == 3.0
     weights = lambda path: transformers.AutoModelForCausalLM.from_pretrained(path).state_dict()
-    at_10, at_20 = weights(tmp_path / "checkpoints" / "step_0000010"), weights(tmp_path / "checkpoints" / "step_0000020")
+    at_10, at_20 = (weights(tmp_path / "checkpoints" / "step_0000010"),
+                    weights(tmp_path / "checkpoints" / "step_0000020"))
     got = weights(final)
     assert all(torch.equal(got[k], at_10[k]) for k in got) and not all(torch.equal(got[k], at_20[k]) for k in got)
 
