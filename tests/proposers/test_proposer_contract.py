@@ -61,9 +61,9 @@ class Setting:
 # model and mix's parts are swapped for mix_draft's; without a grammar, grammar drafts nothing and mix_grammar is
 # the draft model's chain (their exact laws under grammars: tests/constraints); the *_chain configs are draft, prompt
 # lookup and EAGLE-3 at the settings vLLM runs: their exact check repeats another's, so -m slow.
-DEFAULT = {("medusa", "t1", ("proposer.kind=iid",)), ("medusa", "t1", ("proposer.kind=wor",)),
-           ("medusa", "t07_topk2", ()), ("medusa", "penalty15", ("proposer.kind=iid",)), ("eagle", "t07_topk2", ()),
-           ("eagle2", "penalty15", ())}
+DEFAULT = {("medusa", "t1", ("proposer.kind=wor",)), ("medusa", "t07_topk2", ()), ("eagle", "t07_topk2", ()),
+           ("eagle2", "penalty15", ())}  # Medusa's i.i.d. children (ten seconds a sampling) under -m slow: the draft
+# model's chain is i.i.d. at T = 1 by default
 REPEATS = {"self_draft", "mix", "grammar", "mix_grammar", "draft_chain", "prompt_lookup_chain", "eagle3_chain"}
 VARIANTS = {"medusa": [(), ("proposer.kind=iid",), ("proposer.kind=wor",)]}
 # Self-speculation drafts with part of the target: its toy target gets a second layer (a 1-layer one has no part).
@@ -106,7 +106,13 @@ def test_the_loop_law_is_the_targets(setting, tmp_path):
     assert [r["setting"] for r in rows] == [setting.sampling] and rows[0]["passed"], rows
 
 
-@pytest.mark.parametrize("proposer", [pytest.param(p, marks=pytest.mark.slow if p == "draft" else ())
+# Under the goodput policy by default: the methods whose law takes under a second here (every kind of tree the
+# policy trims or sizes: point trees of heads and text matches, parallel drafters, MTP); the draft model's chain
+# (half a minute), its tree, self-speculation and the cross-vocabulary draft (2-3 s each) under -m slow.
+GOODPUT_SLOW = {"draft", "draft_tree", "early_exit", "layer_skip", "cross_vocab"}
+
+
+@pytest.mark.parametrize("proposer", [pytest.param(p, marks=pytest.mark.slow if p in GOODPUT_SLOW else ())
                                       for p in PROPOSERS if p not in REPEATS])
 def test_the_loop_law_is_the_targets_under_the_goodput_policy(proposer, tmp_path):
     """Every method with its steps planned and trimmed by the goodput policy (given costs: a clock would decide
@@ -204,12 +210,14 @@ def test_rows_decode_as_each_alone_under_a_policy(proposer, policy):
 
 
 # The joint law of a batch of prompts of different lengths, and of requests the scheduler admits as others end,
-# enumerates worlds of every row (the product of one row's): the methods that draw few coins run by default (each
-# in about two seconds), the rest under -m slow (the draft model's i.i.d. chains take two minutes).
+# enumerates worlds of every row (the product of one row's): the methods that draw few coins run by default, the
+# rest under -m slow (the draft model's i.i.d. chains take two minutes). The law by default for one of each kind
+# (plain, a text match, a head's tree, a parallel drafter: 2-5 s each); greedy joins for all of RAGGED_DEFAULT.
 RAGGED_DEFAULT = {"none", "string_match", "prompt_lookup", "eagle", "medusa", "dflash", "pard"}
+RAGGED_LAW_DEFAULT = {"none", "prompt_lookup", "eagle", "dflash"}
 
 
-@pytest.mark.parametrize("proposer", [pytest.param(p, marks=() if p in RAGGED_DEFAULT else pytest.mark.slow)
+@pytest.mark.parametrize("proposer", [pytest.param(p, marks=() if p in RAGGED_LAW_DEFAULT else pytest.mark.slow)
                                       for p in PROPOSERS if p not in REPEATS])
 def test_rows_of_different_lengths_decode_as_alone_in_law(proposer, tmp_path):
     """Exact: prompts of 7 tokens and 1 in one batch, and three requests through the scheduler two at a time, an EOS

@@ -3,6 +3,7 @@ end."""
 
 import json
 
+import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
@@ -41,6 +42,7 @@ def test_eagle3_heads_for_a_chat_target(chat_target, chat_files, tmp_path):
     assert set(paired["T=0.0"]["lk-kl"]) == {"mean", "se", "relative"}
 
 
+@pytest.mark.slow  # the default tier trains EAGLE-3's head and DFlash's drafter on chat data
 def test_mtp_module_for_a_chat_target(chat_target, chat_files, tmp_path):
     """Trained through the EAGLE pipeline, written in the speculators MTP layout with its searched settings beside
     it, read back as `auto` and decoding exactly what plain greedy does."""
@@ -64,6 +66,7 @@ def test_mtp_module_for_a_chat_target(chat_target, chat_files, tmp_path):
                            12).equal
 
 
+@pytest.mark.slow  # the default tier trains EAGLE-3's head and DFlash's drafter on chat data
 def test_medusa_heads_for_a_chat_target(chat_target, chat_files, tmp_path):
     cfg = configured("zoo_medusa", chat_target, chat_files, tmp_path, *TREE[:2], "experiment.tree.max_nodes=8",
                      "experiment.train.num_heads=2", f"experiment.export={tmp_path / 'heads'}",
@@ -74,6 +77,7 @@ def test_medusa_heads_for_a_chat_target(chat_target, chat_files, tmp_path):
     assert json.loads((out / "medusa_config.json").read_text())["target"] == chat_target.name
 
 
+@pytest.mark.slow  # the default tier trains EAGLE-3's head and DFlash's drafter on chat data
 def test_distilled_draft_for_a_chat_target(chat_target, chat_files, tmp_path):
     cfg = configured("distill_draft", chat_target, chat_files, tmp_path, f"experiment.export={tmp_path / 'draft'}",
                      "experiment.architecture.hidden_size=32", "experiment.architecture.intermediate_size=64")
@@ -126,6 +130,7 @@ def test_a_mask_token_without_an_embedding_is_refused(chat_target):
         fresh_dflash(target, depth=3, mask_token_id=7)
 
 
+@pytest.mark.slow  # the default tier trains EAGLE-3's head and DFlash's drafter on chat data
 def test_a_layerskip_fine_tune_of_a_chat_target(chat_target, chat_files, tmp_path):
     """experiment=zoo_layerskip: the target fine-tuned from its own weights, exported with its tokenizer, the cost
     (next-token loss) and the exits' agreement measured before and after; early_exit decodes plain greedy on it."""
