@@ -21,10 +21,10 @@ from typing import Callable, Sequence
 import torch
 
 from framework.core.sampling import SamplingConfig, process_logits
+from framework.core.verification import Verification
 from framework.zoo.checkpoints import find_folder
 from framework.zoo.tokenizer import load_tokenizer
 from proposers.draft_model import DraftModelProposer
-from verifiers.tree_verifier import Verification
 
 
 class VocabularyMap:

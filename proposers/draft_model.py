@@ -36,13 +36,13 @@ from framework.core.proposer import DecodeState
 from framework.core.sampling import SamplingConfig, process_logits, seen_along_tree
 from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
+from framework.core.verification import Verification
 from framework.data.token_data import tokenizer_hash
 from framework.lm import tree_attention
 from framework.lm.cached_lm import CachedLM, LMOutput
 from framework.lm.text import tokenizer_at
 from proposers.common.depth_schedule import DepthSchedule
 from proposers.common.ragged_read import read_ragged
-from verifiers.tree_verifier import Verification
 
 
 @cache

@@ -25,7 +25,7 @@ from framework.core.path_tree import WeightedPaths, node_token_paths, to_depth, 
 from framework.core.proposer import DecodeState, SideRowProposer
 from framework.core.side_rows import SideRows
 from framework.core.tree import CandidateTree
-from verifiers.tree_verifier import Verification
+from framework.core.verification import Verification
 
 
 class MixProposer:

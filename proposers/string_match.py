@@ -17,11 +17,11 @@ import torch
 from framework.core.prompts import prompt_rows
 from framework.core.proposer import DecodeState
 from framework.core.tree import CandidateTree
+from framework.core.verification import Verification
 from framework.lm import tree_attention
 from framework.lm.cached_lm import CachedLM
 from proposers.common.ragged_read import read_ragged
 from proposers.cross_vocab import VocabularyMap
-from verifiers.tree_verifier import Verification
 
 
 class StringMatchProposer:

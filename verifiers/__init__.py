@@ -7,9 +7,10 @@ import torch
 from framework.core.ragged_tree import RaggedTrees
 from framework.core.randomness import RandomSource, TorchSource
 from framework.core.tree import CandidateTree
+from framework.core.verification import Verification
 from verifiers.checks import check_verify_inputs
 from verifiers.rules import LOSSLESS_RULES, ChildRule, IidRule, NodeLaw, PointRule, WorRule
-from verifiers.tree_verifier import TreeVerifier, Verification, Verifier
+from verifiers.tree_verifier import TreeVerifier, Verifier
 from verifiers.typical import TypicalAcceptance
 
 LOSSLESS = TreeVerifier(LOSSLESS_RULES)

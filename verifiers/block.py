@@ -23,10 +23,11 @@ import torch
 from framework.core.ragged_tree import RaggedTrees
 from framework.core.randomness import RandomSource
 from framework.core.tree import CandidateTree
+from framework.core.verification import Verification
 from verifiers.by_shape import verify_by_shape
 from verifiers.emit import NodePicker
 from verifiers.rules import normalize_or_keep, widened
-from verifiers.tree_verifier import TreeVerifier, Verification
+from verifiers.tree_verifier import TreeVerifier
 
 
 class BlockVerifier(NodePicker):

@@ -18,7 +18,7 @@ import torch
 from framework.core.ragged_tree import RaggedTrees
 from framework.core.randomness import RandomSource
 from framework.core.tree import CandidateTree
-from verifiers.tree_verifier import Verification
+from framework.core.verification import Verification
 
 
 class RowSource:

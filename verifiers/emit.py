@@ -8,7 +8,7 @@ import torch
 
 from framework.core.randomness import RandomSource
 from framework.core.tree import CandidateTree
-from verifiers.tree_verifier import Verification
+from framework.core.verification import Verification
 
 
 def emit_path(tree: CandidateTree, stop_row: torch.Tensor, final: torch.Tensor, rng: RandomSource,

@@ -27,21 +27,10 @@ import torch
 from framework.core.ragged_tree import RaggedTrees, WalkLayout
 from framework.core.randomness import RandomSource, law_dtype
 from framework.core.tree import CandidateTree
+from framework.core.verification import Verification
 from verifiers.rules import LOSSLESS_RULES, ChildRule, NodeLaw
 
 CPU_BLOCK_ELEMENTS = 1 << 19  # [rows, V] elements per block on CPU (2 MB in float32: measured best of 2^17..2^21)
-
-
-@dataclass
-class Verification:
-    tokens: torch.Tensor  # [B, N+1] accepted tokens, then one recovered or bonus token; -1 padded
-    num_accepted: torch.Tensor  # [B] accepted tree nodes
-    path: torch.Tensor  # [B, depth] accepted node indices, root's child first; -1 padded
-
-    @property
-    def num_emitted(self) -> torch.Tensor:
-        """[B] tokens emitted this step (accepted + 1, or accepted alone after an EOS)."""
-        return (self.tokens >= 0).sum(-1)
 
 
 class Verifier(Protocol):

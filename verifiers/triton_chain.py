@@ -18,7 +18,7 @@ import triton.language as tl
 
 from framework.core.randomness import RandomSource, law_dtype
 from framework.core.tree import CandidateTree
-from verifiers.tree_verifier import Verification
+from framework.core.verification import Verification
 
 BLOCK_V = 256
 MODES = {"point": 0, "iid": 1}

@@ -20,6 +20,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from framework.core.tree import CandidateTree
+from framework.core.verification import Verification
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class Policy(Protocol):
         """The nodes worth verifying, and kept [N'] (their indices in `tree`; None: all of them)."""
         ...
 
-    def observe(self, tree: CandidateTree, result, step) -> None:
+    def observe(self, tree: CandidateTree, result: Verification, step) -> None:
         """The step's verified tree, its Verification and its engine.StepStats (timings, rows)."""
         ...
 
@@ -91,7 +92,7 @@ class FixedPolicy:
     def trim(self, tree: CandidateTree) -> tuple[CandidateTree, torch.Tensor | None]:
         return tree, None
 
-    def observe(self, tree: CandidateTree, result, step) -> None:
+    def observe(self, tree: CandidateTree, result: Verification, step) -> None:
         pass
 
     def select(self, rows: torch.Tensor) -> None:

@@ -13,6 +13,7 @@ from framework.core.randomness import RandomSource
 from framework.core.sampling import SamplingConfig
 from framework.core.side_rows import SideRows
 from framework.core.tree import CandidateTree
+from framework.core.verification import Verification
 
 
 @dataclass
@@ -55,8 +56,8 @@ class Proposer(Protocol):
         children were chosen and, where it has them, its own scores per node (what the policy sizes by)."""
         ...
 
-    def commit(self, result) -> None:
-        """Keep the accepted path (a verifiers.Verification: .path [B, depth], .num_accepted [B])."""
+    def commit(self, result: Verification) -> None:
+        """Keep the accepted path (.path [B, depth], .num_accepted [B])."""
         ...
 
     def select(self, rows: torch.Tensor) -> None:

@@ -13,6 +13,7 @@ import torch
 
 from framework.core.side_rows import SideRows
 from framework.core.tree import CandidateTree
+from framework.core.verification import Verification
 
 
 @dataclass
@@ -47,8 +48,8 @@ class Target(Protocol):
         the rows whose nodes the loop reads; a target may skip the others' nodes (their logits: anything finite)."""
         ...
 
-    def commit(self, result) -> None:
-        """Keep the KV of the root and the accepted path (a verifiers.Verification) only."""
+    def commit(self, result: Verification) -> None:
+        """Keep the KV of the root and the accepted path only."""
         ...
 
     def select(self, rows: torch.Tensor) -> None:

@@ -14,10 +14,10 @@ from framework.core.side_rows import SideRows, forward_mask
 from framework.core.target import TargetOutput
 from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
+from framework.core.verification import Verification
 from framework.lm import tree_attention
 from framework.lm.cached_lm import CachedLM
 from framework.lm.sharding import RankAgreement, placement_of
-from verifiers.tree_verifier import Verification
 
 
 class HFTarget:

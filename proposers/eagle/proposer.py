@@ -28,6 +28,7 @@ from framework.core.proposer import DecodeState
 from framework.core.rows import cat_rows, join_runs
 from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
+from framework.core.verification import Verification
 from framework.lm import tree_attention
 from framework.lm.sharding import ReturnsTo
 from framework.lm.slot_cache import SlotCache
@@ -36,7 +37,6 @@ from proposers.eagle.defaults import PUBLISHED, SOURCE
 from proposers.eagle.head import EagleHead
 from proposers.eagle.tree import dynamic_tree, static_tree
 from proposers.heads import load_head
-from verifiers.tree_verifier import Verification
 
 
 class EagleProposer:

@@ -25,12 +25,12 @@ from framework.core.proposer import DecodeState
 from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
+from framework.core.verification import Verification
 from framework.lm.sharding import ReturnsTo
 from proposers.common.position_tree import position_law_tree
 from proposers.heads import load_head
 from proposers.medusa.defaults import SOURCE, published_choices
 from proposers.medusa.heads import MedusaHeads
-from verifiers.tree_verifier import Verification
 
 
 class MedusaProposer:

@@ -20,12 +20,12 @@ from framework.core.proposer import DecodeState
 from framework.core.rows import join_runs
 from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
+from framework.core.verification import Verification
 from framework.lm.sharding import ReturnsTo
 from framework.lm.slot_cache import SlotCache
 from proposers.common.committed import left_aligned
 from proposers.common.position_tree import position_law_tree, shape_of, within
 from proposers.parallel.dflash import DFlashDrafter
-from verifiers.tree_verifier import Verification
 
 
 class DFlashProposer:

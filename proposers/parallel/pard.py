@@ -24,11 +24,11 @@ from framework.core.proposer import DecodeState
 from framework.core.rows import cat_rows
 from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
+from framework.core.verification import Verification
 from framework.lm.cached_lm import CachedLM
 from framework.lm.models import tiny_random_model
 from proposers.common.committed import ragged_then_block
 from proposers.common.position_tree import position_law_tree, shape_of, within
-from verifiers.tree_verifier import Verification
 
 
 def ragged_concat(first: tuple[torch.Tensor, torch.Tensor], second: tuple[torch.Tensor, torch.Tensor]):
