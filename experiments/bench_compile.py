@@ -33,7 +33,7 @@ def main(args: DictConfig) -> None:
     draft = load_causal_lm(args.draft)
     targets = {"eager": HFTarget(load_causal_lm(args.target)),
                "compiled": HFTarget(load_causal_lm(args.target), compile=True)}
-    prompt = heldout_prompt(targets["eager"].lm.model, args.prompt)
+    prompt = heldout_prompt(targets["eager"].model, args.prompt)
     settings = {"plain": lambda: None,
                 "draft": lambda: DraftModelProposer(draft, gamma=4, stop_below=0.3, adaptive_depth=8)}
     greedy = SamplingConfig(temperature=0.0)

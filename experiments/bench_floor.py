@@ -49,7 +49,7 @@ def timed(target, make, prompts, cfg: DictConfig, sampling, policy, seed: int) -
 def measure(cfg: DictConfig) -> dict:
     target = HFTarget(instantiate(cfg.target))
     sampling = instantiate(option("sampling", cfg.sampling_name, cfg, "sampling_name"))
-    text = text_ids(target.lm.model, 2 * sum(cfg.prompt_tokens))  # held-out text (random ids without a tokenizer)
+    text = text_ids(target.model, 2 * sum(cfg.prompt_tokens))  # held-out text (random ids without a tokenizer)
     prompts, at = [], 0
     for length in cfg.prompt_tokens:
         prompts.append(torch.tensor([text[at: at + length]]))

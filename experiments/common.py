@@ -65,9 +65,9 @@ def constraint_of(cfg: DictConfig, target: HFTarget) -> GrammarConstraint | None
     stop = stop_token_of(cfg, target)
     # keyed by what the compiled grammar depends on (not the model object's id, which a later model may reuse)
     key = (json.dumps(OmegaConf.to_container(cfg.grammar, resolve=True), sort_keys=True),
-           target.lm.model.config.name_or_path, target.vocab_size, stop)
+           target.model.config.name_or_path, target.vocab_size, stop)
     if key not in _CONSTRAINTS:
-        tokenizer = tokenizer_of(target.lm.model)
+        tokenizer = tokenizer_of(target.model)
         if tokenizer is None:
             raise ValueError("a grammar needs the target's tokenizer (the token strings): this target has none")
         grammar = instantiate(cfg.grammar, _convert_="object")
@@ -89,7 +89,7 @@ def stop_token_of(cfg: DictConfig, target: HFTarget) -> int | None:
     """cfg.eos_token_id; under a grammar, the tokenizer's EOS when none is set (the grammar ends the text there)."""
     if cfg.eos_token_id is not None or cfg.get("grammar") is None:
         return cfg.eos_token_id
-    eos = tokenizer_eos(target.lm.model.config.name_or_path)
+    eos = tokenizer_eos(target.model.config.name_or_path)
     if eos is None:
         raise ValueError("a grammar needs a stop token: set eos_token_id")
     return eos

@@ -141,12 +141,12 @@ def profile(cfg: DictConfig) -> DeviceProfile:
     nodes = {m: None if m == PLAIN else option("proposer", m, cfg, "methods") for m in cfg.methods}
     samplings = {s: instantiate(option("sampling", s, cfg, "samplings")) for s in cfg.samplings}
     target = HFTarget(instantiate(cfg.target))
-    positions = getattr(target.lm.model.config, "max_position_embeddings", None)
+    positions = getattr(target.model.config, "max_position_embeddings", None)
     longest = max(max(cfg.contexts) + max(cfg.nodes) + 1, max(cfg.prompt_tokens) + cfg.max_new_tokens)
     if positions is not None and longest > positions:
         raise ValueError(f"a context and its nodes, or a prompt and its new tokens, reach {longest} positions; "
                          f"the target has {positions}: lower contexts, nodes or prompt_tokens")
-    ids = text_ids(target.lm.model, max(max(cfg.contexts), max(cfg.prompt_tokens)) * max(cfg.batches))
+    ids = text_ids(target.model, max(max(cfg.contexts), max(cfg.prompt_tokens)) * max(cfg.batches))
     factories = {m: instantiate(node) if node is not None else None for m, node in nodes.items()}  # models loaded once
     for factory in factories.values():
         generations(target, factory, samplings, ids, cfg, None, cfg.seed, lambda step: 0.0)  # first calls build caches

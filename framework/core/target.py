@@ -26,6 +26,13 @@ class TargetOutput:
 class Target(Protocol):
     vocab_size: int
     device: torch.device
+    dtype: torch.dtype
+    # What a proposer may read of the model besides the forwards (the only way in: proposers do not reach past the
+    # target): `model`, the model itself (its config, embeddings and head, its layers for a drafter that runs part
+    # of it, its tokenizer), and `tree_backend`, the tree attention it runs (None: the model's own attention).
+    # Its features come with the forwards (provide_hidden, TargetOutput.hidden).
+    model: object
+    tree_backend: str | None
     max_positions: int | None  # the model's context, None if unbounded
     packs_rows: bool  # forward_tree skips the nodes of rows not speculating (each costs one position)
 

@@ -52,6 +52,14 @@ class HFTarget:
         return self.lm.dtype
 
     @property
+    def model(self):
+        return self.lm.model
+
+    @property
+    def tree_backend(self) -> str | None:
+        return self.lm.tree_backend
+
+    @property
     def max_positions(self) -> int | None:
         return self.lm.max_positions
 

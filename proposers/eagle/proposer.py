@@ -90,7 +90,7 @@ class EagleProposer:
         self.backlog: list[tuple] = []  # the committed positions of plain steps, not yet read by the head
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
-        model = target.lm.model
+        model = target.model
         self.head.check_target(model)
         self.hidden_layers = self.head.config.layers_for(model.config.num_hidden_layers)
         self.head.to(device=target.device, dtype=target.dtype)

@@ -75,13 +75,13 @@ class MedusaProposer:
         self.ranks = int(self.shape.ranks.max()) + 1
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
-        hidden_size = target.lm.model.config.hidden_size
+        hidden_size = target.model.config.hidden_size
         self.heads.check_target(hidden_size, target.vocab_size)
         if self.ranks > target.vocab_size:
             raise ValueError(f"the tree takes rank {self.ranks - 1} but the vocabulary has {target.vocab_size} tokens")
         self.heads.to(device=target.device, dtype=target.dtype)
         # "version 2" heads read through it
-        self.lm_head = ReturnsTo(target.lm.model.get_output_embeddings(), target.device)
+        self.lm_head = ReturnsTo(target.model.get_output_embeddings(), target.device)
 
     @torch.no_grad()
     def propose(self, state: DecodeState) -> CandidateTree:

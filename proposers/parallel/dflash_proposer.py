@@ -53,7 +53,7 @@ class DFlashProposer:
         self.forwards = 0  # drafter forwards run (one per drafting step)
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
-        model = target.lm.model
+        model = target.model
         self.drafter.check_target(model)
         self.drafter.to(device=target.device, dtype=target.dtype)
         self.embed = model.get_input_embeddings()

@@ -40,7 +40,7 @@ class RestProposer(TextProposer):
         self.max_matches, self.budget = max_matches, budget
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
-        self.store = self.datastore.for_model(target.lm.model)  # checks tokenizer and vocabulary
+        self.store = self.datastore.for_model(target.model)  # checks tokenizer and vocabulary
         super().prefill(input_ids, target)
 
     def propose(self, state: DecodeState) -> CandidateTree:

@@ -44,7 +44,7 @@ class SelfSpeculationProposer(DraftModelProposer):
         raise NotImplementedError
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
-        model = target.lm.model
+        model = target.model
         if self.view_of is not model:
             if any(t not in ("full_attention", "sliding_attention")
                    for t in getattr(getattr(model, "config", None), "layer_types", None) or ()):
@@ -56,7 +56,7 @@ class SelfSpeculationProposer(DraftModelProposer):
             calibration = (input_ids if not is_ragged(input_ids)
                            else input_ids[longest:longest + 1, : int(lengths[longest])])
             self.layers = self.view_layers(model, calibration)
-            backend = target.lm.tree_backend
+            backend = target.tree_backend
             views = _views.setdefault(model, {})
             if self.layers not in views:
                 views[self.layers] = layer_subset(model, self.layers)

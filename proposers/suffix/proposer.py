@@ -42,7 +42,7 @@ class SuffixProposer(TextProposer):
 
     def prefill(self, input_ids: torch.Tensor, target) -> None:
         if self.cache is not None:
-            self.cache.bind(target.lm.model)  # its ids must be this tokenizer's
+            self.cache.bind(target.model)  # its ids must be this tokenizer's
         super().prefill(input_ids, target)
         self._restart()
 
