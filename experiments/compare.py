@@ -166,7 +166,7 @@ def sampling_configs() -> list[str]:
 
 
 @dataclass
-class Plan:
+class Grid:
     methods: list[str]  # row names: proposer config names and RUNNERS keys
     proposers: dict[str, DictConfig]  # proposer config name -> its node
     samplings: dict[str, SamplingConfig]
@@ -194,7 +194,7 @@ class Plan:
         return [(m, p) for m in self.methods for p in self.every_policy if self.runs(m, p, batch)]
 
 
-def plan(cfg: DictConfig) -> Plan:
+def grid_of(cfg: DictConfig) -> Grid:
     """Every name checked before any work: unknown names fail, listing the valid ones."""
     exp = cfg.experiment
     without_grammar(cfg, "experiments.compare")
@@ -248,30 +248,30 @@ def plan(cfg: DictConfig) -> Plan:
     if decide_by is not None:  # every cell's costs are in it, before any work
         for method, sampling, batch in product(proposers, samplings, sizes):
             decide_by.step_costs(method, sampling, batch)
-    return Plan(methods, proposers, samplings, categories, skipped, pld_variants(cfg, methods), policies, sizes,
+    return Grid(methods, proposers, samplings, categories, skipped, pld_variants(cfg, methods), policies, sizes,
                 decide_by)
 
 
-def probe(plan: Plan, model, prompt: torch.Tensor, listed: bool) -> None:
+def probe(grid: Grid, model, prompt: torch.Tensor, listed: bool) -> None:
     """Drops (discovered) or refuses (listed) proposer configs that cannot be built for this target
     or cannot decode on it (two tokens each), and transformers' MTP row where it would not read the target's own
     modules, before any timing."""
-    refusal = transformers_mtp_refusal(model) if "hf_mtp" in plan.methods else None
+    refusal = transformers_mtp_refusal(model) if "hf_mtp" in grid.methods else None
     if refusal is not None:
         if listed:
             raise ValueError(f"experiment.methods: hf_mtp does not run on this target: {refusal}")
-        plan.skipped["hf_mtp"] = refusal
-        plan.methods.remove("hf_mtp")
+        grid.skipped["hf_mtp"] = refusal
+        grid.methods.remove("hf_mtp")
     target = HFTarget(model)
-    for name, node in list(plan.proposers.items()):
+    for name, node in list(grid.proposers.items()):
         try:
             generate(target, instantiate(node)(), prompt, 2, SamplingConfig(temperature=0))
         except Exception as error:  # noqa: BLE001 - any failure means "does not run here"
             if listed:
                 raise ValueError(f"experiment.methods: {name} does not run on this target: {error}") from error
-            plan.skipped[name] = f"{type(error).__name__}: {error}"
-            del plan.proposers[name]
-            plan.methods.remove(name)
+            grid.skipped[name] = f"{type(error).__name__}: {error}"
+            del grid.proposers[name]
+            grid.methods.remove(name)
 
 
 def fingerprint(cfg: DictConfig, batch: int = 1) -> str:
@@ -387,16 +387,16 @@ def attempt(runner, prompt, law, policy=None, think_end: int | None = None, cell
     return out
 
 
-def timed_cells(plan: Plan, runners: dict, work: Workload, records: Records, baseline: str,
+def timed_cells(grid: Grid, runners: dict, work: Workload, records: Records, baseline: str,
                 explain: Callable | None = None) -> None:
-    units = [Unit(c, s, b, i, t) for c in plan.categories for s in plan.samplings for b in plan.batch_sizes
+    units = [Unit(c, s, b, i, t) for c in grid.categories for s in grid.samplings for b in grid.batch_sizes
              for i in range(work.units[c]) for t in range(1, work.turns(c, i) + 1)]
-    policies, rotation, think_end = Policies(plan.policies, plan.decide_by), 0, work.think_end()
+    policies, rotation, think_end = Policies(grid.policies, grid.decide_by), 0, work.think_end()
     for unit in tqdm(units, desc="compare", unit="run"):
-        missing = [(m, p) for m, p in plan.rows(unit.batch) if unit.run_id(m, p) not in records.done]
+        missing = [(m, p) for m, p in grid.rows(unit.batch) if unit.run_id(m, p) not in records.done]
         if not missing:
             continue
-        law = plan.samplings[unit.sampling]
+        law = grid.samplings[unit.sampling]
         try:
             prompt = work.batch(unit.category, unit.index, unit.batch, unit.turn,
                                 answers(runners[RUNNERS[baseline]], work, records, unit.sampling, law))
@@ -469,20 +469,20 @@ def greedy_identity(rows: list[list[int]], plain: list[list[int]], prompt: torch
     return out
 
 
-def lossless_checks(cfg: DictConfig, plan: Plan, model, records: Records, out: Path) -> None:
+def lossless_checks(cfg: DictConfig, grid: Grid, model, records: Records, out: Path) -> None:
     """G-test of the first speculated token per (method, sampling), ours only; a plot of each."""
     check = cfg.experiment.check
     if not check.samples:  # a preset that times only (experiment=categories, bench_hf)
         return
     prompt = encode_prompt(cfg.prompt, tokenizer_of(model))
     checked = cfg.prompt if isinstance(cfg.prompt, str) else list(cfg.prompt)  # text or token ids
-    for method in plan.proposers:
-        for sampling, law in plan.samplings.items():
+    for method in grid.proposers:
+        for sampling, law in grid.samplings.items():
             rid = f"check/{method}/{sampling}/{check.samples}/{json.dumps(checked)}"  # its N and prompt
             if rid in records.done or law.greedy:  # greedy: identity with plain decoding is the check
                 continue
             try:
-                result = first_tokens(model, instantiate(plan.proposers[method]), prompt, law, check.samples,
+                result = first_tokens(model, instantiate(grid.proposers[method]), prompt, law, check.samples,
                                       check.batch, cfg.seed, verifier_of(cfg))
                 stats = summarise(result["counts"], result["target"])
                 plot(result, check.top, out / f"first_token_{method}_{sampling}.png",
@@ -494,49 +494,49 @@ def lossless_checks(cfg: DictConfig, plan: Plan, model, records: Records, out: P
             records.add({"id": rid, "method": method, "sampling": sampling, **record})
 
 
-def warm_up(runners: dict, work: Workload, plan: Plan, rounds: int) -> None:
+def warm_up(runners: dict, work: Workload, grid: Grid, rounds: int) -> None:
     """Untimed rounds of every runner on the first unit at each batch size (the first call of a model pays
     for its allocations; transformers' first generate for its setup)."""
     category = next(iter(work.units))
     for _ in range(rounds):
-        for batch in plan.batch_sizes:
+        for batch in grid.batch_sizes:
             prompt = work.batch(category, 0, batch)
-            for law in plan.samplings.values():
+            for law in grid.samplings.values():
                 for name, runner in runners.items():
                     if batch == 1 or name not in HF_METHODS:
                         attempt(runner, prompt, law)
 
 
-def prime_policies(runners: dict, work: Workload, plan: Plan) -> None:
+def prime_policies(runners: dict, work: Workload, grid: Grid) -> None:
     """One untimed generation per policy besides fixed and batch size, with a throwaway policy object: a policy's
     first generation at a batch size may measure the target (goodput's cost table, cached on disk), which
     the first timed prompt of each cell would otherwise pay for."""
-    sized = [m for m in plan.methods if m in plan.proposers]
-    factories = [f for f in plan.policies.values() if f is not None]
+    sized = [m for m in grid.methods if m in grid.proposers]
+    factories = [f for f in grid.policies.values() if f is not None]
     if not sized or not factories:
         return
-    category, law = next(iter(work.units)), next(iter(plan.samplings.values()))
+    category, law = next(iter(work.units)), next(iter(grid.samplings.values()))
     for factory in factories:
-        for batch in plan.batch_sizes:
+        for batch in grid.batch_sizes:
             attempt(runners[runner_of(sized[0])], work.batch(category, 0, batch), law, factory())
 
 
-def table(plan: Plan, categories: list[str], records: Iterable[dict], profiles: dict | None = None) -> list[dict]:
-    """The rows of the cells that ran, in plan order (with device profiles: each row's predicted seconds)."""
-    rows = aggregate(plan.methods, plan.samplings, categories, records, plan.every_policy, plan.batch_sizes, profiles)
-    return [r for r in rows if plan.runs(r["method"], r["policy"], r["batch"])]
+def table(grid: Grid, categories: list[str], records: Iterable[dict], profiles: dict | None = None) -> list[dict]:
+    """The rows of the cells that ran, in the grid's order (with device profiles: each row's predicted seconds)."""
+    rows = aggregate(grid.methods, grid.samplings, categories, records, grid.every_policy, grid.batch_sizes, profiles)
+    return [r for r in rows if grid.runs(r["method"], r["policy"], r["batch"])]
 
 
-def notes(plan: Plan) -> list[str]:
+def notes(grid: Grid) -> list[str]:
     """What the axes leave out, said beside the summary."""
     said = []
-    hf = [m for m in plan.methods if runner_of(m) in HF_METHODS]
-    larger = [b for b in plan.batch_sizes if b > 1]
+    hf = [m for m in grid.methods if runner_of(m) in HF_METHODS]
+    larger = [b for b in grid.batch_sizes if b > 1]
     if hf and larger:
         said.append(f"At batch sizes above 1 ({', '.join(map(str, larger))}): transformers' runners decode one "
                     f"prompt at a time, so their rows ({', '.join(hf)}) are at batch size 1 only.")
-    unsized = [m for m in plan.methods if m not in plan.proposers]
-    sizing = [p for p in plan.policies if p != FIXED]
+    unsized = [m for m in grid.methods if m not in grid.proposers]
+    sizing = [p for p in grid.policies if p != FIXED]
     if unsized and sizing:
         said.append(f"Policies other than {FIXED} ({', '.join(sizing)}) size a proposer's speculation: the rows "
                     f"without one ({', '.join(unsized)}) run under {FIXED} only.")
@@ -554,37 +554,37 @@ def run(cfg: DictConfig) -> dict:
     one_process("experiments.compare")
     full_length_only(cfg)
     with torch_threads(cfg.experiment.num_threads):
-        return _run(cfg, plan(cfg))  # every name checked before any work
+        return _run(cfg, grid_of(cfg))  # every name checked before any work
 
 
-def _run(cfg: DictConfig, the_plan: Plan) -> dict:
+def _run(cfg: DictConfig, grid: Grid) -> dict:
     with files.exclusive(cfg.output_dir, "experiments.compare"):  # the folder is fixed: one run at a time in it
-        return _run_in(cfg, the_plan, Path(cfg.output_dir))
+        return _run_in(cfg, grid, Path(cfg.output_dir))
 
 
-def _run_in(cfg: DictConfig, the_plan: Plan, out: Path) -> dict:
+def _run_in(cfg: DictConfig, grid: Grid, out: Path) -> dict:
     exp = cfg.experiment
     probe_model = instantiate(cfg.target)  # its own copy: the timed ones start fresh
     work = build_workload(cfg, tokenizer_of(probe_model), getattr(probe_model.config, "max_position_embeddings", None))
-    the_plan.categories = list(work.units)
-    probe(the_plan, probe_model, work.batch(the_plan.categories[0], 0, 1)[:, :8], listed=exp.methods is not None)
+    grid.categories = list(work.units)
+    probe(grid, probe_model, work.batch(grid.categories[0], 0, 1)[:, :8], listed=exp.methods is not None)
     del probe_model
     if exp.get("concurrency") is not None:
-        return curves(cfg, the_plan, work, out, command(), hardware())
+        return curves(cfg, grid, work, out, command(), hardware())
     runners, settings, model = build_methods(
-        cfg, list(dict.fromkeys([RUNNERS[exp.baseline], *(runner_of(m) for m in the_plan.methods)])),
-        {f"ours_{m}": node for m, node in the_plan.proposers.items()}, the_plan.pld)
+        cfg, list(dict.fromkeys([RUNNERS[exp.baseline], *(runner_of(m) for m in grid.methods)])),
+        {f"ours_{m}": node for m, node in grid.proposers.items()}, grid.pld)
     records = Records(out / "records.jsonl", record_key(cfg))
-    warm_up(runners, work, the_plan, exp.warmup)
-    prime_policies(runners, work, the_plan)
-    timed_cells(the_plan, runners, work, records, exp.baseline, logits_of(model))
-    lossless_checks(cfg, the_plan, model, records, out)
+    warm_up(runners, work, grid, exp.warmup)
+    prime_policies(runners, work, grid)
+    timed_cells(grid, runners, work, records, exp.baseline, logits_of(model))
+    lossless_checks(cfg, grid, model, records, out)
     profiles = device_profiles(exp)
-    rows = table(the_plan, the_plan.categories, records.done.values(), profiles)
-    summary = table(the_plan, [ALL], [{**r, "category": ALL} for r in records.done.values()], profiles)
-    result = {"rows": rows, "summary": summary, "skipped": the_plan.skipped, "notes": notes(the_plan),
+    rows = table(grid, grid.categories, records.done.values(), profiles)
+    summary = table(grid, [ALL], [{**r, "category": ALL} for r in records.done.values()], profiles)
+    result = {"rows": rows, "summary": summary, "skipped": grid.skipped, "notes": notes(grid),
               "settings": settings, "baseline": exp.baseline, "workload": work.description, "hardware": hardware(),
-              "samplings": {name: asdict(law) for name, law in the_plan.samplings.items()}, "command": command(),
+              "samplings": {name: asdict(law) for name, law in grid.samplings.items()}, "command": command(),
               "config": OmegaConf.to_container(cfg, resolve=True)}
     files.write_text(out / "prompts.jsonl", "".join(
         json.dumps({"category": c, "prompt": i, "turn": t, "tokens": len(r.ids), "template": r.template,

@@ -143,15 +143,15 @@ def percentile(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
-def curves(cfg: DictConfig, plan, work, out: Path, command: str | None = None, hardware: dict | None = None) -> dict:
-    """Every (sampling, concurrency, method[/policy]) of the plan; throughput.json/.md and the plots in `out`."""
+def curves(cfg: DictConfig, grid, work, out: Path, command: str | None = None, hardware: dict | None = None) -> dict:
+    """Every (sampling, concurrency, method[/policy]) of the grid; throughput.json/.md and the plots in `out`."""
     exp = cfg.experiment
     levels, rounds = concurrencies(exp), exp.get("rounds", 1)
     arrivals = instantiate(exp.arrivals) if exp.get("arrivals") is not None else AllAtOnce()
     requests = requests_of(work, exp, arrivals)
     ours_model, hf_model = instantiate(cfg.target), instantiate(cfg.target)  # ours runs speculum_tree attention
     runners: dict[str, Callable] = {}
-    for method in plan.methods:
+    for method in grid.methods:
         if method == HF_BATCHED:
             runners[method] = hf_batched(hf_model, cfg)
         elif method == HF_CONTINUOUS:
@@ -159,11 +159,11 @@ def curves(cfg: DictConfig, plan, work, out: Path, command: str | None = None, h
         elif method in VLLM_ROWS:
             runners[method] = serving_runner(cfg, method)
         else:
-            node = plan.proposers.get(method)
-            for policy in plan.every_policy:
-                if plan.runs(method, policy, 1):  # plain decoding has nothing to size: fixed, listed or not
+            node = grid.proposers.get(method)
+            for policy in grid.every_policy:
+                if grid.runs(method, policy, 1):  # plain decoding has nothing to size: fixed, listed or not
                     name = method if policy == "fixed" else f"{method}/{policy}"
-                    runners[name] = ours(ours_model, node, plan.policies.get(policy), cfg)
+                    runners[name] = ours(ours_model, node, grid.policies.get(policy), cfg)
     # untimed, each runner at each concurrency: a short pass of as many requests (first calls build caches, a policy
     # measures its costs at that batch size, vLLM loads its engine for that max_num_seqs)
     failed: dict[tuple[str, int], str] = {}  # (runner, c) -> its error: that row reports it, the run goes on
@@ -172,7 +172,7 @@ def curves(cfg: DictConfig, plan, work, out: Path, command: str | None = None, h
             one_pass(run, [Request(r.prompt, 2, 0.0, r.id) for r in requests[:c]], SamplingConfig(temperature=0), c,
                     failed, name)
     rows = []
-    for sampling_name, sampling in plan.samplings.items():
+    for sampling_name, sampling in grid.samplings.items():
         for c in levels:
             passes: dict[str, list[dict]] = {name: [] for name in runners}
             for round_ in range(rounds):  # methods in turn, the order reversed every other round: drift hits all alike

@@ -128,20 +128,20 @@ def test_discovery_skips_the_configs_that_do_not_fit_the_target(tmp_path):
     """A draft of another vocabulary (models.draft.vocab_size=32 beside a 64-token target) is listed as
     skipped when discovered, and is an error when asked for by name."""
     wrong_draft = "models.draft.vocab_size=32"
-    plan = compare.plan(load(tmp_path, "experiment.methods=[draft,prompt_lookup,hf_assisted,hf_mtp]", wrong_draft))
-    plan.skipped, model = {}, instantiate(load(tmp_path).target)
-    compare.probe(plan, model, torch.tensor([[1, 2, 3]]), listed=False)  # as for discovered configs
-    assert plan.methods == ["prompt_lookup", "hf_assisted"] and "vocabulary" in plan.skipped["draft"]
-    assert "LlamaForCausalLM's config states none (num_mtp_layers)" in plan.skipped["hf_mtp"]  # no MTP in a Llama
+    grid = compare.grid_of(load(tmp_path, "experiment.methods=[draft,prompt_lookup,hf_assisted,hf_mtp]", wrong_draft))
+    grid.skipped, model = {}, instantiate(load(tmp_path).target)
+    compare.probe(grid, model, torch.tensor([[1, 2, 3]]), listed=False)  # as for discovered configs
+    assert grid.methods == ["prompt_lookup", "hf_assisted"] and "vocabulary" in grid.skipped["draft"]
+    assert "LlamaForCausalLM's config states none (num_mtp_layers)" in grid.skipped["hf_mtp"]  # no MTP in a Llama
     with pytest.raises(ValueError, match="draft does not run on this target"):
-        compare.probe(compare.plan(load(tmp_path, "experiment.methods=[draft]", wrong_draft)), model,
+        compare.probe(compare.grid_of(load(tmp_path, "experiment.methods=[draft]", wrong_draft)), model,
                       torch.tensor([[1, 2, 3]]), listed=True)
 
 
 @pytest.mark.slow  # composes every proposer config (~5 s)
 def test_discovery_lists_every_config(tmp_path):
-    plan = compare.plan(load(tmp_path))
-    assert set(plan.methods) == {*compare.proposer_configs(), *compare.DISCOVERED} - set(compare.UNDER_A_GRAMMAR)
+    grid = compare.grid_of(load(tmp_path))
+    assert set(grid.methods) == {*compare.proposer_configs(), *compare.DISCOVERED} - set(compare.UNDER_A_GRAMMAR)
 
 
 @pytest.mark.parametrize("override, message", [
@@ -160,7 +160,7 @@ def test_unknown_names_fail_before_any_work(tmp_path, override, message):
 
 def test_own_proposer_needs_one(tmp_path):
     with pytest.raises(ValueError, match="the run's own proposer group, but proposer=none"):
-        compare.plan(load(tmp_path, "experiment.methods=[proposer]", "proposer=none"))
+        compare.grid_of(load(tmp_path, "experiment.methods=[proposer]", "proposer=none"))
 
 
 def test_unknown_category_lists_the_workloads(tmp_path):
@@ -232,7 +232,7 @@ def test_merge_keeps_the_jobs_of_a_sweep_apart(tmp_path):
         folder = tmp_path / job
         overrides = ["experiment.methods=[proposer]", "proposer=draft", f"proposer.gamma={gamma}"]
         config = load(folder, *overrides, "experiment.samplings=[greedy]")
-        assert compare.plan(config).proposers["proposer"].gamma == gamma  # the override reaches the method
+        assert compare.grid_of(config).proposers["proposer"].gamma == gamma  # the override reaches the method
         compare.run(config)
         (folder / ".hydra").mkdir()  # as Hydra's multirun writes it
         (folder / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
@@ -414,7 +414,7 @@ def test_the_goodput_policy_has_rows_of_its_own(tmp_path):
 ])
 def test_bad_axes_fail_naming_the_setting(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
-        compare.plan(load(tmp_path, *overrides))
+        compare.grid_of(load(tmp_path, *overrides))
 
 
 def test_throughput_against_concurrency_serves_every_request_with_each_method(tmp_path):
@@ -496,7 +496,7 @@ def test_a_device_profile_puts_each_rows_predicted_speedup_beside_the_measured(t
     assert rows["prompt_lookup"]["projected_speedup"] == rows["prompt_lookup"]["predicted_speedup"]  # the same costs
     assert "predicted speedup (error) | projected speedup |" in (tmp_path / "compare.md").read_text()
     with pytest.raises(FileNotFoundError, match="no device profile"):
-        compare.plan(load(tmp_path, f"experiment.profile={tmp_path}/missing.json"))
+        compare.grid_of(load(tmp_path, f"experiment.profile={tmp_path}/missing.json"))
 
 
 def test_a_policy_profile_sizes_each_goodput_cell_by_its_methods_costs(tmp_path, monkeypatch):
@@ -522,7 +522,8 @@ def test_a_policy_profile_sizes_each_goodput_cell_by_its_methods_costs(tmp_path,
     run = [r for r in records(tmp_path) if r["id"].startswith("run/prompt_lookup/") and "policy=goodput" in r["id"]]
     assert len(run) == 8 and not any("error" in r for r in run)
     with pytest.raises(ValueError, match=r"draft table has no 'draft' .*profile_device 'methods=\[..., draft\]'"):
-        compare.plan(load(tmp_path, "experiment.methods=[draft]", f"experiment.policy_profile={tmp_path}/profile.json"))
+        compare.grid_of(load(tmp_path, "experiment.methods=[draft]",
+                             f"experiment.policy_profile={tmp_path}/profile.json"))
 
 
 def test_policies_side_by_side_is_a_row_per_method_with_projections_in_brackets():

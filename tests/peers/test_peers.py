@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.compare import plan
+from experiments.compare import grid_of
 from experiments.peers.engine import PeerEngine, PeerMissing, answer_of, peer_python
 from experiments.peers.report import engines_side_by_side
 from experiments.peers.rows import peer_sampling
@@ -102,7 +102,7 @@ def test_a_missing_environment_says_the_command_that_builds_it(tmp_path):
 def test_vllm_rows_are_skipped_with_the_build_line_when_the_environment_is_absent(tmp_path):
     cfg = load(tmp_path, "experiment.methods=[prompt_lookup,vllm_plain,vllm_ngram]",
                f"experiment.vllm.python={tmp_path / 'none' / 'python'}")
-    made = plan(cfg)
+    made = grid_of(cfg)
     assert made.methods == ["prompt_lookup"]
     assert set(made.skipped) == {"vllm_plain", "vllm_ngram"}
     assert all("experiments.peers.setup vllm" in why for why in made.skipped.values())
