@@ -6,12 +6,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from experiments import compare
 from experiments.methods import other_tokenizer
 from framework.lm.text import tokenizer_of
 from framework.zoo.checkpoints import find_folder
+from tests.composed import composed
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 PROPOSERS = ["draft", "draft_tree", "eagle3", "medusa", "mix_draft", "rest", "prompt_lookup", "lookahead"]
@@ -21,8 +21,7 @@ TINY = ["models=tiny", "experiment.prompts=[[1,2,3,4,5],[7,7,7,8,9,1,7,7]]", "ex
 
 
 def load(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="compare", overrides=["experiment=bench_hf", *overrides])
+    return composed("compare", "experiment=bench_hf", *overrides)
 
 
 def test_every_method_and_sampling_against_transformers_plain(tmp_path):

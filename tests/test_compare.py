@@ -26,6 +26,7 @@ from experiments.workload import Workload, build_workload
 from framework.control.device_profile import DeviceProfile
 from framework.harness.stats import detectable_tv
 from framework.zoo.checkpoints import EMBEDDED
+from tests.composed import composed
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 TINY = ["models=tiny", "experiment.prompts=[[1,2,3,4,5],[7,7,7,8,9,1,7]]", "experiment.max_new_tokens=5",
@@ -35,8 +36,7 @@ METHODS = ["draft", "prompt_lookup", "hf_assisted", "hf_prompt_lookup"]
 
 
 def load(tmp_path, *overrides: str):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="compare", overrides=[*TINY, f"output_dir={tmp_path}", *overrides])
+    return composed("compare", *TINY, f"output_dir={tmp_path}", *overrides)
 
 
 def records(tmp_path) -> list[dict]:

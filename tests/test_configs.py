@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -25,6 +24,7 @@ from experiments.run import run
 from framework.core.sampling import SamplingConfig
 from framework.lm.target import HFTarget
 from framework.lm.text import encode_prompt, tokenizer_of
+from tests.composed import composed
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 GROUPS = sorted(d.name for d in CONF.iterdir() if d.is_dir())
@@ -36,8 +36,7 @@ TINY = ["models=tiny"]  # the zoo is the default
 
 
 def load(*overrides: str, config_name: str = "config"):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name=config_name, overrides=list(overrides))
+    return composed(config_name, *overrides)
 
 
 def check_proposer(factory, cfg) -> None:

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from experiments.first_token import run
@@ -16,14 +15,14 @@ from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
 from framework.engine import Decoder
 from framework.lm.target import HFTarget
+from tests.composed import composed
 from verifiers import typical_verifier
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def load(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="first_token", overrides=list(overrides))
+    return composed("first_token", *overrides)
 
 
 def test_first_token_follows_the_target_law(tmp_path):

@@ -3,15 +3,13 @@
 import json
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-from experiments.common import CONF
 from experiments.rules import measure, table
+from tests.composed import composed
 
 
 def load(*overrides):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="rules", overrides=list(overrides))
+    return composed("rules", *overrides)
 
 
 def test_every_cell_is_measured_and_kept(tmp_path):

@@ -4,23 +4,21 @@ experiments.structured's table (valid outputs, greedy identity) on a small setti
 import re
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from experiments.check import run as run_check
-from experiments.common import CONF
 from experiments.compare import run as run_compare
 from experiments.first_token import run as run_first_token
 from experiments.run import run
 from experiments.structured import run as run_structured
 from experiments.structured import schema_errors
+from tests.composed import composed
 
 FAST = ["experiment.warmup=0", "experiment.repeats=1"]
 
 
 def load(*overrides: str, config_name: str = "config"):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name=config_name, overrides=list(overrides))
+    return composed(config_name, *overrides)
 
 
 def test_run_under_a_regex_with_logprobs(tmp_path):

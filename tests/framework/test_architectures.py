@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from framework.core.sampling import SamplingConfig
@@ -24,6 +23,7 @@ from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
 from proposers import DraftModelProposer
 from proposers.eagle.head import EagleConfig
+from tests.composed import composed
 from tests.proposers.test_proposer_contract import REPEATS
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -39,8 +39,7 @@ GREEDY = SamplingConfig(temperature=0)
 
 
 def load(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="config", overrides=["models=tiny", "target.dtype=float64", *overrides])
+    return composed("config", "models=tiny", "target.dtype=float64", *overrides)
 
 
 # methods whose parts are layers of the target's own class: composed with the stack's target

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from experiments.check import check_exact, check_greedy, check_ragged
@@ -33,6 +32,7 @@ from framework.engine import generate
 from framework.harness.ragged import TakingTurns
 from framework.lm.target import HFTarget
 from framework.scheduler import Request, Scheduler
+from tests.composed import composed
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 PROPOSERS = sorted(p.stem for p in (CONF / "proposer").glob("*.yaml"))
@@ -40,8 +40,7 @@ SAMPLINGS = ("t1", "t07_topk2", "penalty15")  # experiment.exact.samplings
 
 
 def load(*overrides: str, config_name: str = "check"):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name=config_name, overrides=["models=tiny", *overrides])
+    return composed(config_name, "models=tiny", *overrides)
 
 
 @dataclass(frozen=True)

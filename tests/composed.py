@@ -1,0 +1,14 @@
+"""The project's Hydra configs composed for tests, the way its entry points compose them (one place for the
+config folder and Hydra's version base)."""
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def composed(config_name: str, *overrides: str) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name=config_name, overrides=list(overrides))
