@@ -83,8 +83,19 @@ class SuffixProposer(TextProposer):
         leaves, expected = trie.speculate(node, budget, self.min_prob)
         return leaves, expected
 
+    def _feed_cache(self) -> None:
+        """The committed text not yet in the cache, without the request's own tries (they catch up when it drafts):
+        the cache learns every request's output, whether or not its steps drafted."""
+        lengths = self.history.lengths
+        for b, key in enumerate(self.sequences):
+            end = int(lengths[b])
+            if end > self.cached[b]:
+                self.cache.extend(key, self.history.tokens[b, self.cached[b]:end].tolist())
+                self.cached[b] = end
+
     def propose(self, state: DecodeState) -> CandidateTree:
         if not state.plan.drafts:
+            self._feed_cache()
             return self.plain_step(state.root)
         tokens, lengths = self.history.contexts(state.root)
         rows = []

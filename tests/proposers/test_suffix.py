@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 import torch
 
+from framework.core.policy import AtDepth
 from framework.core.sampling import SamplingConfig
 from framework.engine import generate
 from framework.harness.real import greedy_identity
@@ -174,3 +175,15 @@ def test_a_renewed_cache_holds_what_its_file_held_and_writes_nothing(tmp_path):
     generate(HFTarget(target), SuffixProposer(fresh), torch.tensor([[5, 6, 7]]), 12, greedy)
     generate(HFTarget(target), SuffixProposer(fresh), torch.tensor([[5, 6, 7]]), 12, greedy)
     assert path.read_bytes() == written and fresh.tokens > 0
+
+
+def test_a_request_decoded_plain_still_teaches_the_cache():
+    """A policy that keeps every step plain (goodput while nothing pays): the request's output still reaches the
+    global cache, so a later request drafts from it (fed only while drafting, it stayed empty)."""
+    target = tiny_random_model("llama", seed=5, vocab_size=64, init_std=0.3)
+    prompt, greedy = torch.tensor([[11, 40, 3, 27]]), SamplingConfig(temperature=0.0)
+    cache = SuffixCache()
+    plain = generate(HFTarget(target), SuffixProposer(cache), prompt, 24, greedy, policy=AtDepth(0))
+    assert cache.tokens >= 20
+    again = generate(HFTarget(target), SuffixProposer(cache), prompt, 24, greedy).stats.summary()["tokens_per_forward"]
+    assert again > 2 and plain.tokens.shape == (1, 24)
