@@ -69,11 +69,9 @@ class SuffixProposer(TextProposer):
         self.sequences = [self.cache.open() for _ in range(B)] if self.cache is not None else []
 
     def _feed(self, b: int, row: list[int]) -> None:
+        """The row's committed text not yet in its own trie."""
         self.open_nodes[b] = self.tries[b].extend(self.open_nodes[b], row[self.fed[b]:])
         self.fed[b] = len(row)
-        if self.cache is not None and len(row) > self.cached[b]:
-            self.cache.extend(self.sequences[b], row[self.cached[b]:])
-            self.cached[b] = len(row)
 
     def _draft(self, trie: SuffixTrie, context: list[int]) -> tuple[list, float]:
         node, length = trie.match(context, self.max_match)
@@ -84,8 +82,8 @@ class SuffixProposer(TextProposer):
         return leaves, expected
 
     def _feed_cache(self) -> None:
-        """The committed text not yet in the cache, without the request's own tries (they catch up when it drafts):
-        the cache learns every request's output, whether or not its steps drafted."""
+        """The committed text not yet in the cache, every step (the request's own tries catch up when it drafts): the
+        cache learns every request's output, whether or not its steps drafted."""
         lengths = self.history.lengths
         for b, key in enumerate(self.sequences):
             end = int(lengths[b])
@@ -94,8 +92,8 @@ class SuffixProposer(TextProposer):
                 self.cached[b] = end
 
     def propose(self, state: DecodeState) -> CandidateTree:
+        self._feed_cache()
         if not state.plan.drafts:
-            self._feed_cache()
             return self.plain_step(state.root)
         tokens, lengths = self.history.contexts(state.root)
         rows = []
