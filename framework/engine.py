@@ -14,7 +14,7 @@ import torch
 from framework.core.constraint import Constraint, prune_forbidden, root_mask
 from framework.core.logprobs import TokenLogprobs, reported_sampling, token_logprobs
 from framework.core.policy import FixedPolicy, Plan, Policy
-from framework.core.prompts import last_of_each, prompt_lengths, ragged_batch
+from framework.core.prompts import prompt_lengths, ragged_batch
 from framework.core.proposer import DecodeState, Proposer, SideRowProposer
 from framework.core.ragged_tree import RaggedTrees
 from framework.core.randomness import RandomSource, TorchSource
@@ -192,8 +192,7 @@ class Decoder:
                              f"got shape {tuple(self.speculate.shape)}")
         self.policy.start(self.target, root.shape[0])
         count = prompt_lengths(input_ids).to(root.device).expand(root.shape[0])  # [B] each row's prompt
-        self.state = DecodeState(root, mark_seen(seen, root[:, None]), self.sampling, self.rng,
-                                 None if hidden is None else last_of_each(hidden, count), hidden,
+        self.state = DecodeState(root, mark_seen(seen, root[:, None]), self.sampling, self.rng, None, hidden,
                                  None if hidden is None else count, constraint=self.constraint)
         self.stats.prefill_s += _clock(self.target.device) - start
         return root
@@ -206,14 +205,11 @@ class Decoder:
         plan = self.plan()
         state = self.state = replace(self.state, plan=plan)
         tree = self.proposer.propose(state) if self.proposer is not None else self.plain_tree(state.root.shape[0])
-        tree, trimmed = self.policy.trim(tree)
-        wanted = [d for d in (max_depth, plan.depth) if d is not None]
-        tree, cut = tree.within_depth(self.depth_limit(min(wanted) if wanted else None))
-        kept = within(trimmed, cut)  # [N'] nodes of the proposer's tree (None: all of them)
+        # the cuts: each keeps whole subtrees of what it is given, and its nodes remember their drafted indices
+        tree = self.policy.trim(tree).within_depth(self.depth_limit(max_depth, plan.depth))
         allowed = None
         if self.constraint is not None:  # masks along every path; point nodes no row may take go before the forward
-            tree, allowed, pruned = prune_forbidden(tree, self.constraint.allowed(tree.tokens, tree.shape))
-            kept = within(kept, pruned)
+            tree, allowed = prune_forbidden(tree, self.constraint.allowed(tree.tokens, tree.shape))
         side = self.proposer.side_rows(tree) if isinstance(self.proposer, SideRowProposer) and plan.drafts else None
         t1 = _clock(device)
         out = self.target.forward_tree(state.root, tree, side, plan.rows)
@@ -229,19 +225,13 @@ class Decoder:
         if side is not None:
             self.proposer.observe_side(out.side_logits)
         if self.proposer is not None:  # in the proposer's own node indices: the nodes cut away are still in its tree
-            own = result.path if kept is None else \
-                torch.where(result.path >= 0, kept.to(result.path.device)[result.path.clamp_min(0)], -1)
-            self.proposer.commit(Verification(result.tokens, result.num_accepted, own))
+            self.proposer.commit(Verification(result.tokens, result.num_accepted, tree.drafted(result.path)))
         emitted = result.tokens
         root = emitted.gather(1, result.num_accepted[:, None]).squeeze(1)  # recovered/bonus, or -1 after EOS
         root = torch.where(root >= 0, root, self.eos_token_id if self.eos_token_id is not None else 0)
-        seen = mark_seen(state.seen, emitted)
-        hidden, last, count = None, None, None
-        if out.hidden is not None:
-            hidden = committed_rows(out.hidden, result.path)  # [B, D+1, layers, H]
-            count = result.num_accepted + 1
-            last = hidden[torch.arange(hidden.shape[0], device=hidden.device), result.num_accepted.to(hidden.device)]
-        self.state = DecodeState(root, seen, self.sampling, self.rng, last, hidden, count, constraint=self.constraint)
+        committed = None if out.hidden is None else committed_rows(out.hidden, result.path)  # [B, D+1, layers, H]
+        self.state = state.advance(root, mark_seen(state.seen, emitted), committed,
+                                   None if committed is None else result.num_accepted + 1)
         t4 = _clock(device)
         drafted = torch.full((len(self.rows),), tree.shape.max_depth if tree.num_nodes else 0)
         if plan.rows is not None:
@@ -311,13 +301,9 @@ class Decoder:
         if self.speculate is not None:
             self.speculate = self.speculate[rows.cpu()]
         self.rows = self.rows[rows.cpu()]
-        state = self.state
-        take = lambda t: None if t is None else t[rows.to(t.device)]  # noqa: E731
         if self.constraint is not None:
             self.constraint.select(rows)
-        self.state = DecodeState(take(state.root), take(state.seen), state.sampling, state.rng,
-                                 take(state.target_hidden), take(state.committed_hidden), take(state.committed_count),
-                                 state.plan, state.constraint)
+        self.state = self.state.rows(rows)
 
     def join(self, other: Decoder) -> None:
         """Append the rows of `other` after this batch's (continuous batching: newcomers prefilled apart by a Decoder
@@ -346,26 +332,17 @@ class Decoder:
                 (other.logprobs.chosen, other.logprobs.top_ids, other.logprobs.top))))
         self.rows = torch.cat([self.rows, other.rows + self.started])
         self.started += other.started
-        mine, theirs = self.state, other.state
-        self.state = DecodeState(cat_rows(mine.root, theirs.root), cat_rows(mine.seen, theirs.seen), self.sampling,
-                                 self.rng, cat_rows(mine.target_hidden, theirs.target_hidden),
-                                 cat_rows(mine.committed_hidden, theirs.committed_hidden),
-                                 cat_rows(mine.committed_count, theirs.committed_count), mine.plan, self.constraint)
+        self.state = self.state.joined(other.state)
         self.stats.prefill_s += other.stats.prefill_s
 
-    def depth_limit(self, wanted: int | None) -> int:
-        """The deepest a tree may be this step: what is wanted, and what the context has room for."""
+    def depth_limit(self, *wanted: int | None) -> int:
+        """The deepest a tree may be this step: each limit wanted (None: none), and what the context has room for."""
         room = self.target.room()
         if room is not None and room < 0:
             raise ValueError(f"a row reached the model's context of {self.target.max_positions} tokens: "
                              "nothing more fits")
-        limits = [limit for limit in (wanted, room) if limit is not None]
+        limits = [limit for limit in (*wanted, room) if limit is not None]
         return min(limits) if limits else 1 << 30
-
-
-def within(outer: torch.Tensor | None, inner: torch.Tensor | None) -> torch.Tensor | None:
-    """Node indices of a cut of a cut: inner [N''] indexes the tree `outer` [N'] indexes (None: all nodes)."""
-    return inner if outer is None else outer if inner is None else outer[inner]
 
 
 def committed_rows(per_row: torch.Tensor, path: torch.Tensor) -> torch.Tensor:

@@ -43,7 +43,7 @@ class BatchSized:
             return inner
         return replace(inner, depth=cap)
 
-    def trim(self, tree: CandidateTree) -> tuple[CandidateTree, torch.Tensor | None]:
+    def trim(self, tree: CandidateTree) -> CandidateTree:
         return self.inner.trim(tree)
 
     def observe(self, tree: CandidateTree, result, step) -> None:

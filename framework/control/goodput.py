@@ -185,12 +185,12 @@ class GoodputPolicy:
             best += 1  # acceptance as the first's, its drafting cost proportional) until it has been tried
         return best, None if rows is None or bool(rows[:, best].all()) else rows[:, best], probe_s
 
-    def trim(self, tree: CandidateTree) -> tuple[CandidateTree, torch.Tensor | None]:
+    def trim(self, tree: CandidateTree) -> CandidateTree:
         self.drafted = tree.shape.max_depth if tree.num_nodes else 0
         self.reach = max(self.reach, self.drafted)
         if tree.kind != "point" or tree.scores is None or tree.num_nodes == 0 or self.planned.probe:
             # iid/wor children keep their draws (the plan's depth sized them); a probe verifies all it drafted
-            return tree, None
+            return tree
         value = (self.node_values(tree) * self.drafting()[:, None]).sum(0)  # [N] over the rows that draft
         order = torch.argsort(tree.depth(), stable=True)
         # best first; ties: the shallower (a parent before its child)
@@ -198,10 +198,7 @@ class GoodputPolicy:
         gain = torch.cat([torch.zeros(1, dtype=torch.float64), value[order].cumsum(0)])  # [N+1] by nodes kept
         net = gain - self.goodput() * self.extra_s(torch.arange(tree.num_nodes + 1)) * self.share()  # [N+1]
         n = int(net.argmax())  # the first of equals: the smaller tree
-        if n == tree.num_nodes:
-            return tree, None
-        kept = order[:n].sort().values
-        return tree.keep_nodes(kept), kept
+        return tree if n == tree.num_nodes else tree.keep_nodes(order[:n].sort().values)
 
     def drafting(self) -> torch.Tensor:
         """[B] float64: 1 for the rows the plan lets draft, else 0."""

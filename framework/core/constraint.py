@@ -64,15 +64,14 @@ def forbidden_nodes(tree: CandidateTree, allowed: torch.Tensor) -> torch.Tensor:
     return (ancestors @ (~ok).float().transpose(0, 1)).transpose(0, 1) > 0
 
 
-def prune_forbidden(tree: CandidateTree,
-                    allowed: torch.Tensor) -> tuple[CandidateTree, torch.Tensor, torch.Tensor | None]:
-    """A point tree without the nodes every row's constraint forbids, their masks [B, N'+1, V], and kept [N']
-    (the kept nodes' indices in `tree`; None when nothing goes). Trees of drawn children are kept whole."""
+def prune_forbidden(tree: CandidateTree, allowed: torch.Tensor) -> tuple[CandidateTree, torch.Tensor]:
+    """A point tree without the nodes every row's constraint forbids, and their masks [B, N'+1, V] (the tree as
+    it was when nothing goes). Trees of drawn children are kept whole."""
     if tree.kind != "point" or tree.num_nodes == 0:
-        return tree, allowed, None
+        return tree, allowed
     gone = forbidden_nodes(tree, allowed).all(0)  # [N]
     if not bool(gone.any()):
-        return tree, allowed, None
+        return tree, allowed
     kept = (~gone).nonzero().flatten().cpu()  # closed under ancestors: a forbidden parent forbids its subtree
     rows = torch.cat([torch.zeros(1, dtype=torch.long), kept + 1]).to(allowed.device)
-    return tree.keep_nodes(kept), allowed[:, rows], kept
+    return tree.keep_nodes(kept), allowed[:, rows]

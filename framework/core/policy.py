@@ -54,8 +54,9 @@ class Policy(Protocol):
         """How much the next step may draft: from the steps before it only."""
         ...
 
-    def trim(self, tree: CandidateTree) -> tuple[CandidateTree, torch.Tensor | None]:
-        """The nodes worth verifying, and kept [N'] (their indices in `tree`; None: all of them)."""
+    def trim(self, tree: CandidateTree) -> CandidateTree:
+        """The nodes worth verifying: `tree`, or a cut of it (CandidateTree.keep_nodes, which remembers each node's
+        index in the drafted tree)."""
         ...
 
     def observe(self, tree: CandidateTree, result: Verification, step) -> None:
@@ -89,8 +90,8 @@ class FixedPolicy:
     def plan(self) -> Plan:
         return Plan()
 
-    def trim(self, tree: CandidateTree) -> tuple[CandidateTree, torch.Tensor | None]:
-        return tree, None
+    def trim(self, tree: CandidateTree) -> CandidateTree:
+        return tree
 
     def observe(self, tree: CandidateTree, result: Verification, step) -> None:
         pass

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Protocol, runtime_checkable
 
 import torch
 
 from framework.core.constraint import Constraint
 from framework.core.policy import Plan
+from framework.core.prompts import last_of_each
 from framework.core.randomness import RandomSource
+from framework.core.rows import cat_rows
 from framework.core.sampling import SamplingConfig
 from framework.core.side_rows import SideRows
 from framework.core.tree import CandidateTree
@@ -24,7 +26,8 @@ class DecodeState:
     seen: torch.Tensor  # [B, V] bool: tokens in each row's sequence, root included
     sampling: SamplingConfig  # the target's sampling law
     rng: RandomSource  # for the proposer's own draws
-    target_hidden: torch.Tensor | None = None  # [B, L, H] target hidden states of the root row, if asked for
+    # [B, L, H] target hidden states of the root row, if asked for (None: the last committed row of each)
+    target_hidden: torch.Tensor | None = None
     # The hidden states of every position the target committed at its last forward: the prompt
     # after the prefill, then the previous root and the accepted nodes; left-aligned per row,
     # committed_count[b] valid rows (the last of them is target_hidden). For feature-level heads (EAGLE).
@@ -37,6 +40,31 @@ class DecodeState:
     # What may come next (a grammar), per row, at the committed state: a proposer that draws from a law takes
     # its q after constraint.allowed along its own paths (framework/core/constraint.py). Read, never advanced.
     constraint: Constraint | None = None
+
+    def __post_init__(self) -> None:
+        if self.target_hidden is None and self.committed_hidden is not None:
+            self.target_hidden = last_of_each(self.committed_hidden, self.committed_count)
+
+    def advance(self, root: torch.Tensor, seen: torch.Tensor, committed_hidden: torch.Tensor | None = None,
+                committed_count: torch.Tensor | None = None) -> DecodeState:
+        """The state after a forward committed tokens: the next root [B], the tokens seen [B, V], the hidden
+        states of the positions committed ([B, A, L, H], committed_count [B] valid rows each); no plan yet."""
+        return replace(self, root=root, seen=seen, target_hidden=None, committed_hidden=committed_hidden,
+                       committed_count=committed_count, plan=Plan())
+
+    def rows(self, rows: torch.Tensor) -> DecodeState:
+        """The state of the batch rows `rows` [B'] only, in that order."""
+        return replace(self, **{name: value[rows.to(value.device)] for name, value in self.per_row().items()})
+
+    def joined(self, other: DecodeState) -> DecodeState:
+        """This batch's rows, then `other`'s (continuous batching; the plan and constraint stay this batch's)."""
+        names = self.per_row().keys() | other.per_row().keys()
+        return replace(self, **{name: cat_rows(getattr(self, name), getattr(other, name)) for name in names})
+
+    def per_row(self) -> dict[str, torch.Tensor]:
+        """The fields that hold one entry per row (the others: the batch's sampling, coins, plan and constraint)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if isinstance(getattr(self, f.name), torch.Tensor)}
 
 
 class Proposer(Protocol):

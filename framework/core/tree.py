@@ -40,6 +40,9 @@ class CandidateTree:
     scores:      [B, N] or None: the proposer's own estimate that each node is accepted (its draft
                  probability along the path, a match count's share). The speculation policy reads it
                  to size the step (framework/core/policy.py); the verifier never does.
+    origin:      [N] or None: each node's index in the tree its proposer drafted, kept through every cut
+                 (`keep_nodes`), so a verified path maps back to the proposer's nodes in one step (`drafted`);
+                 None: this is the drafted tree.
     """
 
     tokens: torch.Tensor
@@ -47,6 +50,7 @@ class CandidateTree:
     draft_probs: torch.Tensor | None = None
     kind: str = "point"
     scores: torch.Tensor | None = None
+    origin: torch.Tensor | None = field(default=None, compare=False)
     shape: TreeShape = field(init=False, repr=False)  # the topology and its views
 
     def __post_init__(self) -> None:
@@ -138,19 +142,23 @@ class CandidateTree:
         """Each node the only child of the one before it (the root's first): what CandidateTree.chain builds."""
         return self.shape.is_chain
 
-    def within_depth(self, max_depth: int) -> tuple["CandidateTree", torch.Tensor | None]:
-        """The tree without its nodes deeper than max_depth, and kept [N'] (the kept nodes' indices here);
-        (self, None) when no node is deeper. Whole levels go: a shape fixed before any coin, so the tree
-        that remains is verified exactly (the room left in the context, or in the token budget)."""
-        if max_depth >= self.num_nodes:  # no node is that deep: no need to look
-            return self, None
-        if self.shape.max_depth <= max_depth:
-            return self, None
-        kept = (self.depth() <= max_depth).nonzero().flatten()  # [N'] a prefix of every path: parents stay earlier
-        return self.keep_nodes(kept), kept
+    def within_depth(self, max_depth: int) -> "CandidateTree":
+        """The tree without its nodes deeper than max_depth (self when no node is deeper). Whole levels go: a
+        shape fixed before any coin, so the tree that remains is verified exactly (the room left in the context,
+        or in the token budget)."""
+        if max_depth >= self.num_nodes or self.shape.max_depth <= max_depth:  # no node is that deep
+            return self
+        return self.keep_nodes((self.depth() <= max_depth).nonzero().flatten())  # a prefix of every path
+
+    def drafted(self, path: torch.Tensor) -> torch.Tensor:
+        """path [B, D] node indices here (-1 padded) -> the same nodes' indices in the drafted tree."""
+        if self.origin is None:
+            return path
+        return torch.where(path >= 0, self.origin.to(path.device)[path.clamp_min(0)], -1)
 
     def keep_nodes(self, kept: torch.Tensor) -> "CandidateTree":
-        """The tree of the nodes kept [N'] (ascending indices, closed under ancestors), renumbered in order."""
+        """The tree of the nodes kept [N'] (ascending indices, closed under ancestors), renumbered in order; each
+        remembers its index in the drafted tree (`origin`)."""
         new_index = torch.full((self.num_nodes,), -1, dtype=torch.long)
         new_index[kept] = torch.arange(kept.numel())
         parents = self.parents[kept]
@@ -161,7 +169,8 @@ class CandidateTree:
         q = None if self.draft_probs is None else self.draft_probs[
             :, torch.cat([torch.zeros(1, dtype=torch.long), kept + 1]).to(self.draft_probs.device)]
         scores = None if self.scores is None else self.scores[:, kept.to(self.scores.device)]
-        return CandidateTree(self.tokens[:, kept.to(device)], parents, q, self.kind, scores)
+        origin = kept if self.origin is None else self.origin[kept]
+        return CandidateTree(self.tokens[:, kept.to(device)], parents, q, self.kind, scores, origin)
 
     def depth(self) -> torch.Tensor:
         """[N] depth of each node (root's children: 1). Shared: do not write into it."""

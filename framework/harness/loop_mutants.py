@@ -326,31 +326,30 @@ class PrunesDrawnChildren(GoodputPolicy):
     def trim(self, tree):
         super().trim(tree)
         if tree.kind == "point" or tree.num_nodes == 0:
-            return tree, None
+            return tree
         sure = (tree.scores[0] >= 0.4).long().cumprod(0)  # a chain: the first unsure node and all below it go
-        kept = torch.arange(int(sure.sum()))
-        return tree.keep_nodes(kept), kept
+        return tree.keep_nodes(torch.arange(int(sure.sum())))
 
 
 # ---- witnesses and the list -------------------------------------------------------------------
 
-DRAFT_TREE = LoopCase(dict(gamma=1, branching=3, depth=1, kind="point"), depth=4)  # a bad commit shows from step 2
+DRAFT_TREE = LoopCase(dict(branching=3, depth=1, kind="point"), depth=4)  # a bad commit shows from step 2
 LOOKAHEAD = LoopCase(prompt=(1, 2, 0, 1), proposer_factory=lambda: LookaheadProposer(window=2, ngram=2, guesses=2))
-CHAIN_D5 = LoopCase(dict(gamma=3, kind="point"), depth=5)  # accepted nodes mid-sequence, then more steps
+CHAIN_D5 = LoopCase(dict(depth=3, kind="point"), depth=5)  # accepted nodes mid-sequence, then more steps
 TREE_D5 = LoopCase(dict(branching=2, depth=2, kind="point"), depth=5)
-SAMPLED_CHAIN = LoopCase(dict(gamma=2, kind="iid"), sampling=SamplingConfig(temperature=0.7, top_k=2))
-SAMPLED_POINT = LoopCase(dict(gamma=3, kind="point"), sampling=SamplingConfig(temperature=0.7))
+SAMPLED_CHAIN = LoopCase(dict(depth=2, kind="iid"), sampling=SamplingConfig(temperature=0.7, top_k=2))
+SAMPLED_POINT = LoopCase(dict(depth=3, kind="point"), sampling=SamplingConfig(temperature=0.7))
 IID_SIBLINGS = LoopCase(dict(branching=3, depth=1, kind="iid"), depth=2)
-POLICY_CHAIN = LoopCase(dict(gamma=2, kind="iid"), depth=2, policy_factory=lambda: GoodputPolicy(**POLICY_COSTS))
-GRAMMAR_CHAIN = LoopCase(dict(gamma=2, kind="iid"), depth=3, grammar=A_THEN_B)  # rows advanced by what they emit
+POLICY_CHAIN = LoopCase(dict(depth=2, kind="iid"), depth=2, policy_factory=lambda: GoodputPolicy(**POLICY_COSTS))
+GRAMMAR_CHAIN = LoopCase(dict(depth=2, kind="iid"), depth=3, grammar=A_THEN_B)  # rows advanced by what they emit
 # a second tokenizer
-CROSS_VOCABULARY = LoopCase(dict(gamma=2, kind="iid"), depth=2, vocab=5, vocabulary=toy_vocabulary)
-GRAMMAR_SAMPLED = LoopCase(dict(gamma=2, kind="iid"), depth=2, grammar=PAIRS, vocab=5)  # two tokens left after a mask
+CROSS_VOCABULARY = LoopCase(dict(depth=2, kind="iid"), depth=2, vocab=5, vocabulary=toy_vocabulary)
+GRAMMAR_SAMPLED = LoopCase(dict(depth=2, kind="iid"), depth=2, grammar=PAIRS, vocab=5)  # two tokens left after a mask
 PER_POSITION_GRAMMAR = LoopCase(proposer_factory=lambda: MedusaProposer(
     random_heads(16, 5, 2, seed=0, scale=2.0, dtype="float64"), [[0], [1], [0, 0]], kind="iid"), depth=3, grammar=PAIRS,
     vocab=5)  # Medusa's heads draw two children of the root and a grandchild, each after the pair grammar's mask
 # every node accepted: the bonus is drawn at the leaf
-GRAMMAR_POINT = LoopCase(dict(gamma=1, kind="point"), depth=3, grammar=PAIRS, vocab=5,
+GRAMMAR_POINT = LoopCase(dict(depth=1, kind="point"), depth=3, grammar=PAIRS, vocab=5,
                          sampling=SamplingConfig(temperature=0.8))
 
 
@@ -365,7 +364,7 @@ def loop_mutants() -> list[LoopMutant]:
           LOOKAHEAD, target=SideRowsKeptAtCommit),
         m("attention-scale", "tree attention scores scaled by 1.3 / sqrt(d)", CHAIN_D5, plant=wrong_attention_scale),
         m("top-p-before-temperature", "the nucleus taken before the temperature (framework.core.sampling)",
-          LoopCase(dict(gamma=2, kind="point"), sampling=T07_TOPP09),
+          LoopCase(dict(depth=2, kind="point"), sampling=T07_TOPP09),
           plant=lambda: planted(sampling, "process_logits", top_p_before_temperature)),
         m("draft-reports-raw-q", "the draft model hands the verifier its raw softmax, not the law it drew from",
           SAMPLED_CHAIN, proposer=ReportsRawQ),
@@ -379,7 +378,7 @@ def loop_mutants() -> list[LoopMutant]:
         m("token-rule-path-off-by-one", "the token rule hands the KV commit node i - 1 for each accepted node i > 0",
           CHAIN_D5, verifier=TokenRulePathOffByOne()),
         m("block-path-off-by-one", "block verification hands the KV commit node i - 1 for each accepted node i > 0",
-          LoopCase(dict(gamma=3, kind="point"), depth=5, verifier=BlockVerifier()), verifier=BlockPathOffByOne()),
+          LoopCase(dict(depth=3, kind="point"), depth=5, verifier=BlockVerifier()), verifier=BlockPathOffByOne()),
         m("policy-prunes-drawn-children", "the speculation policy trims i.i.d. children by their own draft probability",
           POLICY_CHAIN, policy=lambda: PrunesDrawnChildren(**POLICY_COSTS)),
         m("traversal-path-off-by-one",

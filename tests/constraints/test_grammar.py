@@ -78,11 +78,11 @@ def test_forbidden_subtrees_are_pruned_from_point_trees_only():
     tree = CandidateTree(tokens, torch.tensor([-1, 0, -1, 2]))
     allowed = constraint.allowed(tree.tokens, tree.shape)
     assert forbidden_nodes(tree, allowed).tolist() == [[False, False, True, True]] * 2
-    pruned, masks, kept = prune_forbidden(tree, allowed)
-    assert kept.tolist() == [0, 1] and pruned.tokens.tolist() == [[0, 2], [0, 3]]
+    pruned, masks = prune_forbidden(tree, allowed)
+    assert pruned.origin.tolist() == [0, 1] and pruned.tokens.tolist() == [[0, 2], [0, 3]]
     assert torch.equal(masks, allowed[:, :3])
     drawn = CandidateTree(tokens, tree.parents, torch.full((2, 5, 5), 0.2), "iid")
-    assert prune_forbidden(drawn, allowed)[2] is None  # drawn children are counted by their rule: kept whole
+    assert prune_forbidden(drawn, allowed)[0] is drawn  # drawn children are counted by their rule: kept whole
 
 
 def test_grammar_needs_exactly_one_kind_and_a_valid_text():

@@ -32,7 +32,7 @@ class Deep:
         return Plan(5)
 
     def trim(self, tree):
-        return tree, None
+        return tree
 
     def observe(self, tree, result, step):
         pass
@@ -81,7 +81,7 @@ def test_scheduled_rows_decode_as_alone_and_draft_as_the_table_says():
     model = tiny_random_model("llama", dtype="float64")
     draft = tiny_random_model("llama", dtype="float64", seed=1)
     prompts, budgets = [[5, 9, 2, 7, 11, 3], [7, 7], [3, 1, 4, 1, 5], [2]], [14, 4, 9, 12]
-    runner = Scheduler(model, lambda: DraftModelProposer(draft, gamma=4, kind="point"), GREEDY, max_batch=3,
+    runner = Scheduler(model, lambda: DraftModelProposer(draft, depth=4, kind="point"), GREEDY, max_batch=3,
                        policy=DepthByBatch({1: 4, 2: 2, 3: 0}))
     done = runner.run([Request(p, b) for p, b in zip(prompts, budgets)])
     assert [f.tokens for f in done] == [generate(HFTarget(model), None, [p], b, GREEDY).tokens[0].tolist()
@@ -99,6 +99,6 @@ def test_the_law_of_scheduled_requests_holds_under_a_batch_policy():
     draft = tiny_random_model("llama", vocab_size=3, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
                               dtype="float64", init_std=0.3, seed=1)
     requests = [([1, 2, 0, 1, 1, 2, 0], 3), ([2], 1), ([0, 1], 2)]
-    result = check_scheduled_law(target, lambda: DraftModelProposer(draft, gamma=2, kind="point"), requests, 2,
+    result = check_scheduled_law(target, lambda: DraftModelProposer(draft, depth=2, kind="point"), requests, 2,
                                  SamplingConfig(), 2, policy_factory=lambda: DepthByBatch({1: 2, 2: 1}))
     assert result.passes(1e-9), result

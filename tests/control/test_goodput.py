@@ -105,12 +105,13 @@ def test_trim_keeps_nodes_worth_their_cost_and_drops_the_rest():
     p = policy()
     p.planned = Plan(4)
     sure = point_tree(torch.tensor([[0.99, 0.98, 0.97, 0.96]]))
-    assert p.trim(sure)[0].num_nodes == 4  # 0.96 tokens a node for 0.05 of a forward
+    assert p.trim(sure).num_nodes == 4  # 0.96 tokens a node for 0.05 of a forward
     unsure = point_tree(torch.tensor([[0.9, 0.01, 0.001, 0.0001]]))
-    trimmed, kept = p.trim(unsure)
-    assert trimmed.num_nodes == 1 and kept.tolist() == [0] and trimmed.scores.tolist() == [[pytest.approx(0.9)]]
+    trimmed = p.trim(unsure)
+    assert trimmed.num_nodes == 1 and trimmed.origin.tolist() == [0]
+    assert trimmed.scores.tolist() == [[pytest.approx(0.9)]]
     hopeless = point_tree(torch.tensor([[0.001, 0.0005, 0.0001, 0.00001]]))
-    assert p.trim(hopeless)[0].num_nodes == 0  # a plain step
+    assert p.trim(hopeless).num_nodes == 0  # a plain step
 
 
 def test_trim_leaves_drawn_children_alone():
@@ -119,7 +120,7 @@ def test_trim_leaves_drawn_children_alone():
     q = torch.full((1, 4, 5), 0.2)
     iid = CandidateTree(torch.tensor([[1, 2, 3]]), torch.tensor([-1, 0, 1]), q, "iid",
                         torch.tensor([[1e-4, 1e-5, 1e-6]]))
-    assert p.trim(iid) == (iid, None)  # pruning a drawn child by its own value is not exact
+    assert p.trim(iid) is iid  # pruning a drawn child by its own value is not exact
 
 
 def test_the_same_nodes_are_trimmed_harder_at_a_larger_batch():
@@ -129,7 +130,7 @@ def test_the_same_nodes_are_trimmed_harder_at_a_larger_batch():
         costs = {n: c if n == 0 else 1.0 + (c - 1.0) * scale for n, c in COSTS.items()}
         p = policy(target_costs=costs, batch=batch)
         p.planned = Plan(8)
-        per_row[batch] = p.trim(point_tree(scores.expand(batch, -1)))[0].num_nodes
+        per_row[batch] = p.trim(point_tree(scores.expand(batch, -1))).num_nodes
     assert per_row[16] < per_row[1]
 
 
@@ -144,7 +145,7 @@ def test_the_plan_drafts_while_it_pays_and_probes_while_it_does_not():
     for _ in range(30):  # every drafted node accepted: drafting pays
         plan = p.plan()
         drafted.append(plan.depth)
-        tree_now = tree.within_depth(plan.depth)[0]  # as the engine cuts it
+        tree_now = tree.within_depth(plan.depth)  # as the engine cuts it
         p.trim(tree_now)
         accepted = tree_now.num_nodes
         p.observe(tree_now, Verification(torch.zeros(1, 3, dtype=torch.long), torch.tensor([accepted]),
@@ -188,7 +189,7 @@ def test_rows_alike_keep_the_same_nodes_at_every_batch_size(scores, kept):
     for batch in (1, 4, 16):
         p = policy(batch=batch)
         p.planned = Plan(8)
-        counts[batch] = p.trim(point_tree(torch.tensor([scores]).expand(batch, -1)))[0].num_nodes
+        counts[batch] = p.trim(point_tree(torch.tensor([scores]).expand(batch, -1))).num_nodes
     assert len(set(counts.values())) == 1, counts
     assert {"all": counts[1] == 8, "none": counts[1] == 0, "some": 0 < counts[1] < 8}[kept], counts
 
@@ -210,8 +211,8 @@ def test_a_row_that_accepts_nothing_stops_drafting_while_the_other_goes_on(packs
     plans = []
     for _ in range(60):
         plan = p.plan()
-        now = tree.within_depth(plan.depth)[0] if plan.drafts else point_tree(torch.zeros(2, 0))
-        now = p.trim(now)[0]
+        now = tree.within_depth(plan.depth) if plan.drafts else point_tree(torch.zeros(2, 0))
+        now = p.trim(now)
         offered = torch.ones(2, dtype=torch.bool) if plan.rows is None else plan.rows
         n = now.num_nodes
         accepted = torch.tensor([n if offered[0] else 0, 0])
@@ -259,7 +260,7 @@ def test_costs_from_a_profile_read_no_clock_and_decide():
         tree, out = point_tree(torch.tensor([[0.9, 0.9]])), []
         for _ in range(40):  # one node of two accepted
             plan = p.plan()
-            now = tree.within_depth(plan.depth)[0] if plan.drafts else point_tree(torch.zeros(1, 0))
+            now = tree.within_depth(plan.depth) if plan.drafts else point_tree(torch.zeros(1, 0))
             p.trim(now)
             accepted = min(now.num_nodes, 1)
             p.observe(now, Verification(torch.zeros(1, 3, dtype=torch.long), torch.tensor([accepted]),
@@ -346,7 +347,7 @@ def test_the_level_past_the_best_is_tried_before_its_guess_is_trusted():
     tree, depths = point_tree(torch.tensor([[0.5, 0.5]])), []
 
     def run(plan: Plan, i: int) -> int:
-        now = tree.within_depth(plan.depth)[0] if plan.drafts else point_tree(torch.zeros(1, 0))
+        now = tree.within_depth(plan.depth) if plan.drafts else point_tree(torch.zeros(1, 0))
         p.trim(now)
         accepted = now.num_nodes if i % 2 else 0
         path = torch.tensor([[0, 1][:accepted] + [-1] * (now.num_nodes - accepted)])

@@ -71,12 +71,23 @@ def test_within_depth_keeps_whole_levels_and_says_which_nodes():
     tokens = torch.tensor([[5, 6, 7, 8, 9]])
     q = torch.arange(6.0)[None, :, None].expand(1, 6, 3).clone()  # row i holds the value i
     tree = CandidateTree.from_parents(tokens, [-1, -1, 0, 0, 2], q, "iid")
-    cut, kept = tree.within_depth(2)
-    assert kept.tolist() == [0, 1, 2, 3] and cut.parents.tolist() == [-1, -1, 0, 0]
+    cut = tree.within_depth(2)
+    assert cut.origin.tolist() == [0, 1, 2, 3] and cut.parents.tolist() == [-1, -1, 0, 0]
     assert cut.tokens.tolist() == [[5, 6, 7, 8]] and cut.draft_probs[0, :, 0].tolist() == [0, 1, 2, 3, 4]
-    assert tree.within_depth(3) == (tree, None)
-    cut, kept = tree.within_depth(0)
-    assert cut.num_nodes == 0 and kept.numel() == 0 and cut.draft_probs.shape == (1, 1, 3)
+    assert tree.within_depth(3) is tree and tree.origin is None
+    cut = tree.within_depth(0)
+    assert cut.num_nodes == 0 and cut.origin.numel() == 0 and cut.draft_probs.shape == (1, 1, 3)
+
+
+def test_a_cut_of_a_cut_maps_a_path_back_to_the_drafted_nodes():
+    # root -> 0, 1; 0 -> 2, 3; 1 -> 4; 2 -> 5: keep {1, 4} (drop 0's subtree), then cut to depth 1
+    tree = CandidateTree.from_parents(torch.tensor([[5, 6, 7, 8, 9, 10]]), [-1, -1, 0, 0, 1, 2])
+    kept = tree.keep_nodes(torch.tensor([1, 4]))
+    assert kept.origin.tolist() == [1, 4] and kept.tokens.tolist() == [[6, 9]]
+    assert kept.drafted(torch.tensor([[0, 1, -1]])).tolist() == [[1, 4, -1]]
+    shallow = kept.within_depth(1)
+    assert shallow.origin.tolist() == [1] and shallow.drafted(torch.tensor([[0, -1]])).tolist() == [[1, -1]]
+    assert tree.drafted(torch.tensor([[0, 2]])).tolist() == [[0, 2]]  # the drafted tree maps to itself
 
 
 def test_float_parents_are_refused():
