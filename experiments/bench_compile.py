@@ -35,7 +35,7 @@ def main(args: DictConfig) -> None:
                "compiled": HFTarget(load_causal_lm(args.target), compile=True)}
     prompt = heldout_prompt(targets["eager"].model, args.prompt)
     settings = {"plain": lambda: None,
-                "draft": lambda: DraftModelProposer(draft, gamma=4, stop_below=0.3, adaptive_depth=8)}
+                "draft": lambda: DraftModelProposer(draft, depth=4, stop_below=0.3, adaptive_depth=8)}
     greedy = SamplingConfig(temperature=0.0)
 
     def run(name: str, setting: str):

@@ -20,7 +20,7 @@ case for the machinery, with a draft as costly as the target.
 2. `forward_tree` ms per call after a tree_prompt token prefill, for the first N nodes of a
    full binary tree (breadth first), N = 0 (root alone) .. 64; ratio to N = 1 (root + 1 node).
    After each call the pending slots are dropped, so every call sees the same cache.
-3. Tokens per forward and wall-clock speedup (median of repeats runs) of a gamma-4 iid chain
+3. Tokens per forward and wall-clock speedup (median of repeats runs) of a depth-4 iid chain
    against plain decoding of the same target, at temperature 1 and greedy.
 """
 
@@ -48,7 +48,7 @@ TREE_SIZES = (0, 1, 8, 32, 64)
 
 
 def random_model(args, layers: int, seed: int):
-    max_positions = max(args.prompt + args.new_tokens + args.gamma + 2, args.tree_prompt + 8)
+    max_positions = max(args.prompt + args.new_tokens + args.depth + 2, args.tree_prompt + 8)
     return tiny_random_model("llama", args.vocab, args.hidden, layers, args.heads, args.kv_heads,
                              max_positions, seed=seed, dtype="float32", init_std=args.init_std)
 
@@ -62,7 +62,7 @@ def table(header: list[str], rows: list[list]) -> str:
 def run_generation(args, target_model, draft_model, sampling: SamplingConfig, prompt, seed: int) -> dict:
     """One generate call on fresh adapters; wall clock plus the engine's split, per step."""
     target = HFTarget(target_model)
-    proposer = None if draft_model is None else DraftModelProposer(draft_model, gamma=args.gamma, kind="iid")
+    proposer = None if draft_model is None else DraftModelProposer(draft_model, depth=args.depth, kind="iid")
     start = time.perf_counter()
     out = generate(target, proposer, prompt, args.new_tokens, sampling, seed=seed)
     wall = time.perf_counter() - start
@@ -129,7 +129,7 @@ def main(args: DictConfig) -> None:
                      f"({drafts['draft (indep.)'].config.num_hidden_layers} layer(s)); held-out prompt")
     assert all(torch.equal(a, b) for a, b in zip(target_model.parameters(), drafts["self-draft"].parameters()))
     print(f"target: {described}; float32; prompt {prompt.shape[1]} tokens, {args.new_tokens} new tokens, "
-          f"gamma {args.gamma} iid; torch threads {torch.get_num_threads()}\n")
+          f"depth {args.depth} iid; torch threads {torch.get_num_threads()}\n")
     print("Per-step columns are means over the steps of the median-wall run; p50 columns are medians over its steps.\n")
 
     gen_results = bench_generation(args, target_model, drafts, prompt)
@@ -162,7 +162,7 @@ def main(args: DictConfig) -> None:
     print(table(["tree nodes N", "rows in forward", "ms per call", "ratio to N = 1"],
                 [[n, n + 1, ms, ms / tree_ms[1]] for n, ms in tree_ms.items()]))
 
-    print(f"\n## 3. Draft-model chain (gamma {args.gamma}, iid) vs plain decoding "
+    print(f"\n## 3. Draft-model chain (depth {args.depth}, iid) vs plain decoding "
           f"(median wall of {args.repeats} runs, {args.new_tokens} tokens)\n")
     rows = []
     for temperature, runs in gen_results.items():

@@ -5,7 +5,7 @@
     python -m experiments.compare 'experiment.methods=[draft,prompt_lookup,hf_assisted]'
     python -m experiments.compare experiment.publish=<run folder>/compare.md   # docs/results.md and the README table
     python -m experiments.compare workload=spec_bench workload.suite.source=<question.jsonl> experiment.samples=48
-    python -m experiments.compare -m 'experiment.methods=[proposer]' proposer=draft proposer.gamma=2,4,6 \
+    python -m experiments.compare -m 'experiment.methods=[proposer]' proposer=draft proposer.depth=2,4,6 \
         hydra/launcher=joblib && python -m experiments.compare experiment.merge=multirun/<date>/<time>
     python -m experiments.compare experiment=categories proposer=draft_tree # Spec-Bench style, one method, timing only
     python -m experiments.compare experiment=bench_hf    # beside transformers' generate, against its plain decoding
@@ -120,7 +120,7 @@ DISCOVERED = ("hf_assisted", "hf_prompt_lookup", "hf_mtp")  # hf_mtp: where tran
 BASELINES = ("plain", "hf_plain")  # experiment.baseline: the per-prompt reference of every speedup
 ZOO_SUITE = "framework.workloads.zoo.ZooPrompts"
 UNDER_A_GRAMMAR = ("grammar", "mix_grammar")  # draft what a grammar forces: experiments.structured times them
-OWN = "proposer"  # the method that is the run's own proposer group (e.g. -m proposer.gamma=2,4)
+OWN = "proposer"  # the method that is the run's own proposer group (e.g. -m proposer.depth=2,4)
 ALL = "all"  # the summary rows' category: every category's runs together
 
 
@@ -627,10 +627,11 @@ def pld_variants(cfg: DictConfig, methods: list[str]) -> dict:
     variants = {"hf_pld": dict(HF_PLD_DEFAULTS)}
     if "hf_pld_matched" in methods:
         matched = option("proposer", cfg.experiment.pld_matched, cfg, "experiment.pld_matched")
-        if "num_tokens" not in matched or "max_ngram" not in matched:
+        if "depth" not in matched or "max_ngram" not in matched:
             raise ValueError(f"experiment.pld_matched={cfg.experiment.pld_matched!r} is not a prompt lookup config "
-                             "(it needs num_tokens and max_ngram)")
-        variants["hf_pld_matched"] = {"num_tokens": int(matched.num_tokens), "max_ngram": int(matched.max_ngram)}
+                             "(it needs depth and max_ngram)")
+        # our depth is transformers' num_output_tokens (prompt_lookup_num_tokens): its name, as HF_PLD_DEFAULTS
+        variants["hf_pld_matched"] = {"num_tokens": int(matched.depth), "max_ngram": int(matched.max_ngram)}
     return variants
 
 

@@ -635,7 +635,7 @@ def publish(table: Path, root: Path = REPOSITORY, page: str = "results", readme:
 def merge(folder: Path) -> dict:
     """Every compare.json under a sweep folder as one result, written to the folder (csv/json/md,
     plots). A method that several jobs ran gets the job's overrides in its name, e.g.
-    "draft (proposer.gamma=2)", so the cells stay apart."""
+    "draft (proposer.depth=2)", so the cells stay apart."""
 
     if not folder.is_dir():
         raise ValueError(f"not a folder: {folder}")

@@ -5,7 +5,7 @@
 
 1. Prompts: the workload's last ones (each category's end in turn: not the first ones a comparison times), each
    continued greedily by the target (as search_tree measures heads): the text the view will meet.
-2. Per gamma: every exit E in 1..L-1 (early_exit) and a skip set grown one layer a round (layer_skip), scored by
+2. Per depth: every exit E in 1..L-1 (early_exit) and a skip set grown one layer a round (layer_skip), scored by
    the view's top-1 agreement with the target on those continuations and its forward's measured cost
    (proposers/self_spec/choose.py).
 3. self_speculation.json in `out` (default: the target's folder): proposer=early_exit / layer_skip with `auto`
@@ -37,10 +37,10 @@ def search(cfg: DictConfig) -> Path:
     windows, length = continuations(model, prompt_ids(cfg, model, from_end=True), s.prompt_tokens, s.new_tokens)
     print(f"{len(windows)} prompts of {length} tokens, each continued by the target for {s.new_tokens} tokens")
     choices = {}
-    for gamma in s.gammas:
-        calibration = Calibration(model, windows, int(gamma))
-        choices[f"exit/{gamma}"] = best_exit(calibration)
-        choices[f"skip/{gamma}"] = best_skip_set(calibration)
+    for depth in s.depths:
+        calibration = Calibration(model, windows, int(depth))
+        choices[f"exit/{depth}"] = best_exit(calibration)
+        choices[f"skip/{depth}"] = best_skip_set(calibration)
     for key, score in choices.items():
         print(f"  {key}: {score.describe()}")
     measured_on = {"prompts": len(windows), "prompt_tokens": length, "new_tokens": s.new_tokens,

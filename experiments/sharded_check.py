@@ -43,10 +43,10 @@ GREEDY = SamplingConfig(temperature=0)
 # The harness's toy target with a key-value head per rank (its one-KV-head twin cannot be split in two).
 TOY = dict(vocab_size=3, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=2, dtype="float64", init_std=0.3)
 LAWS = {  # name: (DraftModelProposer settings, sampling, tokens of the law)
-    "chain2-iid-T1": (dict(gamma=2, kind="iid"), SamplingConfig(), 3),
-    "chain2-wor-T0.7-topk2": (dict(gamma=2, kind="wor"), SamplingConfig(temperature=0.7, top_k=2), 3),
+    "chain2-iid-T1": (dict(depth=2, kind="iid"), SamplingConfig(), 3),
+    "chain2-wor-T0.7-topk2": (dict(depth=2, kind="wor"), SamplingConfig(temperature=0.7, top_k=2), 3),
     "tree2x2-point-penalty1.5": (dict(branching=2, depth=2, kind="point"), SamplingConfig(repetition_penalty=1.5), 3),
-    "tree3x1-point-T1": (dict(gamma=1, branching=3, depth=1, kind="point"), SamplingConfig(), 4),
+    "tree3x1-point-T1": (dict(branching=3, depth=1, kind="point"), SamplingConfig(), 4),
 }
 # A bug planted in the sharded target, which the exact law must catch: the commit keeps the first slots of the
 # tree (a scalar rewind) instead of the accepted path (framework.harness.loop_mutants).
@@ -106,7 +106,7 @@ def refusals() -> list[dict]:
         refused("ranks that part stop, named", "ranks disagree",
                 lambda: generate(HFTarget(target), None, prompt, 8, SamplingConfig(), seed=process_rank())),
         refused("a draft over another vocabulary, named", "vocabulary",
-                lambda: generate(HFTarget(target), DraftModelProposer(other_vocabulary, gamma=2), prompt, 8, GREEDY)),
+                lambda: generate(HFTarget(target), DraftModelProposer(other_vocabulary, depth=2), prompt, 8, GREEDY)),
         refused(f"{launched_processes()} processes for 3 heads, named", "does not divide",
                 lambda: tiny_random_model("llama", hidden_size=24, num_heads=3, num_kv_heads=3, tp_plan="auto")),
     ]

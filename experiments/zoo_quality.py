@@ -5,7 +5,7 @@
     python -m experiments.zoo_quality target_path=T draft_path=D max_files=5 json=quality.json
 
 On the held-out stdlib files: bits per character of each model, top-1 agreement of draft and
-target (teacher-forced), and greedy chain tokens per target forward for several gammas on
+target (teacher-forced), and greedy chain tokens per target forward for several chain depths on
 code_continuation prompts. Scoring reads each file as [EOS, tokens...] (as training packs it) in
 windows of window tokens, each token scored once: non-overlapping by default (the context
 restarts at every window boundary), or sliding with stride (each window scores its last
@@ -98,12 +98,12 @@ def agreement(a: Scores, b: Scores) -> float:
     return same / sum(len(x) for x in a.argmax)
 
 
-def tokens_per_forward(target_model, draft_model, tokenizer, prompts: list[str], gamma: int,
+def tokens_per_forward(target_model, draft_model, tokenizer, prompts: list[str], depth: int,
                        max_new_tokens: int = 64) -> float:
     """Greedy chain speculation: new tokens per target verification forward, over all prompts."""
     target = HFTarget(target_model)
-    proposer = DraftModelProposer(draft_model, gamma=gamma)
-    limit = target_model.config.max_position_embeddings - max_new_tokens - gamma - 1
+    proposer = DraftModelProposer(draft_model, depth=depth)
+    limit = target_model.config.max_position_embeddings - max_new_tokens - depth - 1
     emitted, forwards = 0, 0
     for prompt in prompts:
         ids = torch.tensor([tokenizer(prompt, add_special_tokens=False)["input_ids"][-limit:]])  # [1, L]
@@ -122,7 +122,7 @@ class Report:
     target_bits_per_char: float
     draft_bits_per_char: float
     top1_agreement: float
-    tokens_per_forward: dict[int, float]  # gamma -> greedy chain tokens per target forward
+    tokens_per_forward: dict[int, float]  # depth -> greedy chain tokens per target forward
 
     def markdown(self) -> str:
         rows = [
@@ -132,8 +132,8 @@ class Report:
             f"| target bits/char | {self.target_bits_per_char:.4f} |",
             f"| draft bits/char | {self.draft_bits_per_char:.4f} |",
             f"| top-1 agreement (draft vs target) | {self.top1_agreement:.4f} |",
-            "", "| gamma | greedy tokens/forward |", "|---|---|",
-            *(f"| {g} | {t:.3f} |" for g, t in self.tokens_per_forward.items()),
+            "", "| depth | greedy tokens/forward |", "|---|---|",
+            *(f"| {d} | {t:.3f} |" for d, t in self.tokens_per_forward.items()),
         ]
         return "\n".join(rows)
 
@@ -155,8 +155,8 @@ def main(args: DictConfig) -> None:
         target_bits_per_char=bits_per_char(target_scores, texts),
         draft_bits_per_char=bits_per_char(draft_scores, texts),
         top1_agreement=agreement(draft_scores, target_scores),
-        tokens_per_forward={g: tokens_per_forward(target, draft, tokenizer, prompts, g, args.max_new_tokens)
-                            for g in args.gammas},
+        tokens_per_forward={d: tokens_per_forward(target, draft, tokenizer, prompts, d, args.max_new_tokens)
+                            for d in args.depths},
     )
     print(report.markdown())
     if args.json:

@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from framework.core.renamed import renamed
 from framework.core.sampling import SamplingConfig, process_logits
 from framework.core.verification import Verification
 from framework.zoo.checkpoints import find_folder
@@ -125,6 +126,7 @@ class VocabularyMap:
 class CrossVocabularyProposer(DraftModelProposer):
     """DraftModelProposer over a draft of another vocabulary (settings as there; kind iid / wor / point)."""
 
+    @renamed(gamma="depth")  # refused here too, under this class's name (settings pass on unread)
     def __init__(self, draft_model, vocabulary: VocabularyMap, **settings):
         super().__init__(draft_model, **settings)
         if vocabulary.draft_size != self.lm.vocab_size:

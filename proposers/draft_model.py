@@ -4,7 +4,7 @@ Level by level: the draft reads the nodes of one depth in a single forward (each
 committed past and its own ancestors), processes its logits with the sampling law, and draws
 the next depth's children from that exact law q: "iid" (duplicates kept), "wor" (without
 replacement, in draw order) or "point" (top-k). The deepest level is not read: its nodes have
-no children to draw, so a chain of gamma costs gamma draft forwards, not gamma + 1. Commit
+no children to draw, so a chain of depth d costs d draft forwards, not d + 1. Commit
 gathers the accepted nodes' KV. Tokens accepted without a draft slot (a deepest node, or, in a
 mix, nodes of another part's tree) are read at the next step, in front of the root in the root's
 forward (a forward of 2 tokens costs about what one of 1 does), when every row lacks the same
@@ -33,6 +33,7 @@ import torch
 from framework.core.drafting import draw_children
 from framework.core.prompts import prompt_rows
 from framework.core.proposer import DecodeState
+from framework.core.renamed import renamed
 from framework.core.sampling import SamplingConfig, process_logits, seen_along_tree
 from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
@@ -60,33 +61,32 @@ def tokenizer_fingerprint(model) -> str | None:
 class DraftModelProposer:
     hidden_layers = ()  # reads no target hidden state
 
+    @renamed(gamma="depth")  # one name for the levels drafted, in every proposer
     def __init__(
         self,
         draft_model,
-        gamma: int = 4,
+        depth: int = 4,
         branching: int = 1,
-        depth: int | None = None,
         kind: str = "iid",
         sampling: SamplingConfig | None = None,
         backend: str | None = "auto",
         stop_below: float = 0.0,
         adaptive_depth: int = 0,
     ):
-        """gamma: chain length (branching=1); else a full tree of `branching` children per node
-        down to `depth` (default gamma). sampling: the draft's own law (default: the target's).
+        """depth: the levels drafted: a chain's length (branching=1), else a full tree of `branching` children
+        per node that deep. sampling: the draft's own law (default: the target's).
         stop_below: stop drafting deeper once a level's draft top-1 probabilities are all below it.
         adaptive_depth: 0 drafts every level; k > 0 adapts the depth within [1, k] from the
-        acceptance history (DepthSchedule), starting at gamma (or depth)."""
-        if gamma < 1 or branching < 1:
-            raise ValueError(f"need gamma >= 1 and branching >= 1, got {gamma}, {branching}")
+        acceptance history (DepthSchedule), starting at depth."""
+        if depth < 1 or branching < 1:
+            raise ValueError(f"need depth >= 1 and branching >= 1, got {depth}, {branching}")
         if not 0.0 <= stop_below <= 1.0:
             raise ValueError(f"stop_below must lie in [0, 1], got {stop_below}")
         if kind not in ("iid", "wor", "point"):
             raise ValueError(f"kind must be iid, wor or point, got {kind!r}")
-        start = gamma if branching == 1 else depth or gamma
-        levels = max(start, adaptive_depth)
+        levels = max(depth, adaptive_depth)
         self.shape = TreeShape.chain(levels) if branching == 1 else TreeShape.full(branching, levels)
-        self.schedule = DepthSchedule(start, adaptive_depth) if adaptive_depth else None
+        self.schedule = DepthSchedule(depth, adaptive_depth) if adaptive_depth else None
         self.kind, self.sampling, self.stop_below = kind, sampling, stop_below
         # One shape for the batch: the cut reads every row's draft, the schedule every row's acceptance.
         self.couples_rows = stop_below > 0 or self.schedule is not None

@@ -12,3 +12,8 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 def composed(config_name: str, *overrides: str) -> DictConfig:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name=config_name, overrides=list(overrides))
+
+# The drafters that draw each of their `depth` levels from a model's law (the draft model and its kin): tests cut
+# their chains to the exact law's depth, since draws past it are never read by the law, they only multiply worlds.
+LEVEL_DRAFTERS = ("proposers.DraftModelProposer", "proposers.CrossVocabularyProposer", "proposers.StringMatchProposer",
+                  "proposers.self_spec.EarlyExitProposer", "proposers.self_spec.LayerSkipProposer")

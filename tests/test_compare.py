@@ -228,17 +228,17 @@ def test_compare_smoke_on_the_zoo(tmp_path):
 
 def test_merge_keeps_the_jobs_of_a_sweep_apart(tmp_path):
     """A -m sweep writes one compare.json per job: the merged table names each job's variant."""
-    for job, gamma in (("0", 1), ("1", 3)):
+    for job, depth in (("0", 1), ("1", 3)):
         folder = tmp_path / job
-        overrides = ["experiment.methods=[proposer]", "proposer=draft", f"proposer.gamma={gamma}"]
+        overrides = ["experiment.methods=[proposer]", "proposer=draft", f"proposer.depth={depth}"]
         config = load(folder, *overrides, "experiment.samplings=[greedy]")
-        assert compare.grid_of(config).proposers["proposer"].gamma == gamma  # the override reaches the method
+        assert compare.grid_of(config).proposers["proposer"].depth == depth  # the override reaches the method
         compare.run(config)
         (folder / ".hydra").mkdir()  # as Hydra's multirun writes it
         (folder / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
     merged = merge(tmp_path)
     names = [r["method"] for r in merged["summary"]]
-    assert names == [f"proposer (proposer.gamma={g})" for g in (1, 3)]  # only what the sweep varied
+    assert names == [f"proposer (proposer.depth={d})" for d in (1, 3)]  # only what the sweep varied
     assert f"| {names[1]} | greedy | all |" in (tmp_path / "compare.md").read_text()
     assert len(list(csv.DictReader((tmp_path / "compare.csv").open()))) == 4
     with pytest.raises(ValueError, match="no compare.json"):

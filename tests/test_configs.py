@@ -24,7 +24,7 @@ from experiments.run import run
 from framework.core.sampling import SamplingConfig
 from framework.lm.target import HFTarget
 from framework.lm.text import encode_prompt, tokenizer_of
-from tests.composed import composed
+from tests.composed import LEVEL_DRAFTERS, composed
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 GROUPS = sorted(d.name for d in CONF.iterdir() if d.is_dir())
@@ -208,8 +208,8 @@ def check_end_to_end(proposer: str, models: str, checks: str, tmp_path: Path, qu
     # draws past the first `depth` tokens are never read by their law, they only multiply the enumeration.
     if quick:
         node, depth = proposer_node(proposer, models), check_exact_settings().depth
-        gamma = None if node is None else node.get("gamma")
-        short_chain = [f"proposer.gamma={depth}"] if gamma is not None and gamma > depth else []
+        chain = node is not None and node.get("_target_") in LEVEL_DRAFTERS and not small_tree
+        short_chain = [f"proposer.depth={depth}"] if chain and node.depth > depth else []
         # The draft's confidence cut and depth schedule couple the rows, so their worlds run one at a
         # time (~80 s here): tests/harness/test_configured_proposers checks both exactly; -m slow runs them here.
         if node is not None and node.get("adaptive_depth", 0):
@@ -248,7 +248,7 @@ def test_every_verifier_runs_and_says_whether_it_is_lossless(verifier, proposer,
 
 def test_the_check_runs_the_configured_verifier(tmp_path):
     """experiments.check with verifier=typical fails its exact rows: the lossy rule reaches the harness."""
-    quick = ["proposer.gamma=2", "proposer.adaptive_depth=0", "proposer.stop_below=0", "experiment.exact.depth=2",
+    quick = ["proposer.depth=2", "proposer.adaptive_depth=0", "proposer.stop_below=0", "experiment.exact.depth=2",
              "~experiment.exact.samplings.t07_topk2", "~experiment.exact.samplings.penalty15", f"output_dir={tmp_path}"]
     rows = check_exact(load(*TINY, "verifier=typical", *quick, config_name="check"))
     assert rows and not any(row["passed"] for row in rows)

@@ -44,7 +44,7 @@ def follow_the_recipe(copy: Path) -> None:
          "from proposers.ngram.repeat_last import RepeatLastProposer\n")
     edit(copy / "proposers/__init__.py", "__all__ = [\n", '__all__ = [\n    "RepeatLastProposer",\n')
     edit(copy / "tests/proposers/test_proposer_contract.py", "BAD_SETTINGS = {",
-         f'BAD_SETTINGS = {{"{NAME}": ("proposer.num_tokens=0", "num_tokens must be >= 1"),')
+         f'BAD_SETTINGS = {{"{NAME}": ("proposer.depth=0", "depth must be >= 1"),')
     edit(copy / "tests/framework/test_recurrent_targets.py", "CHAINS = {", f'CHAINS = {{"{NAME}", ')
     edit(copy / "conf/experiment/bench_hf.yaml", "methods: [", f"methods: [{NAME}, ")
     for projection in (copy / "conf/projection").glob("*.yaml"):

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 
 from framework.core import files
 from framework.core.path_tree import WeightedPaths
+from framework.core.renamed import renamed
 from framework.lm.text import tokenizer_of
 from proposers.rest.sources import TextSource, text_source
 from proposers.rest.suffix_array import PrefixIndex, suffix_array
@@ -115,10 +116,11 @@ class Datastore:
         lo, hi = index.bounds(pattern(low), low), index.bounds(pattern(low), low, upper=True)
         return np.where(found, low, 0), np.where(found, lo, 0), np.where(found, hi, 0)
 
-    def batched_continuations(self, tokens: torch.Tensor, lengths: torch.Tensor, num_tokens: int,
+    @renamed(num_tokens="depth")  # the proposer's knob, passed on (num_tokens is the corpus' size here)
+    def batched_continuations(self, tokens: torch.Tensor, lengths: torch.Tensor, depth: int,
                               max_matches: int = 256, max_len: int = 16, min_len: int = 1) -> WeightedPaths:
-        """Per row: what followed up to max_matches occurrences of its longest match (up to num_tokens tokens each,
-        weight 1 per occurrence read: [B, M <= max_matches, num_tokens], -1 padded)."""
+        """Per row: what followed up to max_matches occurrences of its longest match (up to `depth` tokens each,
+        weight 1 per occurrence read: [B, M <= max_matches, depth], -1 padded)."""
         length, lo, hi = self.longest_matches(tokens, lengths, max_len, min_len)
         count = hi - lo
         read = np.minimum(count, max_matches)  # [B]
@@ -127,7 +129,7 @@ class Datastore:
         at = lo[:, None] + (j * count[:, None]) // np.maximum(read, 1)[:, None]  # [B, M]
         starts = self.suffix_array.take(at, mode="clip").astype(np.int64) + length[:, None]
         # The corpus ends with SEPARATOR, so reading past its end reads a separator.
-        window = self.tokens.take(starts[..., None] + np.arange(num_tokens), mode="clip").astype(np.int64)  # [B, M, T]
+        window = self.tokens.take(starts[..., None] + np.arange(depth), mode="clip").astype(np.int64)  # [B, M, T]
         run = np.cumprod(window != SEPARATOR, axis=2).astype(bool)  # tokens before a separator
         weights = ((j < read[:, None]) & run[:, :, 0]).astype(np.float64)
         return WeightedPaths(torch.from_numpy(np.where(run, window, -1)), torch.from_numpy(weights))
@@ -137,10 +139,11 @@ class Datastore:
         length, lo, hi = self.longest_matches(*one_row(context), max_len, min_len)
         return Match(int(length[0]), int(lo[0]), int(hi[0])) if length[0] else None
 
-    def continuations(self, context: Sequence[int], num_tokens: int, max_matches: int = 256,
+    @renamed(num_tokens="depth")
+    def continuations(self, context: Sequence[int], depth: int, max_matches: int = 256,
                       max_len: int = 16, min_len: int = 1) -> Counter:
-        """(up to num_tokens tokens after an occurrence of the longest match) -> occurrences read."""
-        found = self.batched_continuations(*one_row(context), num_tokens, max_matches, max_len, min_len)
+        """(up to `depth` tokens after an occurrence of the longest match) -> occurrences read."""
+        found = self.batched_continuations(*one_row(context), depth, max_matches, max_len, min_len)
         return Counter(tuple(t for t in path if t >= 0)
                        for path, w in zip(found.tokens[0].tolist(), found.weights[0].tolist()) if w)
 

@@ -1,8 +1,8 @@
 """Choosing what self-speculation drafts with, from measurements on the target (no training).
 
-Both choices score a candidate view by the tokens a chain of `gamma` is expected to yield per unit of time:
-    accepted(a) = (1 - a^(gamma+1)) / (1 - a)        (a: the view's top-1 agreement with the target)
-    time = 1 + gamma * cost(view) / cost(target)      (cost: a measured forward of a few tokens)
+Both choices score a candidate view by the tokens a chain of `depth` d is expected to yield per unit of time:
+    accepted(a) = (1 - a^(d+1)) / (1 - a)        (a: the view's top-1 agreement with the target)
+    time = 1 + d * cost(view) / cost(target)      (cost: a measured forward of a few tokens)
 The agreement is measured on calibration tokens (the first prompt the target sees) by teacher forcing: the
 view's and the target's top-1 at every position. It is a proxy (greedy acceptance of one token at a time); the
 choice reads only the prompt, never a coin, so the output law does not depend on it.
@@ -26,7 +26,7 @@ class ViewScore:
     layers: tuple[int, ...]
     agreement: float  # top-1 agreement with the target on the calibration tokens
     cost: float  # a forward's time as a fraction of the target's
-    speed: float  # expected tokens per target-forward time for a chain of gamma
+    speed: float  # expected tokens per target-forward time for a chain of `depth`
 
     def describe(self) -> str:
         below = " (below 1: slower than plain decoding by this proxy)" if self.speed < 1.0 else ""
@@ -34,10 +34,10 @@ class ViewScore:
                 f"score {self.speed:.3f}{below}")
 
 
-def expected_tokens(agreement: float, gamma: int) -> float:
+def expected_tokens(agreement: float, depth: int) -> float:
     if agreement >= 1.0:
-        return gamma + 1.0
-    return (1.0 - agreement ** (gamma + 1)) / (1.0 - agreement)
+        return depth + 1.0
+    return (1.0 - agreement ** (depth + 1)) / (1.0 - agreement)
 
 
 def forward_seconds(model, tokens: torch.Tensor, repeats: int = 3) -> float:
@@ -53,10 +53,10 @@ def forward_seconds(model, tokens: torch.Tensor, repeats: int = 3) -> float:
 class Calibration:
     """The target's top-1 on calibration tokens [B, T], and the measured cost of its forward."""
 
-    def __init__(self, model, tokens: torch.Tensor, gamma: int):
+    def __init__(self, model, tokens: torch.Tensor, depth: int):
         if tokens.shape[-1] < 2:
             raise ValueError("calibrating self-speculation needs a prompt of at least 2 tokens")
-        self.model, self.tokens, self.gamma = model, tokens, gamma
+        self.model, self.tokens, self.depth = model, tokens, depth
         self.total = len(decoder_stack(model).layers)
         with torch.no_grad():
             self.top1 = model(input_ids=tokens, use_cache=False).logits.argmax(-1)  # [B, T]
@@ -67,7 +67,7 @@ class Calibration:
         view = layer_subset(self.model, layers)
         agreement = float((view(input_ids=self.tokens, use_cache=False).logits.argmax(-1) == self.top1).float().mean())
         cost = forward_seconds(view, self.tokens[:1, -4:]) / self.full_cost
-        speed = expected_tokens(agreement, self.gamma) / (1.0 + self.gamma * cost)
+        speed = expected_tokens(agreement, self.depth) / (1.0 + self.depth * cost)
         return ViewScore(layers, agreement, cost, speed)
 
 

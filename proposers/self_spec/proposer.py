@@ -18,6 +18,7 @@ from typing import Sequence
 import torch
 
 from framework.core.prompts import is_ragged, prompt_lengths
+from framework.core.renamed import renamed
 from framework.lm.layer_view import decoder_stack, layer_subset
 from proposers.draft_model import DraftModelProposer
 from proposers.self_spec.choose import Calibration, best_exit, best_skip_set
@@ -32,10 +33,11 @@ _views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target model 
 class SelfSpeculationProposer(DraftModelProposer):
     """A draft model that is a view of the target. Subclasses say which layers the view runs."""
 
-    def __init__(self, gamma: int = 4, **draft_settings):
-        if gamma < 1:
-            raise ValueError(f"need gamma >= 1, got {gamma}")
-        self.gamma, self.settings = gamma, draft_settings
+    @renamed(gamma="depth")  # one name for the levels drafted, in every proposer
+    def __init__(self, depth: int = 4, **draft_settings):
+        if depth < 1:
+            raise ValueError(f"need depth >= 1, got {depth}")
+        self.depth, self.settings = depth, draft_settings
         self.view_of = None  # the target model the current view was built from
         self.layers: tuple[int, ...] = ()
         self.couples_rows = draft_settings.get("stop_below", 0.0) > 0 or draft_settings.get("adaptive_depth", 0) > 0
@@ -60,7 +62,7 @@ class SelfSpeculationProposer(DraftModelProposer):
             views = _views.setdefault(model, {})
             if self.layers not in views:
                 views[self.layers] = layer_subset(model, self.layers)
-            super().__init__(views[self.layers], self.gamma, sampling=None, backend=backend,
+            super().__init__(views[self.layers], self.depth, sampling=None, backend=backend,
                              **self.settings)
             self.view_of = model
         super().prefill(input_ids, target)
@@ -89,17 +91,18 @@ class SelfSpeculationProposer(DraftModelProposer):
 
 
 class EarlyExitProposer(SelfSpeculationProposer):
-    def __init__(self, exit_layer: int | str = "auto", gamma: int = 4, **draft_settings):
+    @renamed(gamma="depth")
+    def __init__(self, exit_layer: int | str = "auto", depth: int = 4, **draft_settings):
         """exit_layer: E, the view runs the target's layers 0..E-1 (1..L-1), or "auto" (measured)."""
         if exit_layer != "auto" and (isinstance(exit_layer, bool) or not isinstance(exit_layer, int)):
             raise ValueError(f"exit_layer must be a layer count or 'auto', got {exit_layer!r}")
-        super().__init__(gamma, **draft_settings)
+        super().__init__(depth, **draft_settings)
         self.exit_layer = exit_layer
 
     def view_layers(self, model, prompt: torch.Tensor) -> tuple[int, ...]:
         total = len(decoder_stack(model).layers)
         if self.exit_layer == "auto":
-            return self.chosen(model, f"exit/{self.gamma}", lambda: best_exit(Calibration(model, prompt, self.gamma)))
+            return self.chosen(model, f"exit/{self.depth}", lambda: best_exit(Calibration(model, prompt, self.depth)))
         if not 1 <= self.exit_layer <= total - 1:
             raise ValueError(f"exit_layer {self.exit_layer} is outside 1..{total - 1} for this {total}-layer target "
                              "(E layers draft; E = L would be the target itself)")
@@ -111,18 +114,19 @@ class EarlyExitProposer(SelfSpeculationProposer):
 
 
 class LayerSkipProposer(SelfSpeculationProposer):
-    def __init__(self, skip: Sequence[int] | str = "auto", gamma: int = 4, **draft_settings):
+    @renamed(gamma="depth")
+    def __init__(self, skip: Sequence[int] | str = "auto", depth: int = 4, **draft_settings):
         """skip: the target's layers the view leaves out (a list of indices), or "auto" (measured)."""
         if skip != "auto" and (isinstance(skip, str) or not all(isinstance(i, int) for i in skip)):
             raise ValueError(f"skip must be a list of layer indices or 'auto', got {skip!r}")
-        super().__init__(gamma, **draft_settings)
+        super().__init__(depth, **draft_settings)
         self.skip = skip if skip == "auto" else tuple(skip)
 
     def view_layers(self, model, prompt: torch.Tensor) -> tuple[int, ...]:
         total = len(decoder_stack(model).layers)
         if self.skip == "auto":
-            return self.chosen(model, f"skip/{self.gamma}",
-                               lambda: best_skip_set(Calibration(model, prompt, self.gamma)))
+            return self.chosen(model, f"skip/{self.depth}",
+                               lambda: best_skip_set(Calibration(model, prompt, self.depth)))
         unknown = sorted(i for i in self.skip if not 0 <= i < total)
         if unknown:
             raise ValueError(f"skip names layers {unknown} that this {total}-layer target lacks "

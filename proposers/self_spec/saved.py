@@ -1,7 +1,7 @@
 """Self-speculation choices saved beside the target (`self_speculation.json`), as a measured tree is saved beside a
 head: `python -m experiments.search_layers` writes it from held-out prompts, and `auto` reads it from then on, so
 every run on that target drafts with the same layers (a choice measured at run time depends on the machine's
-timing). Keys are the proposer's setting, e.g. "exit/4" (early exit, gamma 4) or "skip/4" (layer skipping)."""
+timing). Keys are the proposer's setting, e.g. "exit/4" (early exit, depth 4) or "skip/4" (layer skipping)."""
 
 from __future__ import annotations
 

@@ -42,23 +42,23 @@ def test_disjoint_vocabularies_are_refused():
 
 
 CASES = {
-    "toy tokenizer, iid chain, T=1": LoopCase(dict(gamma=2, kind="iid"), depth=2, vocab=5, vocabulary=toy_vocabulary),
-    "toy tokenizer, iid, T=0.7 top-3": LoopCase(dict(gamma=1, kind="iid"), depth=3, vocab=5, vocabulary=toy_vocabulary,
+    "toy tokenizer, iid chain, T=1": LoopCase(dict(depth=2, kind="iid"), depth=2, vocab=5, vocabulary=toy_vocabulary),
+    "toy tokenizer, iid, T=0.7 top-3": LoopCase(dict(depth=1, kind="iid"), depth=3, vocab=5, vocabulary=toy_vocabulary,
                                                 sampling=SamplingConfig(temperature=0.7, top_k=3)),
     "toy tokenizer, wor siblings": LoopCase(dict(branching=2, depth=1, kind="wor"), depth=2, vocab=5,
                                             vocabulary=toy_vocabulary),
-    "toy tokenizer, point chain, greedy": LoopCase(dict(gamma=3, kind="point"), depth=4, vocab=5,
+    "toy tokenizer, point chain, greedy": LoopCase(dict(depth=3, kind="point"), depth=4, vocab=5,
                                                    vocabulary=toy_vocabulary, sampling=SamplingConfig(temperature=0)),
-    "padded draft embedding": LoopCase(dict(gamma=2, kind="iid"), depth=2, vocab=5,
+    "padded draft embedding": LoopCase(dict(depth=2, kind="iid"), depth=2, vocab=5,
                                        vocabulary=lambda: VocabularyMap.padded(5, 7)),
-    "padded target embedding": LoopCase(dict(gamma=2, kind="iid"), depth=2, vocab=5,
+    "padded target embedding": LoopCase(dict(depth=2, kind="iid"), depth=2, vocab=5,
                                         vocabulary=lambda: VocabularyMap.padded(5, 4)),
 }
 
 
 def string_match():
     return StringMatchProposer(tiny_random_model("llama", seed=1, vocab_size=6, **TOY), toy_vocabulary(),
-                               toy_vocabulary_back(), gamma=2)
+                               toy_vocabulary_back(), depth=2)
 
 
 CASES |= {f"string match, {name}": LoopCase(proposer_factory=string_match, vocab=5, depth=3, sampling=sampling)
@@ -79,8 +79,8 @@ def test_greedy_identity_at_batch_four_with_ragged_spellings():
     draft = tiny_random_model("llama", seed=1, vocab_size=6, **{**TOY, "dtype": "float32"})
     prompts = torch.tensor([[2, 0, 1], [0, 2, 2], [3, 4, 2], [1, 1, 0]])  # token 2 ("ab") spells as two draft tokens
     greedy = SamplingConfig(temperature=0)
-    for proposer in (CrossVocabularyProposer(draft, toy_vocabulary(), gamma=3, kind="point"),
-                     StringMatchProposer(draft, toy_vocabulary(), toy_vocabulary_back(), gamma=3)):
+    for proposer in (CrossVocabularyProposer(draft, toy_vocabulary(), depth=3, kind="point"),
+                     StringMatchProposer(draft, toy_vocabulary(), toy_vocabulary_back(), depth=3)):
         batch = generate(HFTarget(target), proposer, prompts, 16, greedy)
         for row in range(4):
             alone = generate(HFTarget(target), None, prompts[row:row + 1], 16, greedy).tokens[0]
@@ -105,8 +105,8 @@ def test_a_draft_whose_context_ends_first_stops_drafting():
     prompts = torch.tensor([[2, 0, 1, 2], [0, 2, 2, 1]])  # "ab" (token 2) spells as two draft tokens
     greedy = SamplingConfig(temperature=0)
     plain = generate(HFTarget(target), None, prompts, 16, greedy).tokens
-    for proposer in (CrossVocabularyProposer(draft, toy_vocabulary(), gamma=3, kind="point"),
-                     StringMatchProposer(draft, toy_vocabulary(), toy_vocabulary_back(), gamma=3)):
+    for proposer in (CrossVocabularyProposer(draft, toy_vocabulary(), depth=3, kind="point"),
+                     StringMatchProposer(draft, toy_vocabulary(), toy_vocabulary_back(), depth=3)):
         out = generate(HFTarget(target), proposer, prompts, 16, greedy)
         assert torch.equal(out.tokens, plain), type(proposer).__name__
         assert out.stats.steps[-1].nodes == 0 and out.stats.steps[0].nodes > 0  # drafted, then stopped
@@ -138,6 +138,6 @@ def test_a_grammar_that_leaves_no_shared_token_leaves_the_draft_its_shared_ones(
     rejects them) rather than from an empty law."""
     target = tiny_random_model("llama", seed=9, vocab_size=5, **{**TOY, "dtype": "float32"})
     draft = tiny_random_model("llama", seed=1, vocab_size=6, **{**TOY, "dtype": "float32"})
-    out = generate(HFTarget(target), CrossVocabularyProposer(draft, toy_vocabulary(), gamma=2), torch.tensor([[0, 1]]),
+    out = generate(HFTarget(target), CrossVocabularyProposer(draft, toy_vocabulary(), depth=2), torch.tensor([[0, 1]]),
                    6, SamplingConfig(), seed=0, constraint=OnlyAfterA())
     assert out.tokens[0].tolist() == [2] * 6 and out.stats.steps[0].nodes > 0

@@ -23,23 +23,23 @@ def draft(vocab: int):
 
 
 def grammar_and_draft_chain():
-    return MixProposer([DraftModelProposer(draft(5), gamma=1, kind="point"), GrammarProposer(depth=3)])
+    return MixProposer([DraftModelProposer(draft(5), depth=1, kind="point"), GrammarProposer(depth=3)])
 
 
 CASES = {
-    "chain iid, a then b, T=1": LoopCase(dict(gamma=2, kind="iid"), depth=3, grammar=A_THEN_B),
-    "chain iid, a then b, T=0.7 top-2": LoopCase(dict(gamma=2, kind="iid"), depth=3, grammar=A_THEN_B, sampling=T07K2),
+    "chain iid, a then b, T=1": LoopCase(dict(depth=2, kind="iid"), depth=3, grammar=A_THEN_B),
+    "chain iid, a then b, T=0.7 top-2": LoopCase(dict(depth=2, kind="iid"), depth=3, grammar=A_THEN_B, sampling=T07K2),
     "tree wor, pairs, T=1": LoopCase(dict(branching=2, depth=1, kind="wor"), depth=2, grammar=PAIRS, vocab=5),
-    "point chain, pairs, T=0.8": LoopCase(dict(gamma=2, kind="point"), depth=3, grammar=PAIRS, vocab=5,
+    "point chain, pairs, T=0.8": LoopCase(dict(depth=2, kind="point"), depth=3, grammar=PAIRS, vocab=5,
                                           sampling=SamplingConfig(temperature=0.8)),
-    "point chain, pairs, greedy": LoopCase(dict(gamma=3, kind="point"), depth=4, grammar=PAIRS, vocab=5,
+    "point chain, pairs, greedy": LoopCase(dict(depth=3, kind="point"), depth=4, grammar=PAIRS, vocab=5,
                                            sampling=GREEDY),
     "grammar proposer, pairs": LoopCase(proposer_factory=lambda: GrammarProposer(depth=2), depth=3, grammar=PAIRS,
                                         vocab=5),
     "mix of draft and grammar, pairs": LoopCase(proposer_factory=grammar_and_draft_chain, depth=3, grammar=PAIRS,
                                                 vocab=5),
-    "logit bias, chain iid": LoopCase(dict(gamma=2, kind="iid"), depth=3, sampling=BIAS),
-    "bias -inf and penalty, pairs": LoopCase(dict(gamma=2, kind="iid"), depth=2, grammar=PAIRS, vocab=5,
+    "logit bias, chain iid": LoopCase(dict(depth=2, kind="iid"), depth=3, sampling=BIAS),
+    "bias -inf and penalty, pairs": LoopCase(dict(depth=2, kind="iid"), depth=2, grammar=PAIRS, vocab=5,
                                              sampling=BANNED_WITH_PENALTY),
 }
 

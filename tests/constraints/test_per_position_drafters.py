@@ -38,7 +38,7 @@ T07 = SamplingConfig(temperature=0.7)
 CASES = {f"{name} {kind}, {grammar}": LoopCase(proposer_factory=make, depth=3, grammar=GRAMMARS[grammar], vocab=V,
                                                 sampling=T07 if kind == "wor" else SamplingConfig())
          for kind in ("iid", "wor") for name, make in drafters(kind).items() for grammar in GRAMMARS}
-CASES |= {f"cross_vocab iid, {grammar}": LoopCase(dict(gamma=2, kind="iid"), depth=3, grammar=GRAMMARS[grammar],
+CASES |= {f"cross_vocab iid, {grammar}": LoopCase(dict(depth=2, kind="iid"), depth=3, grammar=GRAMMARS[grammar],
                                                    vocab=V,
                                                    vocabulary=lambda: VocabularyMap.padded(target_size=V,
                                                                                            draft_size=V + 2))

@@ -90,7 +90,7 @@ def test_step_records_follow_each_rows_context_as_it_grows():
     step kept; after its last step it holds the prompt and every new token."""
     target = HFTarget(tiny_random_model("llama"))
     prompts = [[5, 6, 7, 5], [1, 2, 3, 1, 2, 3, 1, 2, 3]]
-    out = generate(target, PromptLookupProposer(num_tokens=3, max_ngram=2), prompts, 10)
+    out = generate(target, PromptLookupProposer(depth=3, max_ngram=2), prompts, 10)
     steps = step_records(out.stats.steps, [4, 9])
     assert steps[0].context == pytest.approx((5 + 10) / 2) and all(s.rows == 2 for s in steps)
     for before, after, stats in zip(steps, steps[1:], out.stats.steps):

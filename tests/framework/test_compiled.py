@@ -23,12 +23,12 @@ def broken_compile(model, **options):
 
 def test_a_failing_compile_warns_once_and_changes_nothing(monkeypatch):
     model, draft = tiny_random_model(seed=0, init_std=0.3), tiny_random_model(seed=1, init_std=0.3)
-    eager = generate(HFTarget(model), DraftModelProposer(draft, gamma=3), PROMPT, 12, SamplingConfig(), seed=3)
+    eager = generate(HFTarget(model), DraftModelProposer(draft, depth=3), PROMPT, 12, SamplingConfig(), seed=3)
     monkeypatch.setattr(torch, "compile", broken_compile)
     target = HFTarget(model, compile=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = generate(target, DraftModelProposer(draft, gamma=3), PROMPT, 12, SamplingConfig(), seed=3)
+        out = generate(target, DraftModelProposer(draft, depth=3), PROMPT, 12, SamplingConfig(), seed=3)
     messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(messages) == 1 and "planted backend failure" in messages[0], messages
     assert target.lm.call.failure.startswith("RuntimeError")

@@ -26,7 +26,7 @@ def test_bad_depths_are_refused():
     with pytest.raises(ValueError, match="max_depth"):
         DepthSchedule(depth=4, max_depth=3)
     with pytest.raises(ValueError, match="max_depth"):
-        DraftModelProposer(tiny_random_model(), gamma=4, adaptive_depth=2)
+        DraftModelProposer(tiny_random_model(), depth=4, adaptive_depth=2)
 
 
 def test_the_drafted_depth_follows_acceptance():
@@ -40,7 +40,7 @@ def test_the_drafted_depth_follows_acceptance():
             return tree
 
     # a draft identical to the target accepts everything at greedy: 1, 3, 5, 6, 6, ...
-    out = generate(HFTarget(model), Recording(model, gamma=1, adaptive_depth=6), torch.tensor([[1, 2, 3]]), 24,
+    out = generate(HFTarget(model), Recording(model, depth=1, adaptive_depth=6), torch.tensor([[1, 2, 3]]), 24,
                    SamplingConfig(temperature=0.0))
     assert sizes[:4] == [1, 3, 5, 6], sizes
     plain = generate(HFTarget(model), None, torch.tensor([[1, 2, 3]]), 24, SamplingConfig(temperature=0.0))

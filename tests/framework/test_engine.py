@@ -26,10 +26,10 @@ def pair(arch, dtype, seed=0):
 def check_greedy_identity(arch, dtype, prompts, budget):
     target, draft = pair(arch, dtype, seed=ARCHS.index(arch))
     proposers = [
-        lambda: DraftModelProposer(draft, gamma=4),
+        lambda: DraftModelProposer(draft, depth=4),
         lambda: DraftModelProposer(draft, branching=2, depth=2, kind="point"),
-        lambda: DraftModelProposer(draft, gamma=4, stop_below=0.5),  # cut trees
-        lambda: DraftModelProposer(target, gamma=3),  # self-draft: every node accepted
+        lambda: DraftModelProposer(draft, depth=4, stop_below=0.5),  # cut trees
+        lambda: DraftModelProposer(target, depth=3),  # self-draft: every node accepted
     ]
     for prompt in prompts:
         for make in proposers:
@@ -55,7 +55,7 @@ def test_greedy_identity_long(arch, dtype):
 
 def test_self_draft_accepts_everything():
     target, _ = pair("llama", "float64")
-    out = generate(HFTarget(target), DraftModelProposer(target, gamma=4), torch.tensor([[1, 2]]), 21,
+    out = generate(HFTarget(target), DraftModelProposer(target, depth=4), torch.tensor([[1, 2]]), 21,
                    SamplingConfig(), seed=0)
     assert out.stats.summary()["tokens_per_forward"] == 5.0
 
@@ -78,7 +78,7 @@ def test_stops_at_eos_and_budget():
     assert out.tokens[0, : first + 1].tolist() == free.tokens[0, : first + 1].tolist()
     assert (out.tokens[0, first + 1 :] == -1).all()
     for budget in (1, 2, 7):
-        out = generate(HFTarget(target), DraftModelProposer(draft, gamma=5), torch.tensor([[1]]), budget,
+        out = generate(HFTarget(target), DraftModelProposer(draft, depth=5), torch.tensor([[1]]), budget,
                        SamplingConfig(), seed=2)
         assert out.tokens.shape == (1, budget) and (out.tokens >= 0).all()
 
@@ -116,8 +116,8 @@ def test_bad_input_is_named():
         generate(t, DraftModelProposer(tiny_random_model("llama", vocab_size=65)), torch.tensor([[1]]), 5)
     with pytest.raises(ValueError, match="dtype"):
         generate(t, DraftModelProposer(tiny_random_model("llama", dtype="float64")), torch.tensor([[1]]), 5)
-    with pytest.raises(ValueError, match="gamma"):
-        DraftModelProposer(draft, gamma=0)
+    with pytest.raises(ValueError, match="depth"):
+        DraftModelProposer(draft, depth=0)
     with pytest.raises(ValueError, match="no rows"):
         generate(t, None, torch.zeros(0, 3, dtype=torch.long), 5)
     for budget in ("abc", 2.5, True, -1):
@@ -180,7 +180,7 @@ def test_proposer_sees_the_hidden_states_of_every_committed_position():
     from framework.engine import Decoder
 
     target = tiny_random_model("llama", seed=3, dtype="float64", init_std=0.3)
-    proposer = DraftModelProposer(near_copy(target), gamma=3)
+    proposer = DraftModelProposer(near_copy(target), depth=3)
     proposer.hidden_layers = (1, -1)
     prompts = torch.tensor([[1, 2, 3], [9, 8, 7]])
     decoder = Decoder(HFTarget(target), proposer, SamplingConfig(), TorchSource(seed=0))
@@ -219,7 +219,7 @@ def test_draft_cache_after_commit_matches_a_fresh_prefill():
     target = tiny_random_model("llama", seed=3, dtype="float64", init_std=0.3)
     draft = near_copy(target)
     reference = copy.deepcopy(draft)
-    proposer = DraftModelProposer(draft, gamma=3)
+    proposer = DraftModelProposer(draft, depth=3)
     results = []
     real_commit = proposer.commit
     proposer.commit = lambda result: results.append(result) or real_commit(result)
@@ -246,9 +246,9 @@ def test_draft_cache_after_commit_matches_a_fresh_prefill():
     assert bool((deepest.any(1) & ~deepest.all(1)).any())  # a step where only some rows need the extra read
 
 
-def test_chain_of_gamma_costs_gamma_draft_forwards(monkeypatch):
+def test_chain_of_depth_d_costs_d_draft_forwards(monkeypatch):
     target = tiny_random_model("llama", seed=3, dtype="float64", init_std=0.3)
-    proposer = DraftModelProposer(near_copy(target), gamma=4)
+    proposer = DraftModelProposer(near_copy(target), depth=4)
     calls = []
     real = proposer.lm.forward
     monkeypatch.setattr(proposer.lm, "forward", lambda *a, **k: calls.append(a[0].shape[1]) or real(*a, **k))
@@ -261,7 +261,7 @@ def test_chain_of_gamma_costs_gamma_draft_forwards(monkeypatch):
     assert calls[::4] == [3] + [2 if int(st.accepted) == 4 else 1 for st in out.stats.steps[:-1]]
 
 
-@pytest.mark.parametrize("settings", [dict(gamma=3), dict(branching=2, depth=2, kind="wor")])
+@pytest.mark.parametrize("settings", [dict(depth=3), dict(branching=2, depth=2, kind="wor")])
 def test_copies_of_one_prefill_decode_as_the_prompt_repeated(settings):
     """Decoder.prefill(copies=6): the draft's cache stays one row until the copies part (the first root is read
     once for all) and the run emits what six repeated prompt rows emit, coin for coin (float64)."""

@@ -39,7 +39,7 @@ def test_logprobs_are_the_processed_target_law(sampling, speculative):
     target = tiny_random_model("llama", seed=0, vocab_size=5, **TOY)
     draft = tiny_random_model("llama", seed=1, vocab_size=5, **TOY)
     prompt = torch.tensor([[1, 2, 0, 3]])
-    proposer = (DraftModelProposer(draft, gamma=3, kind="iid" if not sampling.greedy else "point") if speculative
+    proposer = (DraftModelProposer(draft, depth=3, kind="iid" if not sampling.greedy else "point") if speculative
                 else None)
     out = generate(HFTarget(target), proposer, prompt, 12, sampling, seed=3, constraint=PAIRS.constraint(), logprobs=2)
     tokens = out.tokens[0].tolist()

@@ -103,7 +103,7 @@ def test_rows_taking_turns_to_draft_decode_as_alone_in_law_and_a_misplaced_packi
     toy = dict(vocab_size=3, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, dtype="float64", init_std=0.3)
     target, draft = tiny_random_model("llama", seed=0, **toy), tiny_random_model("llama", seed=1, **toy)
     prompts, t1 = [[1, 2, 0, 1, 1, 2, 0], [2]], SamplingConfig()
-    law = lambda factory: check_ragged_law(target, lambda: DraftModelProposer(draft, gamma=1), prompts, 3, t1, 2,  # noqa: E731
+    law = lambda factory: check_ragged_law(target, lambda: DraftModelProposer(draft, depth=1), prompts, 3, t1, 2,  # noqa: E731
                                            policy_factory=TakingTurns, target_factory=factory)
     assert law(HFTarget).passes(1e-9)
     planted = law(Misplaced)

@@ -35,7 +35,7 @@ def test_each_row_of_different_lengths_decodes_as_alone_and_a_finished_row_leave
     model = tiny_random_model("llama", dtype="float64")
     alone = [generate(HFTarget(model), None, [p], 16, GREEDY).tokens[0] for p in (LONG, SHORT)]
     eos = int(alone[1][3])
-    for proposer in (None, DraftModelProposer(tiny_random_model("llama", dtype="float64", seed=1), gamma=3)):
+    for proposer in (None, DraftModelProposer(tiny_random_model("llama", dtype="float64", seed=1), depth=3)):
         batch = generate(HFTarget(model), proposer, [LONG, SHORT], 16, GREEDY, eos_token_id=eos).tokens
         for row, tokens in enumerate(alone):
             cut = (tokens == eos).nonzero()
@@ -91,7 +91,7 @@ def test_rows_of_different_lengths_and_joined_requests_decode_as_alone_on_every_
     draft = tiny_random_model(stack, dtype="float64", seed=1, **window)
     prompts = [LONG[:16], SHORT + [3, 9], LONG[4:8]]
     alone = [generate(HFTarget(model), None, [p], 14, GREEDY).tokens[0].tolist() for p in prompts]
-    make = lambda: DraftModelProposer(draft, gamma=2, branching=2, kind="point")  # noqa: E731
+    make = lambda: DraftModelProposer(draft, depth=2, branching=2, kind="point")  # noqa: E731
     assert generate(HFTarget(model), make(), prompts, 14, GREEDY).tokens.tolist() == alone
     done = Scheduler(model, make, GREEDY, max_batch=2).run([Request(p, b) for p, b in zip(prompts, (14, 5, 14))])
     assert [f.tokens for f in done] == [alone[0], alone[1][:5], alone[2]]

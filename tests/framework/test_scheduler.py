@@ -76,7 +76,7 @@ def test_late_arrivals_wait_and_each_request_is_timed(model):
 
 def test_the_cap_holds_and_queued_requests_join_as_others_end(model):
     draft = tiny_random_model("llama", dtype="float64", seed=1)
-    runner = Scheduler(model, lambda: DraftModelProposer(draft, gamma=2), GREEDY, max_batch=2)
+    runner = Scheduler(model, lambda: DraftModelProposer(draft, depth=2), GREEDY, max_batch=2)
     budgets = [12, 3, 5, 9]
     done = runner.run([Request(p, b) for p, b in zip(PROMPTS, budgets)])
     assert [f.tokens for f in done] == [alone(model, p, b) for p, b in zip(PROMPTS, budgets)]

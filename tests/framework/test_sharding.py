@@ -119,7 +119,7 @@ def test_a_draft_in_another_dtype_is_named():
     target = HFTarget(tiny_random_model(**TINY))
     draft = tiny_random_model(seed=1, num_layers=1, dtype="float64")
     with pytest.raises(ValueError, match="draft in torch.float64 but target in torch.float32"):
-        generate(target, DraftModelProposer(draft, gamma=2), PROMPT, 4, SamplingConfig())
+        generate(target, DraftModelProposer(draft, depth=2), PROMPT, 4, SamplingConfig())
 
 
 def test_torchrun_environment_is_read(monkeypatch):

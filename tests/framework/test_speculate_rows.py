@@ -20,7 +20,7 @@ def model():
 
 
 def test_a_row_that_may_not_speculate_decodes_plainly_beside_rows_that_do(model):
-    self_draft = DraftModelProposer(model, gamma=3)  # accepts everything it drafts: the rows that may, accept
+    self_draft = DraftModelProposer(model, depth=3)  # accepts everything it drafts: the rows that may, accept
     out = generate(HFTarget(model), self_draft, PROMPTS, 16, GREEDY, speculate=[True, False, True])
     accepted = out.stats.per_row(3)  # [steps, rows]
     assert bool((accepted[:, 1] <= 0).all()) and int(accepted[:, 0].max()) > 0 and int(accepted[:, 2].max()) > 0
@@ -30,7 +30,7 @@ def test_a_row_that_may_not_speculate_decodes_plainly_beside_rows_that_do(model)
 
 
 def test_no_row_speculating_is_plain_decoding(model):
-    out = generate(HFTarget(model), DraftModelProposer(model, gamma=3), PROMPTS, 8, GREEDY, speculate=[False] * 3)
+    out = generate(HFTarget(model), DraftModelProposer(model, depth=3), PROMPTS, 8, GREEDY, speculate=[False] * 3)
     assert all(step.nodes == 0 for step in out.stats.steps) and len(out.stats.steps) == 7
 
 

@@ -17,8 +17,8 @@ from verifiers.traversal import TraversalVerifier
 
 RULES = {"token": LOSSLESS, "block": BlockVerifier(), "traversal": TraversalVerifier(),
          "multidraft": multidraft_verifier()}
-PROPOSERS = {"chain3-point": dict(gamma=3, kind="point"), "tree2x2-point": dict(branching=2, depth=2, kind="point"),
-             "chain2-iid": dict(gamma=2, kind="iid"), "chain2-wor": dict(gamma=2, kind="wor"),
+PROPOSERS = {"chain3-point": dict(depth=3, kind="point"), "tree2x2-point": dict(branching=2, depth=2, kind="point"),
+             "chain2-iid": dict(depth=2, kind="iid"), "chain2-wor": dict(depth=2, kind="wor"),
              "root2-iid": dict(branching=2, depth=1, kind="iid"), "root2-wor": dict(branching=2, depth=1, kind="wor")}
 DEFAULT = {("chain3-point", rule) for rule in RULES} | {("tree2x2-point", "token"), ("tree2x2-point", "traversal"),
                                                        ("root2-wor", "token"), ("root2-wor", "traversal"),

@@ -22,7 +22,7 @@ from verifiers import LOSSLESS_RULES, TreeVerifier
 CONF = Path(__file__).resolve().parents[2] / "conf"
 CUT_AND_SCHEDULE = dict(stop_below=0.45, adaptive_depth=3)
 REPRESENTATIVES = {
-    "draft": LoopCase(dict(gamma=2, kind="iid", **CUT_AND_SCHEDULE), depth=3),
+    "draft": LoopCase(dict(depth=2, kind="iid", **CUT_AND_SCHEDULE), depth=3),
     "draft_tree": LoopCase(dict(branching=2, depth=2, kind="wor", sampling=SamplingConfig(top_k=2), **CUT_AND_SCHEDULE),
                                depth=3),
 }

@@ -19,9 +19,9 @@ STOP = 0.45  # a confidence cut that these toy laws cross both ways (see test_co
 SAMPLINGS = {"T1": SamplingConfig(), "T0.7-topk2": SamplingConfig(temperature=0.7, top_k=2),
              "penalty1.5": SamplingConfig(repetition_penalty=1.5),
              "T0.7-topp0.9": SamplingConfig(temperature=0.7, top_p=0.9)}  # the order of the two matters on this toy
-PROPOSERS = {"chain2-iid": dict(gamma=2, kind="iid"), "chain2-wor": dict(gamma=2, kind="wor"),
-             "chain3-point": dict(gamma=3, kind="point"), "tree2x2-point": dict(branching=2, depth=2, kind="point")}
-STOPPED = dict(gamma=3, kind="iid", stop_below=STOP)
+PROPOSERS = {"chain2-iid": dict(depth=2, kind="iid"), "chain2-wor": dict(depth=2, kind="wor"),
+             "chain3-point": dict(depth=3, kind="point"), "tree2x2-point": dict(branching=2, depth=2, kind="point")}
+STOPPED = dict(depth=3, kind="iid", stop_below=STOP)
 
 
 def tv_of(sampling, verifier=None, target_factory=HFTarget, law_depth=3, **proposer):
@@ -50,7 +50,7 @@ def test_exact_law_with_confidence_stop(sname):
 def test_exact_law_with_adaptive_depth():
     """Starting at one level, a step that accepted it drafts three: the depth of every step but the
     first follows the acceptance before it."""
-    assert tv_of(SAMPLINGS["T1"], law_depth=3, gamma=1, adaptive_depth=3, kind="iid").passes(1e-9)
+    assert tv_of(SAMPLINGS["T1"], law_depth=3, depth=1, adaptive_depth=3, kind="iid").passes(1e-9)
 
 
 def test_confidence_stop_cuts_some_trees():
@@ -66,7 +66,7 @@ def test_confidence_stop_cuts_some_trees():
             return tree
 
     for seed in range(20):
-        generate(HFTarget(TARGET), Recording(DRAFT, gamma=3, stop_below=STOP), PROMPT, 6, SamplingConfig(), seed=seed)
+        generate(HFTarget(TARGET), Recording(DRAFT, depth=3, stop_below=STOP), PROMPT, 6, SamplingConfig(), seed=seed)
     assert sizes == {1, 2, 3}, sizes
 
 
@@ -81,7 +81,7 @@ def test_plain_decoding_law_is_exact():
 
 
 def test_typical_acceptance_fails_through_the_loop():
-    assert tv_of(SAMPLINGS["T1"], verifier=typical_verifier(), gamma=2, kind="iid").tv > 1e-3
+    assert tv_of(SAMPLINGS["T1"], verifier=typical_verifier(), depth=2, kind="iid").tv > 1e-3
 
 
 @pytest.mark.stat
@@ -94,9 +94,9 @@ def test_statistical_check_real_models(tv):
     prompt = torch.tensor([[1, 2, 3]])
     law = teacher_forced_law(target, prompt, 3, SamplingConfig(), min_prob=1e-7)
     n, dof = sample_size_for_law(law, tv)
-    exact = statistical_check(target, lambda: DraftModelProposer(draft, gamma=3), prompt, SamplingConfig(), n, seed=0,
+    exact = statistical_check(target, lambda: DraftModelProposer(draft, depth=3), prompt, SamplingConfig(), n, seed=0,
                               law=law)
-    lossy = statistical_check(target, lambda: DraftModelProposer(draft, gamma=3), prompt, SamplingConfig(), n, seed=0,
+    lossy = statistical_check(target, lambda: DraftModelProposer(draft, depth=3), prompt, SamplingConfig(), n, seed=0,
                               verifier=typical_verifier(), law=law)
     assert exact.test.dof == dof and exact.test.power(tv) >= 0.9
     assert exact.passes(), exact.test

@@ -110,7 +110,7 @@ def test_the_engines_traces_are_consistent_and_count_every_token(batch):
     target_model = tiny_random_model(seed=1, init_std=0.3)
     draft_model = tiny_random_model(seed=2, num_layers=1, init_std=0.3)
     prompt = torch.randint(0, 64, (batch, 6))
-    out = generate(HFTarget(target_model), DraftModelProposer(draft_model, gamma=3), prompt, 20,
+    out = generate(HFTarget(target_model), DraftModelProposer(draft_model, depth=3), prompt, 20,
                    SamplingConfig(temperature=1.0), seed=0)
     rows = [[t for t in row if t >= 0] for row in out.tokens.tolist()]
     traces = request_traces(out.stats.steps, batch, rows, 0.1, 1.0)

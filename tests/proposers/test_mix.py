@@ -44,7 +44,7 @@ class Recording:
 
 
 def test_merged_tree_holds_every_parts_paths_once():
-    parts = [Recording(DraftModelProposer(copy.deepcopy(MODEL), gamma=3, kind="point")),
+    parts = [Recording(DraftModelProposer(copy.deepcopy(MODEL), depth=3, kind="point")),
              Recording(PromptLookupProposer())]
     mix = Recording(MixProposer(parts, budget=64))
     generate(HFTarget(MODEL), mix, PROMPTS, 12, SamplingConfig(temperature=0))
@@ -56,18 +56,18 @@ def test_merged_tree_holds_every_parts_paths_once():
 
 
 def test_budget_cuts_the_merged_tree():
-    mix = Recording(MixProposer([DraftModelProposer(copy.deepcopy(MODEL), gamma=4, kind="point"),
+    mix = Recording(MixProposer([DraftModelProposer(copy.deepcopy(MODEL), depth=4, kind="point"),
                                  PromptLookupProposer()], budget=3))
     generate(HFTarget(MODEL), mix, PROMPTS, 8, SamplingConfig(temperature=0))
     assert max(t.num_nodes for t in mix.trees) == 3
 
 
-def mix_tv(kind, gamma, sampling, depth):
+def mix_tv(kind, draft_depth, sampling, law_depth):
     prompt = torch.tensor([[1, 2, 0, 1]])
-    make = lambda: MixProposer([lambda: DraftModelProposer(DRAFT, gamma=gamma, kind=kind),
-                                lambda: PromptLookupProposer(max_ngram=2, num_tokens=2)])
-    return compare(exact_loop_law(TARGET, make, prompt, depth, sampling),
-                   teacher_forced_law(TARGET, prompt, depth, sampling))
+    make = lambda: MixProposer([lambda: DraftModelProposer(DRAFT, depth=draft_depth, kind=kind),
+                                lambda: PromptLookupProposer(max_ngram=2, depth=2)])
+    return compare(exact_loop_law(TARGET, make, prompt, law_depth, sampling),
+                   teacher_forced_law(TARGET, prompt, law_depth, sampling))
 
 
 def test_exact_law_of_a_mix():
@@ -90,7 +90,7 @@ def test_draft_part_cache_holds_the_committed_text():
     """Tokens accepted from another part's branch reach the draft's cache: after the run, the draft's
     next logits equal a fresh forward of each row's committed sequence."""
     draft = copy.deepcopy(MODEL)
-    part = DraftModelProposer(draft, gamma=2, kind="point")
+    part = DraftModelProposer(draft, depth=2, kind="point")
     lookup = PromptLookupProposer()
     decoder = Decoder(HFTarget(MODEL), MixProposer([part, lookup]), SamplingConfig(temperature=0), TorchSource(seed=0))
     decoder.prefill(PROMPTS)  # both rows all along (generate lets a finished row leave the batch)

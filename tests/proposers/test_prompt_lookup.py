@@ -59,7 +59,7 @@ def propose(proposer, prompt, root):
 
 def test_several_matches_make_one_tree():
     # "1 2" occurred twice before, followed by 3 4 and by 5 6: both become branches under one shared root child
-    tree = propose(PromptLookupProposer(max_ngram=2, num_tokens=2, max_matches=4),
+    tree = propose(PromptLookupProposer(max_ngram=2, depth=2, max_matches=4),
                    [[1, 2, 3, 4, 9, 1, 2, 5, 6, 1]], [2])
     paths = node_paths(tree)[0]
     assert {(5, 6), (3, 4)} <= set(paths) and tree.kind == "point"
@@ -68,7 +68,7 @@ def test_several_matches_make_one_tree():
 
 def test_longer_matches_weigh_more():
     # the 2-gram "8 2" matches once (-> 7); the 1-gram "2" also matches before 4 and 5
-    tree = propose(PromptLookupProposer(max_ngram=2, num_tokens=1, max_matches=3), [[8, 2, 7, 2, 4, 2, 5, 8]], [2])
+    tree = propose(PromptLookupProposer(max_ngram=2, depth=1, max_matches=3), [[8, 2, 7, 2, 4, 2, 5, 8]], [2])
     assert node_paths(tree)[0][0] == (7,)
 
 
@@ -80,7 +80,7 @@ def test_no_match_is_an_empty_tree_and_short_prompts_are_plain_steps():
 
 
 def test_rows_have_their_own_matches():
-    tree = propose(PromptLookupProposer(max_ngram=1, num_tokens=1), [[1, 5, 2, 6, 3], [1, 7, 2, 8, 3]], [1, 2])
+    tree = propose(PromptLookupProposer(max_ngram=1, depth=1), [[1, 5, 2, 6, 3], [1, 7, 2, 8, 3]], [1, 2])
     assert node_paths(tree)[0][0] == (5,) and node_paths(tree)[1][0] == (8,)
 
 
@@ -90,7 +90,7 @@ def test_rows_have_their_own_matches():
                                                           marks=pytest.mark.slow)])
 def test_exact_law_through_the_real_loop(sname, sampling):
     prompt = torch.tensor([[1, 2, 0, 1, 2]])
-    spec = exact_loop_law(TARGET, lambda: PromptLookupProposer(max_ngram=2, num_tokens=2), prompt, 3, sampling)
+    spec = exact_loop_law(TARGET, lambda: PromptLookupProposer(max_ngram=2, depth=2), prompt, 3, sampling)
     assert compare(spec, teacher_forced_law(TARGET, prompt, 3, sampling)).passes(1e-9)
 
 
@@ -106,7 +106,7 @@ def test_greedy_identity_and_batches():
 
 def test_bad_settings_are_named():
     for bad, name in ((dict(min_ngram=0), "min_ngram"), (dict(min_ngram=3, max_ngram=2), "exceeds the n-gram max"),
-                      (dict(budget=0), "budget"), (dict(num_tokens=0), "num_tokens"),
+                      (dict(budget=0), "budget"), (dict(depth=0), "depth"),
                       (dict(max_matches=0), "max_matches")):
         with pytest.raises(ValueError, match=name):
             PromptLookupProposer(**bad)

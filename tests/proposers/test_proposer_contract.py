@@ -32,7 +32,7 @@ from framework.engine import generate
 from framework.harness.ragged import TakingTurns
 from framework.lm.target import HFTarget
 from framework.scheduler import Request, Scheduler
-from tests.composed import composed
+from tests.composed import LEVEL_DRAFTERS, composed
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 PROPOSERS = sorted(p.stem for p in (CONF / "proposer").glob("*.yaml"))
@@ -89,7 +89,8 @@ def shrunk(proposer: str, depth: int) -> list[str]:
     node = configured(proposer)
     if node is None:
         return []
-    out = [f"proposer.gamma={depth}"] if node.get("gamma", 0) > depth else []
+    chain = node.get("_target_") in LEVEL_DRAFTERS and not proposer.endswith("_tree")
+    out = [f"proposer.depth={depth}"] if chain and node.depth > depth else []
     out += ["proposer.adaptive_depth=0", "proposer.stop_below=0"] if node.get("adaptive_depth", 0) else []
     return out + (["proposer.depth=1"] if proposer.endswith("_tree") else [])
 
@@ -254,7 +255,7 @@ def test_requests_admitted_as_others_end_decode_as_alone(proposer, policy):
 
 
 BAD_SETTINGS = {  # proposer -> (a bad setting, what its error says)
-    "draft": ("proposer.gamma=0", "gamma >= 1"),
+    "draft": ("proposer.depth=0", "depth >= 1"),
     "draft_tree": ("proposer.branching=0", "branching >= 1"),
     "self_draft": ("proposer.kind=sorted", "kind must be"),
     "medusa": ("proposer.kind=greedy", "kind must be"),
@@ -272,9 +273,9 @@ BAD_SETTINGS = {  # proposer -> (a bad setting, what its error says)
     "mtp": ("proposer.depth=0", "depth and budget >= 1"),
     "grammar": ("proposer.depth=0", "depth must be >= 1"),
     "mix_grammar": ("proposer.budget=0", "budget must be >= 1"),
-    "cross_vocab": ("proposer.gamma=0", "gamma >= 1"),
-    "string_match": ("proposer.gamma=0", "gamma must be >= 1"),
-    "draft_chain": ("proposer.gamma=0", "gamma >= 1"),
+    "cross_vocab": ("proposer.depth=0", "depth >= 1"),
+    "string_match": ("proposer.depth=0", "depth must be >= 1"),
+    "draft_chain": ("proposer.depth=0", "depth >= 1"),
     "prompt_lookup_chain": ("proposer.max_matches=0", "max_matches must be >= 1"),
     "eagle3_chain": ("proposer.depth=0", "top_k, depth and budget >= 1"),
     "mtp_chain": ("models.mtp.chain_depth=0", "depth and budget >= 1"),

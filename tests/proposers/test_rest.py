@@ -34,11 +34,11 @@ def brute_matches(docs, pattern):
             if list(doc[s : s + m]) == list(pattern)]
 
 
-def brute_continuations(docs, context, num_tokens, max_len, min_len):
+def brute_continuations(docs, context, depth, max_len, min_len):
     for m in range(min(max_len, len(context)), min_len - 1, -1):
         hits = brute_matches(docs, context[len(context) - m :])
         if hits:
-            return m, Counter(tuple(docs[d][s + m : s + m + num_tokens]) for d, s in hits if s + m < len(docs[d]))
+            return m, Counter(tuple(docs[d][s + m : s + m + depth]) for d, s in hits if s + m < len(docs[d]))
     return None, Counter()
 
 
@@ -86,13 +86,13 @@ def test_longest_match_and_continuations_vs_brute_force(wide):
     store = Datastore.from_token_ids(docs)
     for _ in range(200):
         context = rng.integers(0, 4, int(rng.integers(1, 20))).tolist()
-        max_len, min_len, num_tokens = int(rng.integers(3, 17)), int(rng.integers(1, 3)), int(rng.integers(1, 6))
-        length, expected = brute_continuations(docs, context, num_tokens, max_len, min_len)
+        max_len, min_len, depth = int(rng.integers(3, 17)), int(rng.integers(1, 3)), int(rng.integers(1, 6))
+        length, expected = brute_continuations(docs, context, depth, max_len, min_len)
         match = store.longest_match(context, max_len, min_len)
         assert (match and match.length) == length
         if match is not None:
             assert match.hi - match.lo == len(brute_matches(docs, context[len(context) - length :]))
-        assert (store.continuations(context, num_tokens, 10**6, max_len, min_len)
+        assert (store.continuations(context, depth, 10**6, max_len, min_len)
                 == expected), (context, max_len, min_len)
 
 
@@ -135,18 +135,18 @@ def test_max_matches_reads_evenly_spaced_occurrences():
 
 def test_tree_holds_the_most_frequent_continuations():
     docs = [[9, 4, 5, 6, 7]] * 3 + [[9, 4, 5, 8]] * 2 + [[4, 5, 1, 2]]  # after "4 5": 6 7 (x3), 8 (x2), 1 2
-    proposer = prefilled(Datastore.from_token_ids(docs), [[30, 9, 4]], budget=3, num_tokens=2)
+    proposer = prefilled(Datastore.from_token_ids(docs), [[30, 9, 4]], budget=3, depth=2)
     tree = proposer.propose(state_for([5]))
     assert tree.kind == "point" and tree.draft_probs is None
     assert set(node_paths(tree)[0]) == {(6,), (6, 7), (8,)}  # longest match "9 4 5": 6 7 x3, 8 x2
     assert tree.tokens[0, 0] == 6  # children ranked by count
-    wide = prefilled(Datastore.from_token_ids(docs), [[30, 2, 4]], budget=10, num_tokens=2).propose(state_for([5]))
+    wide = prefilled(Datastore.from_token_ids(docs), [[30, 2, 4]], budget=10, depth=2).propose(state_for([5]))
     assert set(node_paths(wide)[0]) == {(6,), (6, 7), (8,), (1,), (1, 2)}  # only "4 5" matches: all 6 rows
 
 
 def test_rows_have_their_own_matches():
     docs = [[1, 2, 3, 4], [7, 8, 9, 10]]
-    proposer = prefilled(Datastore.from_token_ids(docs), [[5, 1]], num_tokens=2)
+    proposer = prefilled(Datastore.from_token_ids(docs), [[5, 1]], depth=2)
     proposer.select(torch.zeros(2, dtype=torch.long))
     proposer.history.tokens[1, :2] = torch.tensor([5, 7])  # the second row went another way
     paths = node_paths(proposer.propose(state_for([2, 8])))
@@ -167,7 +167,7 @@ def test_commit_extends_the_context():
     assert out.tokens.shape == (1, 6)
 
 
-@pytest.mark.parametrize("setting, value", [("budget", 0), ("num_tokens", 0), ("max_matches", 0), ("min_context", 0),
+@pytest.mark.parametrize("setting, value", [("budget", 0), ("depth", 0), ("max_matches", 0), ("min_context", 0),
                                             ("max_context", 0)])
 def test_bad_settings_name_themselves(setting, value):
     with pytest.raises(ValueError, match=setting):
@@ -301,7 +301,7 @@ def test_greedy_identity_and_acceptance():
     rng = np.random.default_rng(3)
     docs = own_continuations(target, [[4, 9, 2], [5, 5]], 40) + rng.integers(0, 64, (4, 30)).tolist()
     store = Datastore.from_token_ids(docs)
-    for settings in (dict(), dict(budget=4, num_tokens=3, min_context=2)):
+    for settings in (dict(), dict(budget=4, depth=3, min_context=2)):
         report = greedy_identity(target, lambda: RestProposer(store, **settings), torch.tensor([[4, 9, 2]]), 32)
         assert report.equal, (settings, report.first_difference)
     out = generate(HFTarget(target), RestProposer(store), torch.tensor([[4, 9, 2]]), 32, SamplingConfig(temperature=0))
@@ -310,14 +310,14 @@ def test_greedy_identity_and_acceptance():
 
 @pytest.mark.parametrize("sname", ["T1", "T0.7-topk2"])
 def test_exact_law_through_the_real_loop(sname):
-    law = exact_loop_law(TARGET, lambda: RestProposer(TOY_STORE, budget=4, num_tokens=3), PROMPT, 3, SAMPLINGS[sname])
+    law = exact_loop_law(TARGET, lambda: RestProposer(TOY_STORE, budget=4, depth=3), PROMPT, 3, SAMPLINGS[sname])
     result = compare(law, teacher_forced_law(TARGET, PROMPT, 3, SAMPLINGS[sname]))
     assert result.passes(1e-9), (sname, result.tv)
 
 
 def test_toy_trees_are_not_empty():
     """The exact cases above check real trees: the toy corpus matches the toy's text."""
-    proposer = prefilled(TOY_STORE, PROMPT.tolist(), vocab_size=3, budget=4, num_tokens=3)
+    proposer = prefilled(TOY_STORE, PROMPT.tolist(), vocab_size=3, budget=4, depth=3)
     assert proposer.propose(state_for([1])).num_nodes == 4
 
 

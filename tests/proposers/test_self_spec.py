@@ -55,9 +55,9 @@ def test_a_view_shares_the_targets_modules_and_computes_what_a_model_of_those_la
         assert not torch.allclose(view(input_ids=ids, use_cache=False).logits, full)  # the view is not the target
 
 
-@pytest.mark.parametrize("make", [lambda: EarlyExitProposer(exit_layer=2, gamma=3),
-                                  lambda: EarlyExitProposer(exit_layer=1, gamma=2, branching=2, depth=2, kind="wor"),
-                                  lambda: LayerSkipProposer(skip=[1, 2], gamma=3, stop_below=0.0, adaptive_depth=0)],
+@pytest.mark.parametrize("make", [lambda: EarlyExitProposer(exit_layer=2, depth=3),
+                                  lambda: EarlyExitProposer(exit_layer=1, branching=2, depth=2, kind="wor"),
+                                  lambda: LayerSkipProposer(skip=[1, 2], depth=3, stop_below=0.0, adaptive_depth=0)],
                          ids=["early_exit_chain", "early_exit_tree", "layer_skip"])
 def test_greedy_is_plain_greedy(model, make):
     report = greedy_identity(model, make, PROMPT, 24)
@@ -66,14 +66,14 @@ def test_greedy_is_plain_greedy(model, make):
 
 def test_the_drafts_come_from_the_view_and_some_are_accepted(model):
     """Exit after 3 of 4 layers of a peaked random target: its drafts agree often; a view from other layers less."""
-    out = generate(HFTarget(model), EarlyExitProposer(exit_layer=3, gamma=3, stop_below=0.0, adaptive_depth=0),
+    out = generate(HFTarget(model), EarlyExitProposer(exit_layer=3, depth=3, stop_below=0.0, adaptive_depth=0),
                    PROMPT, 24, SamplingConfig(temperature=0))
     assert out.stats.accepted_total > 0
 
 
 @pytest.mark.parametrize("make, tokens", [
-    (lambda: EarlyExitProposer(exit_layer=1, gamma=2, stop_below=0.0, adaptive_depth=0), 3),
-    (lambda: LayerSkipProposer(skip=[0], gamma=1, branching=2, kind="wor", depth=2), 2),  # a tree's coins: 2 tokens
+    (lambda: EarlyExitProposer(exit_layer=1, depth=2, stop_below=0.0, adaptive_depth=0), 3),
+    (lambda: LayerSkipProposer(skip=[0], branching=2, kind="wor", depth=2), 2),  # a tree's coins: 2 tokens
 ], ids=["early_exit", "layer_skip_tree"])
 def test_the_law_is_the_targets_exactly(make, tokens):
     """Exact enumeration of every coin on a toy target: the law of the first tokens with self-drafts equals plain
@@ -86,7 +86,7 @@ def test_the_law_is_the_targets_exactly(make, tokens):
 
 
 def test_auto_chooses_by_measured_agreement_and_cost(model):
-    calibration = Calibration(model, PROMPT, gamma=3)
+    calibration = Calibration(model, PROMPT, depth=3)
     exit_choice = best_exit(calibration)
     scores = [calibration.score(tuple(range(E))) for E in range(1, 4)]
     assert exit_choice.layers in {s.layers for s in scores}
@@ -95,7 +95,7 @@ def test_auto_chooses_by_measured_agreement_and_cost(model):
     assert expected_tokens(0.0, 3) == 1.0 and expected_tokens(1.0, 3) == 4.0
     skip = best_skip_set(calibration)
     assert skip.layers[0] == 0 and skip.layers[-1] == 3  # the first and last layers stay
-    proposer = EarlyExitProposer(exit_layer="auto", gamma=3)
+    proposer = EarlyExitProposer(exit_layer="auto", depth=3)
     proposer.prefill(PROMPT, HFTarget(model))
     assert proposer.layers == self_spec._chosen[model]["exit/3"]  # measured once per target, then remembered
     assert len(proposer.layers) in (1, 2, 3)
@@ -138,7 +138,7 @@ def test_search_layers_writes_the_choice_beside_the_target_and_auto_reads_it(mod
 
     model.save_pretrained(tmp_path / "target")
     cfg = load(f"target.path={tmp_path / 'target'}", "prompt=[5,9,2,31,7,7,12,40,3,9]", "search.prompts=1",
-               "search.new_tokens=8", "search.gammas=[3]", config_name="search_layers")
+               "search.new_tokens=8", "search.depths=[3]", config_name="search_layers")
     written = search(cfg)
     saved = json.loads(written.read_text())
     assert written == tmp_path / "target" / "self_speculation.json" and saved["num_layers"] == 4
@@ -149,11 +149,11 @@ def test_search_layers_writes_the_choice_beside_the_target_and_auto_reads_it(mod
     monkeypatch.setattr(self_spec, "best_exit", lambda calibration: pytest.fail("measured despite the saved file"))
     monkeypatch.setattr(self_spec, "best_skip_set", lambda calibration: pytest.fail("measured despite the saved file"))
     loaded = saved_target(tmp_path, model)
-    for proposer, layers in ((EarlyExitProposer(exit_layer="auto", gamma=3), (0, 1)),
-                             (LayerSkipProposer(skip="auto", gamma=3), (0, 3))):
+    for proposer, layers in ((EarlyExitProposer(exit_layer="auto", depth=3), (0, 1)),
+                             (LayerSkipProposer(skip="auto", depth=3), (0, 3))):
         proposer.prefill(PROMPT, HFTarget(loaded))
         assert proposer.layers == layers
-    out = generate(HFTarget(loaded), LayerSkipProposer(skip="auto", gamma=3), PROMPT, 8,
+    out = generate(HFTarget(loaded), LayerSkipProposer(skip="auto", depth=3), PROMPT, 8,
                    SamplingConfig(temperature=0.0))
     plain = generate(HFTarget(loaded), None, PROMPT, 8, SamplingConfig(temperature=0.0))
     assert torch.equal(out.tokens, plain.tokens)
@@ -171,7 +171,7 @@ def test_a_saved_choice_that_does_not_fit_the_target_is_named(model, tmp_path, c
     (tmp_path / "target" / "self_speculation.json").write_text(json.dumps({"num_layers": num_layers,
                                                                            "choices": choices}))
     with pytest.raises(ValueError, match="self_speculation.json.*" + message):
-        EarlyExitProposer(exit_layer="auto", gamma=4).prefill(PROMPT, HFTarget(loaded))
+        EarlyExitProposer(exit_layer="auto", depth=4).prefill(PROMPT, HFTarget(loaded))
 
 
 def test_a_measured_choice_that_loses_to_plain_decoding_is_said(model, monkeypatch):
@@ -180,7 +180,7 @@ def test_a_measured_choice_that_loses_to_plain_decoding_is_said(model, monkeypat
     monkeypatch.setattr(self_spec, "_chosen", __import__("weakref").WeakKeyDictionary())
     monkeypatch.setattr(self_spec, "best_exit", lambda calibration: ViewScore((0,), 0.1, 0.2, 0.62))
     with pytest.warns(UserWarning, match=r"exit/3.*score 0\.620 \(below 1.*expect plain decoding to be faster"):
-        EarlyExitProposer(exit_layer="auto", gamma=3).prefill(PROMPT, HFTarget(model))
+        EarlyExitProposer(exit_layer="auto", depth=3).prefill(PROMPT, HFTarget(model))
 
 
 def test_the_layerskip_objective_scores_each_exit_with_the_law_early_exit_drafts_from(model):

@@ -150,5 +150,5 @@ def test_a_layerskip_fine_tune_of_a_chat_target(chat_target, chat_files, tmp_pat
     assert measured["after"]["valid_loss"] != measured["before"]["valid_loss"]  # it was trained
     tuned = load_causal_lm(out)
     assert (out / "tokenizer.json").is_file()
-    assert greedy_identity(tuned, lambda: EarlyExitProposer(exit_layer=2, gamma=3),
+    assert greedy_identity(tuned, lambda: EarlyExitProposer(exit_layer=2, depth=3),
                            torch.tensor([[5, 9, 2, 31, 7]]), 8).equal

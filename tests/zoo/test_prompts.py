@@ -107,6 +107,6 @@ def test_quality_core_on_a_tiny_random_model(small_corpus, small_tokenizer, tiny
 
 
 def test_tokens_per_forward_of_a_model_drafting_for_itself(small_tokenizer, tiny_model):
-    """Greedy, the draft equal to the target: every draft is accepted, gamma + 1 tokens a forward."""
+    """Greedy, the draft equal to the target: every draft is accepted, depth + 1 tokens a forward."""
     prompts = ["def f(x):\n    return x\n", "import os\n"]
-    assert tokens_per_forward(tiny_model, tiny_model, small_tokenizer, prompts, gamma=3, max_new_tokens=17) == 4.0
+    assert tokens_per_forward(tiny_model, tiny_model, small_tokenizer, prompts, depth=3, max_new_tokens=17) == 4.0

@@ -1,0 +1,33 @@
+"""Keyword arguments that were renamed, refused by their old name.
+
+A config or script written for an old name (`proposer.gamma=2`) must fail loudly, saying what the knob is called
+now: accepted silently it would be ignored (a **settings catch-all passes it on) or, kept as an alias, leave two
+names for one knob. Python's own error ("unexpected keyword argument") names only the old one.
+
+    class DraftModelProposer:
+        @renamed(gamma="depth")
+        def __init__(self, draft_model, depth: int = 4, ...): ...
+"""
+
+from __future__ import annotations
+
+import functools
+
+
+def renamed(**old_to_new: str):
+    """Decorate a function (an `__init__`, say) so that a call passing an old keyword raises a TypeError naming
+    the old and the new name; every other call goes through unchanged."""
+
+    def decorate(fn):
+        where = fn.__qualname__.removesuffix(".__init__")  # DraftModelProposer, not DraftModelProposer.__init__
+
+        @functools.wraps(fn)  # keeps the signature (inspect.signature follows __wrapped__) and the docstring
+        def call(*args, **kwargs):
+            for old, new in old_to_new.items():
+                if old in kwargs:
+                    raise TypeError(f"{where}: `{old}` is now called `{new}`")
+            return fn(*args, **kwargs)
+
+        return call
+
+    return decorate
