@@ -18,10 +18,10 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
+from engine.loop import generate
 from experiments.common import heldout_prompt
 from framework.core import files
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
 from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import load_causal_lm
 from proposers.draft_model import DraftModelProposer

@@ -23,10 +23,10 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from engine.loop import generate
 from experiments.common import option, text_ids, torch_threads
 from framework.core import files
 from framework.core.policy import AtDepth
-from framework.engine import generate
 from framework.lm.target import HFTarget
 
 PARTS = ("draft_s", "target_s", "verify_s", "other_s")

@@ -33,11 +33,11 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from engine.loop import generate
 from experiments.common import heldout_prompt
 from framework.core import files
 from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
-from framework.engine import generate
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import load_causal_lm

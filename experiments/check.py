@@ -29,16 +29,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.common import one_process, policy_factory_of, verifier_of, without_grammar
 from framework.core import files
-from framework.harness.exact import compare
-from framework.harness.ragged import check_ragged_law, check_scheduled_law
-from framework.harness.real import (
+from framework.lm.text import encode_prompt, tokenizer_of
+from harness.exact import compare
+from harness.ragged import check_ragged_law, check_scheduled_law
+from harness.real import (
     exact_loop_law,
     greedy_identity,
     statistical_check,
     teacher_forced_law,
 )
-from framework.harness.stats import sample_size_for_law
-from framework.lm.text import encode_prompt, tokenizer_of
+from harness.stats import sample_size_for_law
 from verifiers import typical_verifier
 
 
@@ -144,7 +144,7 @@ def check_exact(cfg: DictConfig) -> list[dict]:
 
 def check_ragged(cfg: DictConfig) -> list[dict]:
     """The exact joint law of a batch of prompts of different lengths (an EOS ends rows at different steps) against
-    the product of each prompt's own law: every row decodes as it would alone (framework/harness/ragged.py)."""
+    the product of each prompt's own law: every row decodes as it would alone (harness/ragged.py)."""
     e, r = cfg.experiment.exact, cfg.experiment.ragged
     target, factory, policy = exact_setup(cfg)
     requests = [(list(prompt), budget) for prompt, budget in r.scheduled.requests]

@@ -26,12 +26,12 @@ from hydra.errors import MissingConfigException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from engine.loop import GenerationOutput, generate
 from framework.constraints.grammar import GrammarConstraint
 from framework.core import files
 from framework.core.sampling import SamplingConfig
 from framework.data.regenerate import RegenerateConfig, regenerate
 from framework.data.sources import Messages, cached_splits
-from framework.engine import GenerationOutput, generate
 from framework.lm.sharding import launched_processes, shared_clock, writes_results
 from framework.lm.target import HFTarget
 from framework.lm.text import encode_prompt, tokenizer_at, tokenizer_of

@@ -68,6 +68,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from tqdm.auto import tqdm
 
+from engine.loop import generate
 from experiments.common import (
     CONF,
     job_record,
@@ -103,7 +104,6 @@ from framework.core import files
 from framework.core.policy import CostSized
 from framework.core.prompts import prompt_lengths
 from framework.core.sampling import SamplingConfig, hf_sampling
-from framework.engine import generate
 from framework.lm.target import HFTarget
 from framework.lm.text import encode_prompt, tokenizer_of
 from framework.metrics.trace import RequestTrace, request_traces

@@ -9,9 +9,9 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from framework.harness.cases import exact_cases
-from framework.harness.exact import Pipeline
-from framework.harness.report import cases_table, run_case
+from harness.cases import exact_cases
+from harness.exact import Pipeline
+from harness.report import cases_table, run_case
 from verifiers import typical_verifier
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from engine.loop import Decoder
 from framework.core import files
 from framework.core.path_tree import node_token_paths
 from framework.core.policy import FixedPolicy, Plan
@@ -19,9 +20,8 @@ from framework.core.randomness import TorchSource
 from framework.core.sampling import process_logits
 from framework.core.target import TargetOutput
 from framework.core.tree import CandidateTree
-from framework.engine import Decoder
-from framework.harness.stats import g_test
 from framework.lm.target import HFTarget
+from harness.stats import g_test
 from verifiers import LOSSLESS, Verifier
 
 FAN_ROWS = 65_536  # runs one fanned-out step verifies (in rounds of `batch`)

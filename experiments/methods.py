@@ -25,13 +25,13 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 from transformers.generation.streamers import BaseStreamer
 
+from engine.loop import GenerationStats
 from experiments.common import option, timed_generate
 from experiments.peers.arctic_suffix import ArcticSuffixProposer
 from experiments.peers.engine import PeerWorker
 from experiments.peers.rows import ARCTIC_ROW, peer_runners
 from framework.core.proposer import SharedStore
 from framework.core.sampling import SamplingConfig, hf_sampling
-from framework.engine import GenerationStats
 from framework.lm.target import HFTarget
 from framework.lm.text import tokenizer_of
 from framework.metrics.engine_counters import EngineCounters

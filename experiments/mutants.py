@@ -1,8 +1,8 @@
 """Mutation suite: plant each known bug, run the exact harness, and demand that it is caught.
 
-Two kinds. The exact matrix's mutants (framework/harness/mutants.py) swap one part of the pipeline on toy
+Two kinds. The exact matrix's mutants (harness/mutants.py) swap one part of the pipeline on toy
 tables: the verification rules' bugs are subclasses of the production rules ("production"), a few live in
-the matrix's own toy loop ("harness"). The loop's mutants (framework/harness/loop_mutants.py) plant a bug in
+the matrix's own toy loop ("harness"). The loop's mutants (harness/loop_mutants.py) plant a bug in
 code users run (target adapter, attention, sampling law, draft model, decoder, the path handed to the KV
 commit) and run the exact law through the real loop. Each row says where the bug lives and the TV its
 witness measures, against the mutant's own clean rule.
@@ -17,11 +17,11 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from framework.harness.cases import exact_cases
-from framework.harness.exact import Pipeline
-from framework.harness.loop_mutants import CAUGHT_ABOVE, CLEAN_AT_MOST, loop_mutants
-from framework.harness.mutants import mutants
-from framework.harness.report import mutants_table, run_case, run_mutant
+from harness.cases import exact_cases
+from harness.exact import Pipeline
+from harness.loop_mutants import CAUGHT_ABOVE, CLEAN_AT_MOST, loop_mutants
+from harness.mutants import mutants
+from harness.report import mutants_table, run_case, run_mutant
 
 
 @hydra.main(config_path="../conf", config_name="mutants", version_base="1.3")

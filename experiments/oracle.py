@@ -5,7 +5,7 @@
     python -m experiments.oracle kind=wor       # siblings drawn without replacement (point: top-k trees)
 
 The bound is a linear program over every coupling of the drafted tree with the target's stream
-(framework/harness/oracle.py); each rule's figure enumerates every draw and coin of the real code.
+(harness/oracle.py); each rule's figure enumerates every draw and coin of the real code.
 Both are exact: the table needs no sampling error.
 """
 
@@ -16,7 +16,7 @@ import warnings
 import hydra
 from omegaconf import DictConfig
 
-from framework.harness.oracle import ToyLaws, best_acceptance, rule_acceptance
+from harness.oracle import ToyLaws, best_acceptance, rule_acceptance
 from verifiers import LOSSLESS
 from verifiers.block import BlockVerifier
 from verifiers.multidraft import multidraft_verifier

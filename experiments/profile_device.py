@@ -39,11 +39,11 @@ import transformers
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from engine.loop import generate
 from experiments.common import option, text_ids, torch_threads
 from framework.control.cost_model import step_records
 from framework.control.device_profile import PLAIN, DeviceProfile, interpolate
 from framework.core.policy import AtDepth
-from framework.engine import generate
 from framework.lm.target import HFTarget
 
 log = logging.getLogger(__name__)

@@ -23,10 +23,10 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from engine.loop import generate
 from experiments.common import option, torch_threads
 from experiments.rules_expected import ExpectedAcceptance
 from framework.core import files
-from framework.engine import generate
 from framework.lm.target import HFTarget
 from framework.lm.text import encode_prompt, tokenizer_of
 from framework.zoo.prompts import stdlib_prompt_sets

@@ -3,7 +3,7 @@
 A decode's own acceptance is one draw per step, so two rules' sampled tokens per forward differ by
 several percent on a thousand steps even where their laws are the same. Here the decode runs with
 the reference rule, and at every step each rule's expected accepted nodes on that same tree and
-those same target laws are computed exactly: its coins enumerated (framework.harness.enumerate,
+those same target laws are computed exactly: its coins enumerated (harness.enumerate,
 CoinsOnlySource; the final draw, made after acceptance is decided, is not). The same drafts, the
 same laws, and a difference between rules that is theirs alone.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from framework.core.tree import CandidateTree
-from framework.harness.enumerate import CoinsOnlySource, enumerate_law
+from harness.enumerate import CoinsOnlySource, enumerate_law
 from verifiers import verify
 
 

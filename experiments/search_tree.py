@@ -20,10 +20,10 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from engine.loop import generate
 from experiments.common import continuations, prompt_ids
 from framework.core import files
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
 from framework.lm.target import HFTarget
 from proposers.eagle.head import TREE_FILE as EAGLE_TREE
 from proposers.eagle.head import EagleHead

@@ -10,7 +10,7 @@ locally. Checks, each on every rank:
   own speculative tokens there), at batch 2; under the goodput policy (every rank on rank 0's clock); on the
   other tree attentions (SDPA is the CPU's default; the Triton kernel runs on a CPU under TRITON_INTERPRET=1);
 - exact law: the law of the first tokens through the real loop on the sharded toy target (vocabulary 3,
-  enumerated) equals the whole toy target's own law (framework.harness.real), and a bug planted in the sharded
+  enumerated) equals the whole toy target's own law (harness.real), and a bug planted in the sharded
   target's KV commit is caught;
 - refusals: ranks that part (each its own seed) stop with a named error, not a hang; a draft over another
   vocabulary and a process count that does not divide the heads are named.
@@ -27,15 +27,15 @@ from hydra import compose
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from engine.loop import generate
 from experiments.common import hydra_conf, policy_factory_of, write_json
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
-from framework.harness.exact import compare
-from framework.harness.loop_mutants import CropInsteadOfGather
-from framework.harness.real import exact_loop_law, teacher_forced_law
 from framework.lm.models import tiny_random_model
 from framework.lm.sharding import launched_processes, process_rank, shared_clock, writes_results
 from framework.lm.target import HFTarget
+from harness.exact import compare
+from harness.loop_mutants import CropInsteadOfGather
+from harness.real import exact_loop_law, teacher_forced_law
 from proposers import DraftModelProposer
 
 GREEDY = SamplingConfig(temperature=0)
@@ -49,7 +49,7 @@ LAWS = {  # name: (DraftModelProposer settings, sampling, tokens of the law)
     "tree3x1-point-T1": (dict(branching=3, depth=1, kind="point"), SamplingConfig(), 4),
 }
 # A bug planted in the sharded target, which the exact law must catch: the commit keeps the first slots of the
-# tree (a scalar rewind) instead of the accepted path (framework.harness.loop_mutants).
+# tree (a scalar rewind) instead of the accepted path (harness.loop_mutants).
 PLANTED = ("tree3x1-point-T1", CropInsteadOfGather)
 
 

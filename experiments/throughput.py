@@ -3,7 +3,7 @@
 `python -m experiments.compare experiment.concurrency=[1,2,4,8,16,32]` runs this instead of the per-prompt cells:
 per sampling and concurrency c, each method decodes every request of the workload (all arriving at once, or as
 experiment.arrivals says) with at most c decoding together; output tokens per second over the whole run, and per
-request TTFT, TPOT and end-to-end latency (p50, p95). Ours go through framework/scheduler.py (plain decoding, and
+request TTFT, TPOT and end-to-end latency (p50, p95). Ours go through engine/scheduler.py (plain decoding, and
 each proposer under each policy); beside them transformers' batched `generate` (static batches of c prompts, left
 padded) and its continuous-batching manager (`generate_batch`, at most c requests per batch), and vLLM's rows
 (experiment.vllm.rows, its max_num_seqs = c; where `python -m experiments.peers.setup vllm` built it). Methods run
@@ -27,12 +27,12 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import GenerationConfig
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
+from engine.scheduler import AllAtOnce, Request, Scheduler
 from experiments.common import write_json
 from experiments.peers.rows import ROWS as VLLM_ROWS
 from experiments.peers.rows import serving_runner
 from framework.core import files
 from framework.core.sampling import SamplingConfig, hf_sampling
-from framework.scheduler import AllAtOnce, Request, Scheduler
 
 log = logging.getLogger(__name__)
 HF_BATCHED, HF_CONTINUOUS = "hf_batched", "hf_continuous"

@@ -25,11 +25,11 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
+from engine.loop import generate
 from experiments.common import evaluation_sets, head_setup, measures_here
 from experiments.search_tree import eagle_trees
 from framework.core import files
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
 from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import resolve_checkpoint
 from proposers.eagle.head import TREE_FILE, EagleHead

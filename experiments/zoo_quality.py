@@ -21,9 +21,9 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
+from engine.loop import generate
 from framework.core import files
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
 from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import load_causal_lm
 from framework.zoo.corpus import build_corpus, stdlib_files

@@ -1,14 +1,15 @@
-"""Speculum's framework: the layers under the verifiers and the proposers, and the ones above them.
+"""Speculum's framework: the layers under the verifiers and the proposers.
 
     framework.core     trees, sampling laws, random sources, the Proposer and Target roles (torch only)
+    framework.data, framework.training    token data and the one training loop
     framework.lm       KV slots, the cached LM, tree attention, HFTarget, text
     framework.zoo      the embedded model family
-    framework.engine   the loop (generate, Decoder)
-    framework.harness  the proofs
+    framework.control, framework.constraints, framework.metrics, framework.workloads
 
-(docs/design.md section 1; tests/test_layers.py keeps the order). This package re-exports the public
-names scripts use (framework.CandidateTree, framework.HFTarget, framework.generate, ...); the engine and
-the target load on first use, since importing `framework` must not pull the layers above `verifiers`.
+The loop itself is `engine` and the proofs `harness`, top-level folders above `verifiers` and `proposers`
+(docs/design.md section 1; tests/test_layers.py keeps the order). This package re-exports the public names
+scripts use (framework.CandidateTree, framework.SamplingConfig, framework.HFTarget, ...); the target loads on
+first use, since importing `framework` must not pull transformers.
 """
 
 from importlib import import_module
@@ -21,9 +22,6 @@ from framework.core.tree_shape import TreeShape
 
 _LAZY = {
     "HFTarget": "framework.lm.target",
-    "generate": "framework.engine",
-    "GenerationOutput": "framework.engine",
-    "Decoder": "framework.engine",
     "DecodeState": "framework.core.proposer",
     "Proposer": "framework.core.proposer",
 }

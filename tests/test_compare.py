@@ -24,8 +24,8 @@ from experiments.compare_report import (
 )
 from experiments.workload import Workload, build_workload
 from framework.control.device_profile import DeviceProfile
-from framework.harness.stats import detectable_tv
 from framework.zoo.checkpoints import EMBEDDED
+from harness.stats import detectable_tv
 from tests.composed import composed
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

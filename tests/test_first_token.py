@@ -8,12 +8,12 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
+from engine.loop import Decoder
 from experiments.first_token import run
 from experiments.first_tokens import OneLevel, SharedPrefix, first_tokens, summarise
 from framework.core.randomness import TorchSource
 from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
-from framework.engine import Decoder
 from framework.lm.target import HFTarget
 from tests.composed import composed
 from verifiers import typical_verifier

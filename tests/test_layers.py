@@ -1,7 +1,7 @@
 """The layers are packages and the imports say so: a module imports only its own layer and those below.
 
-core < verifiers < data < training < lm, zoo, control, constraints < engine, proposers < serving < harness <
-experiments. The engine and the proposers
+core < data < training < lm, zoo, control, constraints (framework/) < verifiers < engine, proposers < serving
+(engine/) < harness < experiments, and the top-level folders in that order (FOLDERS). The engine and the proposers
 never import each other, and the engine imports no model runtime: it knows targets and proposers by
 their Protocols in framework.core. Imports sit at module level, so
 a module's dependencies are its first lines; the one exception is an optional back end (Triton).
@@ -23,17 +23,17 @@ LAYERS = {
     "verifiers": (("verifiers",), {"core"}),
     "data": (("framework.data",), {"core"}),  # training text as token data of one tokenizer
     "training": (("framework.training",), {"core", "data"}),  # the loop and losses every drafter trains with
-    "lm": (("framework.lm",), {"core", "verifiers"}),
-    "zoo": (("framework.zoo",), {"core", "verifiers", "lm", "data", "training"}),
+    "lm": (("framework.lm",), {"core"}),
+    "zoo": (("framework.zoo",), {"core", "lm", "data", "training"}),
     "control": (("framework.control",), {"core"}),  # the speculation policies: the engine knows them by the Protocol
     "constraints": (("framework.constraints",), {"core"}),  # grammars through a grammar engine, as Constraints
-    "engine": (("framework.engine",), {"core", "verifiers"}),  # knows its target by the Protocol, not HFTarget
+    "engine": (("engine.loop",), {"core", "verifiers"}),  # knows its target by the Protocol, not HFTarget
     "metrics": (("framework.metrics",), set()),  # the reported figures, each by its definition, from decoding traces
     "workloads": (("framework.workloads",), {"core", "data", "zoo"}),  # benchmark prompt suites and their rendering
     "proposers": (("proposers",), {"core", "verifiers", "lm", "zoo", "data", "training"}),
     # continuous batching: the loop's Decoders joined as requests arrive, on HFTargets by default
-    "serving": (("framework.scheduler",), {"core", "verifiers", "lm", "engine"}),
-    "harness": (("framework.harness",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "data",
+    "serving": (("engine.scheduler",), {"core", "verifiers", "lm", "engine"}),
+    "harness": (("harness",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "data",
                                          "training", "constraints", "serving"}),
     "experiments": (("experiments",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "harness",
                                        "data", "training", "workloads", "metrics", "constraints", "serving"}),
@@ -61,14 +61,38 @@ THIRD_PARTY = {
                     "llguidance", "outlines_core"},
 }
 KNOWN_THIRD_PARTY = set().union(*THIRD_PARTY.values()) | {"accelerate", "datasets", "jinja2"}
-DYNAMIC_IMPORT_SHIMS = ("framework",)  # the package's lazy one-release re-exports of the old flat names
+DYNAMIC_IMPORT_SHIMS = ("framework",)  # the package's lazy re-exports of the names scripts use
+REEXPORTS = ("framework", "engine")  # package inits that only re-export their own modules' public names
+# The top-level folders, bottom first: a folder's layers import only from folders at or below it
+FOLDERS = ("framework", "verifiers", "proposers", "engine", "harness", "experiments")
+PEERS = {("proposers", "engine")}  # side by side: neither imports the other
 
 
 def layer_of(module: str) -> str | None:
-    for layer, (prefixes, _) in LAYERS.items():
-        if any(module == p or module.startswith(p + ".") for p in prefixes):
-            return layer
-    return None
+    """The layer owning the longest prefix of `module` (engine.scheduler is serving's, engine's the rest)."""
+    owners = [(len(p), layer) for layer, (prefixes, _) in LAYERS.items() for p in prefixes
+              if module == p or module.startswith(p + ".")]
+    return max(owners)[1] if owners else None
+
+
+def folder_violations(layers: dict = LAYERS) -> list[str]:
+    """Layers whose allowed imports reach a folder above their own (or a peer folder)."""
+    found = []
+    for layer, (prefixes, allowed) in layers.items():
+        mine = FOLDERS.index(prefixes[0].split(".")[0])
+        for other in allowed:
+            theirs = FOLDERS.index(layers[other][0][0].split(".")[0])
+            if theirs > mine or (theirs != mine and (FOLDERS[mine], FOLDERS[theirs]) in PEERS | {
+                    (b, a) for a, b in PEERS}):
+                found.append(f"{layer} ({FOLDERS[mine]}/) may import {other} ({FOLDERS[theirs]}/), a folder above")
+    return found
+
+
+def test_the_folders_are_the_layer_stack():
+    """No folder imports from one above it: framework/ is wholly below the verifiers, the harness above the loop."""
+    assert folder_violations() == []
+    planted = {**LAYERS, "lm": (("framework.lm",), {"core", "verifiers"})}
+    assert folder_violations(planted) == ["lm (framework/) may import verifiers (verifiers/), a folder above"]
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -87,22 +111,22 @@ def project_imports(tree: ast.Module):
         else:
             continue
         for name in names:
-            if name.split(".")[0] in ("framework", "verifiers", "proposers", "experiments"):
+            if name.split(".")[0] in FOLDERS:
                 yield node, name, id(node) in top
 
 
 def violations(root: Path = ROOT) -> list[str]:
     found = []
-    for package in ("framework", "verifiers", "proposers", "experiments"):
+    for package in FOLDERS:
         for path in sorted((root / package).rglob("*.py")):
             module = module_name(path, root)
             layer = layer_of(module)
-            if module == "framework":  # the one-release re-exports of the old flat names
+            if module in REEXPORTS:
                 continue
             where = f"{path.relative_to(root)}"
             if layer is None:
                 found.append(f"{where}: belongs to no layer (framework/ holds only core, data, training, lm, control, "
-                             "engine, scheduler, zoo, harness)")
+                             "constraints, metrics, workloads, zoo)")
                 continue
             for node, name, at_top in project_imports(ast.parse(path.read_text())):
                 if name == "framework":
@@ -129,7 +153,7 @@ def dynamic_imports(root: Path = ROOT) -> list[str]:
     """importlib.import_module / __import__ calls: a dependency no import statement shows, so refused outside the
     re-export shim (a static tool cannot follow them)."""
     found = []
-    for package in ("framework", "verifiers", "proposers", "experiments"):
+    for package in FOLDERS:
         for path in sorted((root / package).rglob("*.py")):
             if module_name(path, root) in DYNAMIC_IMPORT_SHIMS:
                 continue
@@ -148,7 +172,7 @@ def import_linter_contracts(layers: dict = LAYERS, third_party: dict = THIRD_PAR
     """import-linter's contracts (INI), one forbidden contract per layer: the layers it may not import and the
     third-party packages it may not import directly. import-linter reads every import, in functions too."""
     lines = ["[importlinter]", "root_packages =",
-             *(f"    {p}" for p in ("framework", "verifiers", "proposers", "experiments")),
+             *(f"    {p}" for p in FOLDERS),
              "include_external_packages = True", ""]
     for layer, (prefixes, allowed) in layers.items():
         others = [p for other, (owned, _) in layers.items() if other != layer and other not in allowed for p in owned]
@@ -178,16 +202,16 @@ def test_import_linter_catches_a_model_runtime_in_the_engine_and_numpy_in_the_ve
     """A copy of the packages with two planted imports: transformers in the engine, numpy in a verifier."""
     import shutil
 
-    for package in ("framework", "verifiers", "proposers", "experiments"):
+    for package in FOLDERS:
         shutil.copytree(ROOT / package, tmp_path / "src" / package,
                         ignore=shutil.ignore_patterns("__pycache__", "*.safetensors", "*.pt", "*.json*"))
-    engine = tmp_path / "src" / "framework" / "engine.py"
+    engine = tmp_path / "src" / "engine" / "loop.py"
     engine.write_text("import transformers\n" + engine.read_text())
     rules = tmp_path / "src" / "verifiers" / "rules.py"
     rules.write_text(rules.read_text() + "\n\ndef late():\n    import numpy\n    return numpy\n")
     done = lint_imports(tmp_path / "src", import_linter_contracts(), tmp_path)
     assert done.returncode != 0
-    assert ("framework.engine -> transformers" in done.stdout
+    assert ("engine.loop -> transformers" in done.stdout
             and "verifiers.rules -> numpy" in done.stdout), done.stdout[-3000:]
 
 
@@ -226,19 +250,19 @@ def test_no_entry_point_imports_another():
 
 def test_the_check_catches_an_upward_and_a_hidden_import(tmp_path):
     for package, text in {
-        "framework/core/bad.py": "from framework.engine import generate\n",
+        "framework/core/bad.py": "from engine.loop import generate\n",
         "verifiers/bad.py": "def f():\n    from verifiers.rules import PointRule\n",
-        "proposers/bad.py": "import framework.engine\n",
+        "proposers/bad.py": "import engine.loop\n",
         "framework/stray.py": "",
-        "experiments/ok.py": "from framework.harness.exact import exact_law\n",
+        "experiments/ok.py": "from harness.exact import exact_law\n",
     }.items():
         (tmp_path / package).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / package).write_text(text)
     found = violations(tmp_path)
     assert len(found) == 4, found
-    assert any("core imports framework.engine" in line for line in found)
+    assert any("core imports engine.loop" in line for line in found)
     assert any("inside a function" in line for line in found)
-    assert any("proposers imports framework.engine" in line for line in found)
+    assert any("proposers imports engine.loop" in line for line in found)
     assert any("stray.py: belongs to no layer" in line for line in found)
     (tmp_path / "experiments" / "one.py").write_text("if __name__ == '__main__':\n    pass\n")
     (tmp_path / "experiments" / "two.py").write_text("from experiments.one import x\n"

@@ -1,6 +1,6 @@
 """The harness through a peer engine's outputs: each vLLM row samples the first `depth` tokens after the check prompt
 N times (one request each, vLLM's own coins), and a G-test sets the counts against the target's teacher-forced law
-(framework.harness.real: transformers' own forwards and processors, nothing of vLLM's or of our loop).
+(harness.real: transformers' own forwards and processors, nothing of vLLM's or of our loop).
 
     python -m experiments.peers.law                                   # every row of experiment.vllm, N = 4,000
     python -m experiments.peers.law 'rows=[vllm_speculum_pld]' samples=20000
@@ -20,10 +20,10 @@ from experiments.common import write_json
 from experiments.peers.engine import PeerEngine
 from experiments.peers.rows import PEER, proposer_env, speculative_config, target_folder
 from framework.core.sampling import SamplingConfig
-from framework.harness.real import lump, teacher_forced_law
-from framework.harness.stats import g_test
 from framework.lm.text import encode_prompt, tokenizer_of
 from framework.zoo.checkpoints import load_causal_lm
+from harness.real import lump, teacher_forced_law
+from harness.stats import g_test
 
 RUN_ON = 6  # tokens decoded past `depth`: an engine drafts no further than its budget, so a request stopped at depth
             # would see few drafts; the first `depth` tokens are counted (their law does not depend on what follows)

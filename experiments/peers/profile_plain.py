@@ -21,11 +21,11 @@ import torch
 from omegaconf import DictConfig
 from torch.profiler import ProfilerActivity, profile
 
+from engine.loop import generate
 from experiments.common import torch_threads, write_json
 from experiments.peers.engine import PeerEngine, PeerMissing
 from experiments.peers.rows import PEER, target_folder
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
 from framework.lm.target import HFTarget
 from framework.lm.text import encode_prompt, tokenizer_of
 from framework.zoo.checkpoints import load_causal_lm

@@ -2,7 +2,7 @@
 
 A run is its start (the prompt's prefill, the proposer's own) and its steps; a step costs its drafting (by the
 levels it drafted), its verification forward (by rows, context and tree nodes), its target laws and
-verification (by nodes) and the rest (commits, state). The trace says what each step was (framework/engine.py's
+verification (by nodes) and the rest (commits, state). The trace says what each step was (engine/loop.py's
 StepStats, read by `step_records`); the profile says what each part costs on a device
 (framework/control/device_profile.py). The same trace on another profile is that run projected onto that device:
 the acceptance is the method's and the target's, the seconds the device's.

@@ -1,7 +1,7 @@
 """The target role: what the loop asks of the model it speculates for (docs/design.md section 5).
 
 `framework.lm.target.HFTarget` is the one implementation (any Hugging Face causal LM); an engine or
-a test may bring its own. The loop (framework.engine) knows a target only through this Protocol.
+a test may bring its own. The loop (engine.loop) knows a target only through this Protocol.
 """
 
 from __future__ import annotations

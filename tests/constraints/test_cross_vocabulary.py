@@ -4,18 +4,18 @@ loop on the toy second tokenizer at any temperature and kind, the map's spelling
 import pytest
 import torch
 
+from engine.loop import generate
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
-from framework.harness.loop_mutants import CLEAN_AT_MOST, TOY, LoopCase
-from framework.harness.toy_vocabularies import (
+from framework.lm.models import tiny_random_model
+from framework.lm.target import HFTarget
+from harness.loop_mutants import CLEAN_AT_MOST, TOY, LoopCase
+from harness.toy_vocabularies import (
     DRAFT_SPELLINGS,
     TARGET_SPELLINGS,
     longest_match,
     toy_vocabulary,
     toy_vocabulary_back,
 )
-from framework.lm.models import tiny_random_model
-from framework.lm.target import HFTarget
 from proposers import CrossVocabularyProposer, StringMatchProposer, VocabularyMap
 
 

@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from framework.core.sampling import SamplingConfig
-from framework.harness.exact import compare
-from framework.harness.loop_mutants import CLEAN_AT_MOST, TOY, LoopCase
-from framework.harness.real import exact_loop_law, teacher_forced_law
-from framework.harness.toy_grammar import A_THEN_B, PAIRS
 from framework.lm.models import tiny_random_model
+from harness.exact import compare
+from harness.loop_mutants import CLEAN_AT_MOST, TOY, LoopCase
+from harness.real import exact_loop_law, teacher_forced_law
+from harness.toy_grammar import A_THEN_B, PAIRS
 from proposers import DraftModelProposer, GrammarProposer, MixProposer
 
 T1, T07K2, GREEDY = SamplingConfig(), SamplingConfig(temperature=0.7, top_k=2), SamplingConfig(temperature=0)

@@ -10,9 +10,9 @@ from framework.constraints.grammar import Grammar, GrammarConstraint, bits_to_ma
 from framework.core.constraint import forbidden_nodes, prune_forbidden, root_mask
 from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
-from framework.harness.toy_grammar import PAIRS
 from framework.zoo.checkpoints import find_folder
 from framework.zoo.tokenizer import load_tokenizer
+from harness.toy_grammar import PAIRS
 
 
 def reference_masks(tokens: torch.Tensor, shape: TreeShape, emitted: list[tuple[int, ...]]) -> torch.Tensor:

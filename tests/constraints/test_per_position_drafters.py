@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from framework.core.sampling import SamplingConfig
-from framework.harness.loop_mutants import CLEAN_AT_MOST, LoopCase
-from framework.harness.toy_grammar import PAIRS, PAIRS_EBNF
+from harness.loop_mutants import CLEAN_AT_MOST, LoopCase
+from harness.toy_grammar import PAIRS, PAIRS_EBNF
 from proposers import MedusaProposer, VocabularyMap
 from proposers.eagle.head import random_head
 from proposers.eagle.parallel import ParallelEagleProposer

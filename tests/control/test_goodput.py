@@ -5,13 +5,13 @@ import json
 import pytest
 import torch
 
+from engine.loop import StepStats
 from framework.control.calibration import Calibration
 from framework.control.costs import CostTable, StepCosts, measured_costs
 from framework.control.estimates import LevelAcceptance, LineFit
 from framework.control.goodput import GoodputPolicy
 from framework.core.policy import Plan
 from framework.core.tree import CandidateTree
-from framework.engine import StepStats
 from verifiers import Verification
 
 COSTS = {0: 1.0, 1: 1.05, 2: 1.1, 4: 1.2, 8: 1.4, 16: 1.8, 32: 2.6, 64: 4.2}  # a forward by nodes, in plain forwards

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.loop import generate
 from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
-from framework.engine import generate
 from framework.lm.chat_models import pair_tokenizer
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget

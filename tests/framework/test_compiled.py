@@ -5,8 +5,8 @@ import warnings
 import pytest
 import torch
 
+from engine.loop import generate
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
 from proposers import DraftModelProposer

@@ -8,8 +8,8 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
+from engine.loop import generate
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
 from framework.lm.target import HFTarget
 
 CONF = Path(__file__).resolve().parents[2] / "conf"

@@ -5,13 +5,13 @@ transformers' own processors on a plain forward of each prefix."""
 import pytest
 import torch
 
+from engine.loop import generate
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
-from framework.harness.loop_mutants import TOY
-from framework.harness.reference import reference_law
-from framework.harness.toy_grammar import PAIRS
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
+from harness.loop_mutants import TOY
+from harness.reference import reference_law
+from harness.toy_grammar import PAIRS
 from proposers import DraftModelProposer
 
 SAMPLED = SamplingConfig(temperature=0.9, repetition_penalty=1.2, logit_bias={1: 1.0})

@@ -11,10 +11,10 @@ from framework.core.sampling import SamplingConfig
 from framework.core.side_rows import SideRows
 from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
-from framework.harness.ragged import TakingTurns, check_ragged_law
 from framework.lm.models import tiny_random_model
 from framework.lm.packing import Packing
 from framework.lm.target import HFTarget
+from harness.ragged import TakingTurns, check_ragged_law
 from proposers import DraftModelProposer
 from tests.framework.test_ragged_prompts import STACKS
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.loop import generate
+from engine.scheduler import Request, Scheduler
 from framework.core.prompts import ragged_batch
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
-from framework.harness.ragged import check_ragged_law
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
-from framework.scheduler import Request, Scheduler
+from harness.ragged import check_ragged_law
 from proposers import DraftModelProposer
 
 GREEDY = SamplingConfig(temperature=0)

@@ -10,9 +10,9 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
+from engine.loop import generate
 from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
-from framework.engine import generate
 from framework.lm.target import HFTarget
 from tests.framework.test_architectures import load, parts_of
 

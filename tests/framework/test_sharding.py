@@ -11,10 +11,10 @@ from hydra import compose
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from engine.loop import generate
 from experiments.common import hydra_conf, write_json
 from framework.core.sampling import SamplingConfig
 from framework.core.tree_mask import TreeMask
-from framework.engine import generate
 from framework.lm import sharding
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget

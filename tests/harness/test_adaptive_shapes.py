@@ -5,8 +5,8 @@ import warnings
 
 import pytest
 
-from framework.harness.adaptive import adaptive_tv, confidence_cut, stop_token
-from framework.harness.oracle import ToyLaws
+from harness.adaptive import adaptive_tv, confidence_cut, stop_token
+from harness.oracle import ToyLaws
 from verifiers import LOSSLESS
 from verifiers.block import BlockVerifier
 from verifiers.multidraft import multidraft_verifier
@@ -14,7 +14,7 @@ from verifiers.traversal import TraversalVerifier
 
 RULES = {"token": LOSSLESS, "block": BlockVerifier(), "traversal": TraversalVerifier(),
          "multidraft": multidraft_verifier()}
-SHAPES = {  # name -> (how the shape grows, the kind of children, tier: framework.harness.cases.TIERS)
+SHAPES = {  # name -> (how the shape grows, the kind of children, tier: harness.cases.TIERS)
     "chain-confidence-cut": (confidence_cut(0.5, 3), "iid", "core"),
     "chain-stop-token": (stop_token(0, 3), "iid", "core"),
     "tree-stop-token/iid": (stop_token(0, 2, branching=2), "iid", "slow"),  # seconds each; the wor tree is a fraction

@@ -7,10 +7,10 @@ import torch
 
 from framework.core.sampling import process_logits
 from framework.core.tree_shape import TreeShape
-from framework.harness.cases import MEDUSA_CHOICES
-from framework.harness.enumerate import enumerate_law
-from framework.harness.exact import ExactCase, Pipeline, propose, step_tokens
-from framework.harness.toy import ToyLM
+from harness.cases import MEDUSA_CHOICES
+from harness.enumerate import enumerate_law
+from harness.exact import ExactCase, Pipeline, propose, step_tokens
+from harness.toy import ToyLM
 
 
 def expected_tokens_per_step(case: ExactCase) -> float:

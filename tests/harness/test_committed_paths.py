@@ -2,14 +2,14 @@
 through the real loop, so a step that accepted nodes mid-sequence is followed by steps that read its commit.
 
 At D = 3 (the prefill's token counted) no commit after an accepted node can reach the law: a wrong path
-passed every test of block and traversal (framework/harness/loop_mutants.py plants one per rule, caught
-here at D = 5). The reference is transformers' own (framework/harness/reference.py). The default run takes
+passed every test of block and traversal (harness/loop_mutants.py plants one per rule, caught
+here at D = 5). The reference is transformers' own (harness/reference.py). The default run takes
 one case per rule and kind of children that is cheap; -m slow runs every rule on every kind.
 """
 
 import pytest
 
-from framework.harness.loop_mutants import LoopCase
+from harness.loop_mutants import LoopCase
 from verifiers import LOSSLESS
 from verifiers.block import BlockVerifier
 from verifiers.multidraft import multidraft_verifier

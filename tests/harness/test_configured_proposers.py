@@ -15,8 +15,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from framework.core.sampling import SamplingConfig
-from framework.harness.loop_mutants import LoopCase, ReportsRawQ
-from framework.harness.mutants import WorWithoutQUpdate
+from harness.loop_mutants import LoopCase, ReportsRawQ
+from harness.mutants import WorWithoutQUpdate
 from verifiers import LOSSLESS_RULES, TreeVerifier
 
 CONF = Path(__file__).resolve().parents[2] / "conf"

@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from framework.harness.enumerate import ZERO_ATOM, enumerate_law
+from harness.enumerate import ZERO_ATOM, enumerate_law
 
 
 def test_categorical_law_is_exact():

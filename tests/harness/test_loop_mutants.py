@@ -3,7 +3,7 @@ are caught through the real loop, against transformers' own reference; the clean
 
 import pytest
 
-from framework.harness.loop_mutants import CAUGHT_ABOVE, CLEAN_AT_MOST, loop_mutants
+from harness.loop_mutants import CAUGHT_ABOVE, CLEAN_AT_MOST, loop_mutants
 
 
 @pytest.mark.parametrize("mutant", loop_mutants(), ids=lambda m: m.name)

@@ -6,9 +6,9 @@ searches the whole matrix, as `python -m experiments.mutants` does.
 
 import pytest
 
-from framework.harness.cases import exact_cases
-from framework.harness.mutants import mutants
-from framework.harness.report import run_case, run_mutant
+from harness.cases import exact_cases
+from harness.mutants import mutants
+from harness.report import run_case, run_mutant
 
 CASES = exact_cases()
 BY_NAME = {case.name: case for case in CASES}

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from framework.harness.oracle import ToyLaws, best_acceptance, draw_mass, rule_acceptance
+from harness.oracle import ToyLaws, best_acceptance, draw_mass, rule_acceptance
 from verifiers import LOSSLESS, typical_verifier
 from verifiers.block import BlockVerifier
 from verifiers.traversal import TraversalVerifier

@@ -1,11 +1,11 @@
 """The goodput policy through the real loop: the exact law of what it emits is the target's, while its
 plans and trims change with what each world has drawn. (A policy that prunes drawn children by their own
-value is caught: framework/harness/loop_mutants.py, "policy-prunes-drawn-children".)"""
+value is caught: harness/loop_mutants.py, "policy-prunes-drawn-children".)"""
 
 from framework.control.goodput import GoodputPolicy
 from framework.core.sampling import SamplingConfig
-from framework.harness.loop_mutants import POLICY_COSTS as COSTS
-from framework.harness.loop_mutants import LoopCase
+from harness.loop_mutants import POLICY_COSTS as COSTS
+from harness.loop_mutants import LoopCase
 
 
 class Recording(GoodputPolicy):

@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from framework.core.sampling import SamplingConfig
-from framework.harness.exact import compare
-from framework.harness.real import exact_loop_law, statistical_check, teacher_forced_law
-from framework.harness.stats import sample_size_for_law
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
+from harness.exact import compare
+from harness.real import exact_loop_law, statistical_check, teacher_forced_law
+from harness.stats import sample_size_for_law
 from proposers import DraftModelProposer
 from verifiers import typical_verifier
 
@@ -55,7 +55,7 @@ def test_exact_law_with_adaptive_depth():
 
 def test_confidence_stop_cuts_some_trees():
     """The exact case above covers cut and uncut trees: sizes 1 to 3 all occur."""
-    from framework.engine import generate
+    from engine.loop import generate
 
     sizes = set()
 

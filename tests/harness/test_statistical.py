@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from framework.core.tree import CandidateTree
-from framework.harness.stats import cells, detectable_tv, g_test, power, sample_size_for_law, sample_size_for_tv
+from harness.stats import cells, detectable_tv, g_test, power, sample_size_for_law, sample_size_for_tv
 from verifiers import typical_verifier, verify
 
 P = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)

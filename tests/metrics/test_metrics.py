@@ -20,8 +20,8 @@ from dataclasses import replace
 import pytest
 import torch
 
+from engine.loop import generate
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
 from framework.metrics.acceptance import acceptance_summary, consistency

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.loop import generate
 from experiments.peers.arctic_suffix import ArcticSuffixProposer, leaf_paths
 from experiments.peers.engine import PeerMissing, PeerWorker, peer_python
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
 

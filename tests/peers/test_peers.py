@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import torch
 
+from engine.loop import generate
 from experiments.compare import grid_of
 from experiments.peers.engine import PeerEngine, PeerMissing, answer_of, peer_python
 from experiments.peers.report import engines_side_by_side
 from experiments.peers.rows import peer_sampling
 from experiments.peers.vllm_proposer import SETTINGS, PromptLookup
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
 from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import load_causal_lm, resolve_checkpoint
 from tests.test_compare import load

@@ -7,13 +7,13 @@ import pytest
 import torch
 from eagle_recording import Recording
 
+from engine.loop import Decoder, generate
 from framework.core.proposer import DecodeState
 from framework.core.randomness import TorchSource
 from framework.core.sampling import SamplingConfig
-from framework.engine import Decoder, generate
-from framework.harness.real import greedy_identity
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
+from harness.real import greedy_identity
 from proposers import EagleProposer, MtpProposer
 from proposers.eagle.head import EagleHead, random_head
 from proposers.eagle.proposer import HeadReader

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from framework.harness.real import greedy_identity
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
+from harness.real import greedy_identity
 from proposers import MtpProposer
 from proposers.mtp.head import MtpHead, random_mtp, tiny_mtp
 from proposers.mtp.layouts import read_mtp, write_speculators
@@ -96,8 +96,8 @@ def test_bad_settings_are_named():
 def test_the_zoo_module_decodes_the_zoo_target_as_plain_greedy_does():
     """The committed module (experiments/zoo/mtp, speculators MTP layout) on the zoo target: its searched tree
     (`auto`) and a chain, greedy-identical to plain decoding, and drafting tokens the target accepts."""
+    from engine.loop import generate
     from framework.core.sampling import SamplingConfig
-    from framework.engine import generate
     from framework.zoo.checkpoints import load_causal_lm
 
     target = load_causal_lm("target", dtype="float32")

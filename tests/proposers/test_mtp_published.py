@@ -12,10 +12,10 @@ from transformers import AutoModelForCausalLM
 from transformers.cache_utils import MtpCache
 from transformers.modeling_layers import MtpModel
 
+from engine.loop import generate
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
-from framework.harness.real import greedy_identity
 from framework.lm.target import HFTarget
+from harness.real import greedy_identity
 from proposers import MtpProposer
 from proposers.mtp.layouts import read_mtp
 from tests.proposers.mtp_layouts import deepseek_folder, mimo_folder, qwen3_next_style_folder, transformers_mtp_model

@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.loop import generate
 from framework.core.proposer import DecodeState
 from framework.core.randomness import TorchSource
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
-from framework.harness.exact import compare
-from framework.harness.real import exact_loop_law, greedy_identity, teacher_forced_law
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
+from harness.exact import compare
+from harness.real import exact_loop_law, greedy_identity, teacher_forced_law
 from proposers.eagle.head import random_head
 from proposers.eagle.parallel import ParallelEagleProposer
 from proposers.parallel.dflash import DFlashDrafter, random_dflash

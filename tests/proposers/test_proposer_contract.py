@@ -24,14 +24,14 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
+from engine.loop import generate
+from engine.scheduler import Request, Scheduler
 from experiments.check import check_exact, check_greedy, check_ragged
 from framework.control.goodput import GoodputPolicy
 from framework.core.policy import FixedPolicy, Plan
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
-from framework.harness.ragged import TakingTurns
 from framework.lm.target import HFTarget
-from framework.scheduler import Request, Scheduler
+from harness.ragged import TakingTurns
 from tests.composed import LEVEL_DRAFTERS, composed
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -242,7 +242,7 @@ def plain_alone(model) -> list[list[int]]:
     pytest.param(p, policy, marks=() if policy is None or p in RAGGED_DEFAULT | {"draft"} else pytest.mark.slow)
     for p in PROPOSERS if p != "none" for policy in (None, Scripted)])
 def test_requests_admitted_as_others_end_decode_as_alone(proposer, policy):
-    """Greedy, continuous batching (framework/scheduler.py): five requests, two at a time, each admitted (prefilled
+    """Greedy, continuous batching (engine/scheduler.py): five requests, two at a time, each admitted (prefilled
     apart with a fresh proposer, then joined) when another ends; with plain steps between drafting ones (Scripted),
     joins find waiting state (feature backlogs, deferred tokens). Each request emits what it emits alone."""
     cfg = load(f"proposer={proposer}", "target.dtype=float64", config_name="config")

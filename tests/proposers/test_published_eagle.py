@@ -9,13 +9,13 @@ import torch
 from eagle_recording import Recording
 from published_fixtures import eagle1_folder, eagle1_reference, eagle3_folder, eagle3_reference, load_state
 
+from engine.loop import Decoder, generate
 from framework.core.randomness import TorchSource
 from framework.core.sampling import SamplingConfig
-from framework.engine import Decoder, generate
-from framework.harness.exact import compare
-from framework.harness.real import exact_loop_law, greedy_identity, teacher_forced_law
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
+from harness.exact import compare
+from harness.real import exact_loop_law, greedy_identity, teacher_forced_law
 from proposers import EagleProposer, load_head
 from proposers.eagle.head import Eagle1Head, Eagle3Head
 

@@ -8,9 +8,9 @@ import torch
 from published_fixtures import eagle3_folder, eagle3_reference, load_state
 from safetensors.torch import load_file, save_file
 
-from framework.harness.real import greedy_identity
 from framework.lm.models import tiny_random_model
 from framework.zoo.checkpoints import EMBEDDED, load_causal_lm
+from harness.real import greedy_identity
 from proposers import EagleProposer, load_head
 from proposers.eagle.head import random_head
 

@@ -9,12 +9,12 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from engine.loop import generate
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
-from framework.harness.real import greedy_identity
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import load_causal_lm
+from harness.real import greedy_identity
 from proposers import MedusaProposer, load_head
 
 TARGET = tiny_random_model("llama", seed=3, dtype="float32", init_std=0.3)  # H 32, V 64

@@ -9,16 +9,16 @@ import pytest
 import torch
 import transformers
 
+from engine.loop import generate
 from framework.core.path_tree import node_paths
 from framework.core.proposer import DecodeState
 from framework.core.randomness import TorchSource
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
-from framework.harness.exact import compare
-from framework.harness.real import exact_loop_law, greedy_identity, teacher_forced_law
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
 from framework.zoo.tokenizer import train_tokenizer
+from harness.exact import compare
+from harness.real import exact_loop_law, greedy_identity, teacher_forced_law
 from proposers import RestProposer
 from proposers.rest import datastore as rest_datastore
 from proposers.rest.datastore import SEPARATOR, Datastore, DatastoreSource, build_datastore

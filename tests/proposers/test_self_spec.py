@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engine.loop import generate
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
-from framework.harness.exact import compare
-from framework.harness.real import exact_loop_law, greedy_identity, teacher_forced_law
 from framework.lm.layer_view import layer_subset
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
+from harness.exact import compare
+from harness.real import exact_loop_law, greedy_identity, teacher_forced_law
 from proposers import EarlyExitProposer, LayerSkipProposer
 from proposers.self_spec import proposer as self_spec
 from proposers.self_spec.choose import Calibration, best_exit, best_skip_set, expected_tokens

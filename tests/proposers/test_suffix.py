@@ -10,12 +10,12 @@ from collections import Counter
 import pytest
 import torch
 
+from engine.loop import generate
 from framework.core.policy import AtDepth
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
-from framework.harness.real import greedy_identity
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
+from harness.real import greedy_identity
 from proposers import SuffixCache, SuffixProposer
 from proposers.suffix.trie import SuffixTrie
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from engine.loop import generate
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
 from proposers.eagle.head import random_head

@@ -46,8 +46,8 @@ def test_eagle3_heads_for_a_chat_target(chat_target, chat_files, tmp_path):
 def test_mtp_module_for_a_chat_target(chat_target, chat_files, tmp_path):
     """Trained through the EAGLE pipeline, written in the speculators MTP layout with its searched settings beside
     it, read back as `auto` and decoding exactly what plain greedy does."""
-    from framework.harness.real import greedy_identity
     from framework.zoo.checkpoints import load_causal_lm
+    from harness.real import greedy_identity
     from proposers import MtpProposer
     from proposers.mtp.layouts import read_mtp
 
@@ -93,8 +93,8 @@ def test_dflash_drafter_for_a_chat_target(chat_target, chat_files, tmp_path):
     """Trained through experiments/train_parallel.py, exported in z-lab's layout, decoding exactly what plain greedy
     does."""
     from experiments import train_parallel
-    from framework.harness.real import greedy_identity
     from framework.zoo.checkpoints import load_causal_lm
+    from harness.real import greedy_identity
     from proposers import DFlashProposer, load_head
     from proposers.common.position_tree import load_choices
 
@@ -135,8 +135,8 @@ def test_a_layerskip_fine_tune_of_a_chat_target(chat_target, chat_files, tmp_pat
     """experiment=zoo_layerskip: the target fine-tuned from its own weights, exported with its tokenizer, the cost
     (next-token loss) and the exits' agreement measured before and after; early_exit decodes plain greedy on it."""
     from experiments import train_layerskip
-    from framework.harness.real import greedy_identity
     from framework.zoo.checkpoints import load_causal_lm
+    from harness.real import greedy_identity
     from proposers import EarlyExitProposer
 
     cfg = configured("zoo_layerskip", chat_target, chat_files, tmp_path, "experiment.objective.exits=[1,2]",

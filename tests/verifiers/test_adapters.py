@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from framework.core.sampling import SamplingConfig, process_logits
-from framework.harness.stats import g_test
+from harness.stats import g_test
 from verifiers.adapters import flat_trees, ragged_chains
 
 V = 6

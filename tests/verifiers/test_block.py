@@ -8,7 +8,7 @@ import torch
 
 from framework.core.randomness import TorchSource
 from framework.core.tree import CandidateTree
-from framework.harness.enumerate import enumerate_law
+from harness.enumerate import enumerate_law
 from verifiers import LOSSLESS, verify
 from verifiers.block import BlockVerifier
 

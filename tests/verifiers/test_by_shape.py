@@ -8,7 +8,7 @@ import torch
 import verifiers.by_shape as by_shape
 from framework.core.randomness import TorchSource
 from framework.core.tree import CandidateTree
-from framework.harness.enumerate import enumerate_law
+from harness.enumerate import enumerate_law
 from verifiers import verify
 from verifiers.adapters import flat_trees, padded_chains, ragged_chains
 from verifiers.block import BlockVerifier

@@ -7,7 +7,7 @@ import torch
 
 from framework.core.randomness import ReplaySource
 from framework.core.tree import CandidateTree
-from framework.harness.oracle import ToyLaws, best_acceptance, rule_acceptance
+from harness.oracle import ToyLaws, best_acceptance, rule_acceptance
 from verifiers import LOSSLESS, verify
 from verifiers.multidraft import _accepted_mass, _needed, multidraft_verifier, sequential_scale
 
@@ -43,7 +43,7 @@ def test_more_than_the_token_rule_among_siblings_and_within_the_bound(parents, s
 @pytest.mark.parametrize("k", [2, 3])
 def test_the_first_token_follows_p_exactly_among_k_siblings(k):
     """One node, k i.i.d. children, V = 4: every draft and coin enumerated, the emitted token's law is p."""
-    from framework.harness.enumerate import enumerate_law
+    from harness.enumerate import enumerate_law
 
     g = torch.Generator().manual_seed(k)
     p, q = (torch.softmax(torch.randn(4, generator=g, dtype=torch.float64) * 2, 0) for _ in range(2))

@@ -5,7 +5,7 @@ import math
 import torch
 
 from framework.core.tree import CandidateTree
-from framework.harness.enumerate import enumerate_law
+from harness.enumerate import enumerate_law
 from verifiers import LOSSLESS, typical_verifier, verify
 
 P = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)

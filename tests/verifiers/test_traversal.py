@@ -6,7 +6,7 @@ import torch
 
 from framework.core.randomness import ReplaySource
 from framework.core.tree import CandidateTree
-from framework.harness.oracle import ToyLaws, best_acceptance, rule_acceptance
+from harness.oracle import ToyLaws, best_acceptance, rule_acceptance
 from verifiers import LOSSLESS, verify
 from verifiers.block import BlockVerifier
 from verifiers.traversal import TraversalVerifier

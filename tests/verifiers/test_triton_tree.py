@@ -8,8 +8,8 @@ import torch
 from framework.core.ragged_tree import RaggedTrees
 from framework.core.randomness import ReplaySource
 from framework.core.tree import CandidateTree
-from framework.harness.cases import exact_cases
-from framework.harness.exact import Pipeline, check_case
+from harness.cases import exact_cases
+from harness.exact import Pipeline, check_case
 from verifiers import LOSSLESS, verify
 from verifiers.triton_rules import triton_tree_verifier
 

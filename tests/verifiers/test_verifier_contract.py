@@ -7,7 +7,7 @@ CASES_TAKEN says otherwise; a rule that says it is lossy is shown failing instea
 Which cases a rule takes: block verification and the Triton chain path judge chains (the chain path
 point and i.i.d. ones), traversal and the Triton tree path any tree with nodes, multi-draft the trees of
 i.i.d. children (elsewhere it is the token rule, proven by the token rule's row). Which run takes a
-case: its `tier` (framework.harness.cases.TIERS) up to the rule's `default_tier`; -m slow takes the rest.
+case: its `tier` (harness.cases.TIERS) up to the rule's `default_tier`; -m slow takes the rest.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from framework.harness.cases import TIERS, exact_cases
-from framework.harness.exact import ExactCase, Pipeline, check_case
-from framework.harness.mutants import mutants
+from harness.cases import TIERS, exact_cases
+from harness.exact import ExactCase, Pipeline, check_case
+from harness.mutants import mutants
 from verifiers.triton_chain import TritonChainVerifier
 from verifiers.triton_rules import triton_tree_verifier
 
@@ -92,7 +92,7 @@ def test_every_rule_has_a_default_spread_that_can_fail():
     siblings = [c for c in CASES if multidraft.takes(c) and runs_by_default(multidraft, c)
                 and int((c.shape.children >= 0).sum(1).max()) >= 2 and c.target is not c.draft]
     assert siblings  # where k-sequential selection differs from the token rule
-    for rule in RULES[1:]:  # a rule's planted bugs (framework/harness/mutants.py): their witnesses run by default
+    for rule in RULES[1:]:  # a rule's planted bugs (harness/mutants.py): their witnesses run by default
         witnesses = {m.witness for m in mutants() if m.name.startswith(rule.name)}
         if not witnesses:
             continue

@@ -5,8 +5,8 @@ from pathlib import Path
 import torch
 import transformers
 
+from engine.loop import generate
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
 from framework.lm.target import HFTarget
 from proposers import DraftModelProposer
 

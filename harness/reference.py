@@ -7,7 +7,7 @@ transformers' own SDPA attention (its eager one computes the softmax in float32,
 and the law from transformers' own logits processors, in the order its
 `generate` applies them (sequence bias for logit_bias, repetition penalty, the prefix constraint for a grammar,
 temperature, top-k, top-p, min-p; greedy: the first argmax). A grammar's reference is a rule written by hand
-(framework/harness/toy_grammar.py), never the grammar engine the loop runs.
+(harness/toy_grammar.py), never the grammar engine the loop runs.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import torch
 
 from framework.core.tree import CandidateTree
 from framework.core.tree_shape import depths
-from framework.harness.enumerate import enumerate_law
+from harness.enumerate import enumerate_law
 from verifiers import verify
 
 

@@ -5,12 +5,12 @@ import copy
 import pytest
 import torch
 
+from engine.loop import Decoder, generate
 from framework.core.randomness import TorchSource
 from framework.core.sampling import SamplingConfig
-from framework.engine import Decoder, generate
-from framework.harness.real import greedy_identity
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
+from harness.real import greedy_identity
 from proposers import DraftModelProposer
 
 ARCHS = ["llama", "qwen2", "mistral", "gpt2"]
@@ -164,7 +164,7 @@ def test_nan_logits_are_named():
 
 
 def test_hidden_state_follows_the_accepted_path():
-    from framework.engine import committed_rows
+    from engine.loop import committed_rows
 
     per_row = torch.arange(2 * 5).reshape(2, 5, 1)  # [B, N+1, 1]: row r holds its index
     path = torch.tensor([[1, 3], [-1, -1]])  # row 0 accepted nodes 1 then 3; row 1 none
@@ -176,8 +176,8 @@ def test_hidden_state_follows_the_accepted_path():
 def test_proposer_sees_the_hidden_states_of_every_committed_position():
     """Prefill hands over every prompt position; each step the root and the accepted nodes, in
     order, as a plain forward over the committed sequence computes them."""
+    from engine.loop import Decoder
     from framework.core.randomness import TorchSource
-    from framework.engine import Decoder
 
     target = tiny_random_model("llama", seed=3, dtype="float64", init_std=0.3)
     proposer = DraftModelProposer(near_copy(target), depth=3)

@@ -1,6 +1,6 @@
 """Toy grammars for the exact harness: one language given twice, as a regex the loop's grammar engine compiles
 (framework/constraints/grammar.py) and as a deterministic automaton written by hand for the reference
-(framework/harness/reference.py), so that the reference shares no code with what it checks.
+(harness/reference.py), so that the reference shares no code with what it checks.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from typing import Callable
 import torch
 
 from framework.core.tree import CandidateTree
-from framework.harness.enumerate import enumerate_law
-from framework.harness.oracle import ToyLaws, prefix_law
+from harness.enumerate import enumerate_law
+from harness.oracle import ToyLaws, prefix_law
 from verifiers import verify
 
 Expand = Callable[[tuple[int, ...], ToyLaws], int]  # (a node's path, the laws) -> children to draw under it

@@ -11,15 +11,15 @@ from typing import Callable, Sequence
 
 import torch
 
+from engine.loop import Decoder
+from engine.scheduler import Request, Scheduler
 from framework.core.policy import FixedPolicy, Plan
 from framework.core.prompts import ragged_batch
 from framework.core.sampling import SamplingConfig
-from framework.engine import Decoder
-from framework.harness.enumerate import EnumeratingSource, enumerate_law
-from framework.harness.exact import Comparison, compare
-from framework.harness.real import ProposerFactory, run_first_tokens, teacher_forced_law
 from framework.lm.target import HFTarget
-from framework.scheduler import Request, Scheduler
+from harness.enumerate import EnumeratingSource, enumerate_law
+from harness.exact import Comparison, compare
+from harness.real import ProposerFactory, run_first_tokens, teacher_forced_law
 from verifiers import LOSSLESS, Verifier
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from framework.harness.exact import ExactCase, Pipeline, check_case
-from framework.harness.mutants import Mutant
+from harness.exact import ExactCase, Pipeline, check_case
+from harness.mutants import Mutant
 
 TOLERANCE = 1e-9
 

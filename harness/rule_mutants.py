@@ -1,5 +1,5 @@
 """Bugs planted in the verification rules beyond the token rule (block, traversal, multidraft): each must be
-caught by the exact harness, as the token rule's are (framework/harness/mutants.py lists them)."""
+caught by the exact harness, as the token rule's are (harness/mutants.py lists them)."""
 
 from __future__ import annotations
 

@@ -18,9 +18,9 @@ from framework.core.drafting import draw_children
 from framework.core.sampling import SamplingConfig, process_logits, seen_along_tree, seen_tokens
 from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
-from framework.harness.enumerate import EnumeratingSource, enumerate_law
-from framework.harness.reference import reference_law
-from framework.harness.toy import ToyLM
+from harness.enumerate import EnumeratingSource, enumerate_law
+from harness.reference import reference_law
+from harness.toy import ToyLM
 from verifiers import LOSSLESS, Verifier, verify
 
 Law = dict[tuple[int, ...], float]
@@ -38,7 +38,7 @@ class ExactCase:
     prompt: tuple[int, ...] = (1,)
     depth: int = 3  # D: how many emitted tokens the law covers
     eos_token_id: int | None = None
-    tier: str = "default"  # which test run takes it under a rule (framework.harness.cases.TIERS)
+    tier: str = "default"  # which test run takes it under a rule (harness.cases.TIERS)
 
 
 def reported_as_drawn(logits, cfg, seen, q):
@@ -123,7 +123,7 @@ def speculative_law(case: ExactCase, pipeline: Pipeline = Pipeline()) -> Law:
 
 def target_law(case: ExactCase) -> Law:
     """Exact law of the first D tokens of plain sampling from the target, by transformers' own logits
-    processors (framework/harness/reference.py), not by the framework.core.sampling the loop uses."""
+    processors (harness/reference.py), not by the framework.core.sampling the loop uses."""
     law: Law = {}
 
     def grow(emitted: tuple[int, ...], weight: float) -> None:

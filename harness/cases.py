@@ -12,8 +12,8 @@ from dataclasses import replace
 
 from framework.core.sampling import SamplingConfig
 from framework.core.tree_shape import TreeShape
-from framework.harness.exact import ExactCase
-from framework.harness.toy import ToyLM
+from harness.exact import ExactCase
+from harness.toy import ToyLM
 
 SAMPLINGS = {
     "T1": SamplingConfig(),

@@ -11,8 +11,8 @@ import torch
 
 from framework.core.drafting import draw_children
 from framework.core.sampling import process_logits
-from framework.harness.exact import Pipeline
-from framework.harness.rule_mutants import (
+from harness.exact import Pipeline
+from harness.rule_mutants import (
     BlockKeepWithoutRest,
     BlockReadsQOnPointChains,
     BlockShortestFirst,
@@ -166,7 +166,7 @@ def draw_deduplicated(q, k, kind, rng):
 CLEAN = Pipeline()
 BLOCK, TRAVERSAL, MULTIDRAFT = (Pipeline(verifier=v)
                                 for v in (BlockVerifier(), TraversalVerifier(), multidraft_verifier()))
-# the toy loop's drafting and target law; framework/harness/loop_mutants.py plants their twins in production
+# the toy loop's drafting and target law; harness/loop_mutants.py plants their twins in production
 HARNESS = "harness"
 
 

@@ -3,7 +3,7 @@
 Each mutant plants one realistic mistake in the code users run (the target adapter, the tree attention,
 the sampling law, the draft model's drafting, the decoder's target laws, the path a rule hands to the KV
 commit) and names a witness: a small exact case of the real loop on the vocabulary-3 toy target, whose
-law is compared with the reference of framework/harness/reference.py (transformers' own attention and
+law is compared with the reference of harness/reference.py (transformers' own attention and
 logits processors). The clean code passes the witness (TV <= 1e-9), the planted bug must not (TV > 1e-6).
 `python -m experiments.mutants` runs them after the exact matrix's mutants.
 """
@@ -17,19 +17,19 @@ from dataclasses import dataclass, field, fields, replace
 
 import torch
 
+from engine.loop import Decoder
 from framework.control.goodput import GoodputPolicy
 from framework.core import sampling
 from framework.core.sampling import SamplingConfig
 from framework.core.target import TargetOutput
-from framework.engine import Decoder
-from framework.harness.exact import compare
-from framework.harness.mutants import draw_deduplicated, draw_sorted_by_q, raw_softmax, target_without_temperature
-from framework.harness.real import exact_loop_law, teacher_forced_law
-from framework.harness.toy_grammar import A_THEN_B, PAIRS, ToyGrammar
-from framework.harness.toy_vocabularies import toy_vocabulary
 from framework.lm import tree_attention
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
+from harness.exact import compare
+from harness.mutants import draw_deduplicated, draw_sorted_by_q, raw_softmax, target_without_temperature
+from harness.real import exact_loop_law, teacher_forced_law
+from harness.toy_grammar import A_THEN_B, PAIRS, ToyGrammar
+from harness.toy_vocabularies import toy_vocabulary
 from proposers import CrossVocabularyProposer, DraftModelProposer, LookaheadProposer, MedusaProposer
 from proposers.common import position_tree
 from proposers.common.position_tree import position_law_tree as clean_position_law_tree

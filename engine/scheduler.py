@@ -16,11 +16,11 @@ from typing import Callable, Hashable, Protocol, Sequence
 
 import torch
 
+from engine.loop import Decoder, check_prompt
 from framework.core.policy import FixedPolicy, Policy
 from framework.core.prompts import ragged_batch
 from framework.core.randomness import RandomSource, TorchSource
 from framework.core.sampling import SamplingConfig
-from framework.engine import Decoder, check_prompt
 from framework.lm.target import HFTarget
 from verifiers import LOSSLESS, Verifier
 
@@ -103,7 +103,7 @@ class Scheduler:
         self.live: list[_Live] = []  # in the decoder's row order
         self.finished: list[Finished] = []
         self.steps: list[StepRecord] = []
-        self.engine_steps: list = []  # the decoder's own record of each step (framework.engine.StepStats), in order
+        self.engine_steps: list = []  # the decoder's own record of each step (engine.loop.StepStats), in order
         self.decoder: Decoder | None = None
         self.cancelled: set = set()
         self.start = None

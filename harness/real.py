@@ -18,13 +18,13 @@ from typing import Callable
 
 import torch
 
+from engine.loop import Decoder, generate
 from framework.core.randomness import TorchSource
 from framework.core.sampling import SamplingConfig
-from framework.engine import Decoder, generate
-from framework.harness.enumerate import enumerate_law
-from framework.harness.reference import own_attention_copy, reference_law
-from framework.harness.stats import GTest, g_test
 from framework.lm.target import HFTarget
+from harness.enumerate import enumerate_law
+from harness.reference import own_attention_copy, reference_law
+from harness.stats import GTest, g_test
 from verifiers import LOSSLESS, Verifier
 
 OTHER = ("other",)
@@ -125,7 +125,7 @@ def teacher_forced_law(
 ) -> dict[tuple, float]:
     """The target's law of its first `depth` tokens; prefixes under min_prob go to OTHER.
 
-    Independent of the code under test (framework/harness/reference.py): plain HF forwards of each prefix
+    Independent of the code under test (harness/reference.py): plain HF forwards of each prefix
     on a copy of the model that runs transformers' own (SDPA) attention (the prompt's cache computed once by HF
     and copied per chunk of `chunk` prefixes), the law from transformers' own logits processors; no tree
     attention, no framework.core.sampling, no verifier. allowed_next(emitted tokens) -> the tokens a constraint

@@ -1,4 +1,4 @@
-"""Continuous batching (framework/scheduler.py): arrivals, the concurrency cap, per-request times, cancellation and
+"""Continuous batching (engine/scheduler.py): arrivals, the concurrency cap, per-request times, cancellation and
 bad requests; a planted join bug caught by the scheduled law (every method:
 tests/proposers/test_proposer_contract.py)."""
 
@@ -11,12 +11,12 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from engine.loop import generate
+from engine.scheduler import AllAtOnce, FixedRate, Poisson, Request, Scheduler
 from framework.core.sampling import SamplingConfig
-from framework.engine import generate
-from framework.harness.ragged import check_scheduled_law
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
-from framework.scheduler import AllAtOnce, FixedRate, Poisson, Request, Scheduler
+from harness.ragged import check_scheduled_law
 from proposers import DraftModelProposer
 
 GREEDY = SamplingConfig(temperature=0)
