@@ -4,6 +4,6 @@ Above `verifiers` (it verifies with them) and beside `proposers` (it knows a pro
 names scripts use are re-exported here: `from engine import generate`.
 """
 
-from engine.loop import Decoder, GenerationOutput, generate
+from engine.loop import DecodeOptions, Decoder, GenerationOutput, generate
 
-__all__ = ["Decoder", "GenerationOutput", "generate"]
+__all__ = ["DecodeOptions", "Decoder", "GenerationOutput", "generate"]

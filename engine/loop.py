@@ -18,6 +18,7 @@ from framework.core.prompts import prompt_lengths, ragged_batch
 from framework.core.proposer import DecodeState, Proposer, SideRowProposer
 from framework.core.ragged_tree import RaggedTrees
 from framework.core.randomness import RandomSource, TorchSource
+from framework.core.renamed import renamed
 from framework.core.rows import cat_rows
 from framework.core.sampling import (
     SamplingConfig,
@@ -30,6 +31,20 @@ from framework.core.sampling import (
 from framework.core.target import Target
 from framework.core.tree import CandidateTree
 from verifiers import LOSSLESS, Verification, Verifier, verify
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How the loop decodes besides the sampling law, grouped so that a call names only what it changes."""
+
+    verifier: Verifier = LOSSLESS  # the verification rule (verifiers/): lossless unless a lossy one is named
+    # how much to speculate each step (None: as the proposer is configured; framework.control.goodput.GoodputPolicy
+    # sizes each step to its expected tokens per second)
+    policy: Policy | None = None
+    constraint: Constraint | None = None  # a grammar the output follows (framework.constraints.grammar)
+    eos_token_id: int | None = None  # a row stops after emitting it
+    # None, or n >= 0: keep each emitted token's log-probability and the n most likely alternatives there
+    logprobs: int | None = None
 
 
 @dataclass
@@ -94,6 +109,11 @@ class GenerationOutput:
     logprobs: TokenLogprobs | None = None  # [B, T] (and [B, T, n] alternatives) when generate was asked for them
 
 
+# generate's and Decoder's former keywords, now fields of DecodeOptions: refused by name
+MOVED_TO_OPTIONS = {name: f"options=DecodeOptions({name}=...)"
+                    for name in ("verifier", "policy", "constraint", "eos_token_id", "logprobs")}
+
+
 def _clock(device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # a split of GPU time needs the queue drained
@@ -103,35 +123,27 @@ def _clock(device: torch.device) -> float:
 class Decoder:
     """One decoding session over a target, with or without a proposer."""
 
-    def __init__(
-        self,
-        target: Target,
-        proposer: Proposer | None,
-        sampling: SamplingConfig,
-        rng: RandomSource,
-        eos_token_id: int | None = None,
-        verifier: Verifier = LOSSLESS,
-        policy: Policy | None = None,
-        speculate: torch.Tensor | None = None,
-        constraint: Constraint | None = None,
-        top_logprobs: int | None = None,
-    ):
-        """policy: how much to speculate each step (None: as the proposer is configured, every step).
-        speculate [B] bool: rows that may accept drafts (False: that row decodes plainly, in the same batch).
-        constraint: what may come next (a grammar, framework/core/constraint.py), masked at every tree node.
-        top_logprobs: None, or n >= 0: each emitted token's log-probability and the n most likely
-        alternatives there are kept in `logprobs` after every prefill and step (framework/core/logprobs.py)."""
+    @renamed(**MOVED_TO_OPTIONS, top_logprobs="options=DecodeOptions(logprobs=...)")
+    def __init__(self, target: Target, proposer: Proposer | None, sampling: SamplingConfig, rng: RandomSource,
+                 options: DecodeOptions = DecodeOptions(), speculate: torch.Tensor | None = None):
+        """options: the verifier, policy, constraint, stop token and log-probabilities (DecodeOptions); the
+        constraint is masked at every tree node, the log-probabilities kept in `logprobs` after every prefill and
+        step (framework/core/logprobs.py). speculate [B] bool: rows that may accept drafts (False: that row decodes
+        plainly, in the same batch)."""
+        if not isinstance(options, DecodeOptions):
+            raise TypeError(f"options must be a DecodeOptions, got {type(options).__name__}")
+        top_logprobs = options.logprobs
         if top_logprobs is not None and (isinstance(top_logprobs, bool) or not isinstance(top_logprobs, int)
                                          or top_logprobs < 0):
             raise ValueError(f"top_logprobs must be None or an integer >= 0, got {top_logprobs!r}")
         if top_logprobs is not None and top_logprobs > target.vocab_size:
             raise ValueError(f"top_logprobs={top_logprobs} asks for more alternatives than the vocabulary's "
                              f"{target.vocab_size} tokens")
-        self.target, self.proposer, self.sampling, self.rng = target, proposer, sampling, rng
-        self.eos_token_id, self.verifier = eos_token_id, verifier
-        self.constraint, self.top_logprobs = constraint, top_logprobs
+        self.target, self.proposer, self.sampling, self.rng, self.options = target, proposer, sampling, rng, options
+        self.eos_token_id, self.verifier = options.eos_token_id, options.verifier
+        self.constraint, self.top_logprobs = options.constraint, top_logprobs
         self.logprobs: TokenLogprobs | None = None  # of the tokens the last prefill or step emitted
-        self.policy = policy or FixedPolicy()
+        self.policy = options.policy or FixedPolicy()
         self.speculate = None if speculate is None else speculate_flags(speculate)
         self.stats = GenerationStats()
         self.state: DecodeState | None = None
@@ -382,32 +394,20 @@ def check_prompt(target: Target, input_ids, max_new_tokens: int,
     return input_ids
 
 
-def generate(
-    target: Target,
-    proposer: Proposer | None,
-    input_ids,
-    max_new_tokens: int,
-    sampling: SamplingConfig = SamplingConfig(),
-    seed: int | None = None,
-    eos_token_id: int | None = None,
-    rng: RandomSource | None = None,
-    verifier: Verifier = LOSSLESS,
-    attention_mask: torch.Tensor | None = None,
-    policy: Policy | None = None,
-    speculate=None,
-    constraint: Constraint | None = None,
-    logprobs: int | None = None,
-) -> GenerationOutput:
+@renamed(**MOVED_TO_OPTIONS)
+def generate(target: Target, proposer: Proposer | None, input_ids, max_new_tokens: int,
+             sampling: SamplingConfig = SamplingConfig(), seed: int | None = None, *,
+             options: DecodeOptions = DecodeOptions(), rng: RandomSource | None = None,
+             attention_mask: torch.Tensor | None = None, speculate=None) -> GenerationOutput:
     """Speculative decoding (plain decoding when proposer is None). input_ids: [B, L] prompts, a list of prompts of
-    any lengths, or [B, L] with an attention_mask padded on either side: each row decodes as it would alone. policy: how
-    much to speculate each step (None: as the proposer is configured; framework.control.goodput.GoodputPolicy sizes each
-    step to its expected tokens per second). speculate: one bool per row (False: that request decodes plainly).
-    constraint: a grammar the output follows (framework.constraints.grammar.GrammarConstraint).
-    logprobs: None, or n >= 0: return each token's log-probability and the n most likely alternatives."""
+    any lengths, or [B, L] with an attention_mask padded on either side: each row decodes as it would alone.
+    sampling: the target's law; seed or rng: the coins. options: the verifier, the speculation policy, a grammar,
+    the stop token, log-probabilities (DecodeOptions). speculate: one bool per row (False: that request decodes
+    plainly)."""
     input_ids = check_prompt(target, input_ids, max_new_tokens, attention_mask)
     B = input_ids.shape[0]
-    decoder = Decoder(target, proposer, sampling, rng or TorchSource(seed=seed), eos_token_id, verifier, policy,
-                      speculate, constraint, logprobs)
+    decoder = Decoder(target, proposer, sampling, rng or TorchSource(seed=seed), options, speculate)
+    eos_token_id, logprobs = options.eos_token_id, options.logprobs
     out = torch.full((B, max_new_tokens), -1, dtype=torch.long)
     kept = None if logprobs is None else TokenLogprobs(torch.zeros(B, max_new_tokens, dtype=torch.float64),
                                                        torch.zeros(B, max_new_tokens, logprobs, dtype=torch.long),

@@ -16,7 +16,7 @@ from typing import Callable, Hashable, Protocol, Sequence
 
 import torch
 
-from engine.loop import Decoder, check_prompt
+from engine.loop import DecodeOptions, Decoder, check_prompt
 from framework.core.policy import FixedPolicy, Policy
 from framework.core.prompts import ragged_batch
 from framework.core.randomness import RandomSource, TorchSource
@@ -169,10 +169,10 @@ class Scheduler:
         for request in arrived:
             self.queue.remove(request)
         admitted_s = self.now()
+        options = DecodeOptions(self.verifier, self.policy if self.decoder is None else FixedPolicy(),
+                                self.constraint_factory() if self.constraint_factory else None, self.eos_token_id)
         newcomers = Decoder(self.target_factory(self.model), self.proposer_factory() if self.proposer_factory else None,
-                            self.sampling, self.rng, self.eos_token_id, self.verifier,
-                            self.policy if self.decoder is None else FixedPolicy(),
-                            constraint=self.constraint_factory() if self.constraint_factory else None)
+                            self.sampling, self.rng, options)
         roots = newcomers.prefill(ragged_batch([r.prompt for r in arrived])).cpu()  # checked at submission
         if self.decoder is None:
             self.decoder = newcomers

@@ -23,7 +23,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from engine.loop import generate
+from engine.loop import DecodeOptions, generate
 from experiments.common import option, text_ids, torch_threads
 from framework.core import files
 from framework.core.policy import AtDepth
@@ -37,7 +37,8 @@ def timed(target, make, prompts, cfg: DictConfig, sampling, policy, seed: int) -
     out = {"seconds": 0.0, "steps": 0, **{k: 0.0 for k in PARTS}}
     for prompt in prompts:
         start = time.perf_counter()
-        run = generate(target, make() if make else None, prompt, cfg.max_new_tokens, sampling, seed=seed, policy=policy)
+        run = generate(target, make() if make else None, prompt, cfg.max_new_tokens, sampling, seed=seed,
+                       options=DecodeOptions(policy=policy))
         out["seconds"] += time.perf_counter() - start
         out["steps"] += len(run.stats.steps)
         for step in run.stats.steps:

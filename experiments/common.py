@@ -26,7 +26,7 @@ from hydra.errors import MissingConfigException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from engine.loop import GenerationOutput, generate
+from engine.loop import DecodeOptions, GenerationOutput, generate
 from framework.constraints.grammar import GrammarConstraint
 from framework.core import files
 from framework.core.sampling import SamplingConfig
@@ -111,8 +111,9 @@ def timed_generate(target: HFTarget, proposer, prompt: torch.Tensor, cfg: DictCo
     constraint = constraint if constraint is not None else constraint_of(cfg, target)
     start = time.perf_counter()
     out = generate(target, proposer, prompt, cfg.max_new_tokens if max_new_tokens is None else max_new_tokens,
-                   sampling=sampling, seed=cfg.seed, eos_token_id=stop, verifier=verifier,
-                   policy=shared_clock(policy, target), constraint=constraint, logprobs=cfg.get("logprobs"))
+                   sampling=sampling, seed=cfg.seed,
+                   options=DecodeOptions(eos_token_id=stop, verifier=verifier, policy=shared_clock(policy, target),
+                                         constraint=constraint, logprobs=cfg.get("logprobs")))
     return out, time.perf_counter() - start  # generate returns CPU tokens: device work is done
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from engine.loop import Decoder
+from engine.loop import DecodeOptions, Decoder
 from framework.core import files
 from framework.core.path_tree import node_token_paths
 from framework.core.policy import FixedPolicy, Plan
@@ -117,7 +117,8 @@ def first_tokens(model, factory, prompt: torch.Tensor, sampling, samples: int, b
         if fans is not False:
             proposer = FirstCandidates(factory(), V) if factory is not None else None
             decoder = Decoder(HFTarget(model), proposer, sampling, WatchedSource(seed=round_seed(seed, first_round)),
-                              verifier=fanout, policy=OneLevel() if verifier is LOSSLESS else None)
+                              options=DecodeOptions(verifier=fanout,
+                                                    policy=OneLevel() if verifier is LOSSLESS else None))
             decoder.prefill(prompt[:, :-1], root=prompt[0, -1:])
             decoder.step()
             fans = fanout.fanned
@@ -125,7 +126,8 @@ def first_tokens(model, factory, prompt: torch.Tensor, sampling, samples: int, b
             rows = min(batch, samples - done)
             proposer = FirstCandidates(factory(), V) if factory is not None else None
             decoder = Decoder(shared, proposer, sampling, TorchSource(seed=round_seed(seed, first_round)),
-                              verifier=verifier, policy=OneLevel() if verifier is LOSSLESS else None)
+                              options=DecodeOptions(verifier=verifier,
+                                                    policy=OneLevel() if verifier is LOSSLESS else None))
             decoder.prefill(prompt[:, :-1], copies=rows, root=prompt[0, -1:])
             firsts = decoder.step()[:, 0].cpu()
         else:

@@ -39,7 +39,7 @@ import transformers
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from engine.loop import generate
+from engine.loop import DecodeOptions, generate
 from experiments.common import option, text_ids, torch_threads
 from framework.control.cost_model import step_records
 from framework.control.device_profile import PLAIN, DeviceProfile, interpolate
@@ -94,7 +94,7 @@ def generations(target: HFTarget, factory, samplings: dict, ids: list[int], cfg:
                     proposer = factory() if factory is not None else None
                     start = time.perf_counter()
                     out = generate(target, proposer, prompt, cfg.max_new_tokens, sampling, seed=seed,
-                                   policy=AtDepth(depth))
+                                   options=DecodeOptions(policy=AtDepth(depth)))
                     seconds = time.perf_counter() - start
                     if into is None:
                         continue

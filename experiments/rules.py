@@ -23,7 +23,7 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from engine.loop import generate
+from engine.loop import DecodeOptions, generate
 from experiments.common import option, torch_threads
 from experiments.rules_expected import ExpectedAcceptance
 from framework.core import files
@@ -65,7 +65,7 @@ def measure(cfg: DictConfig, progress: Path | None = None) -> list[dict]:
                 for i, prompt in enumerate(prompts):
                     decoding = measured if verifier_name == exp.verifiers[0] else verifier
                     out = generate(target, make(), prompt, exp.max_new_tokens, sampling, seed=cfg.seed + i,
-                                   verifier=decoding)
+                                   options=DecodeOptions(verifier=decoding))
                     steps += out.stats.summary()["steps"]
                     emitted += int((out.tokens >= 0).sum()) - 1  # the prefill's root token is no step's
                 sampled[verifier_name] = emitted / steps

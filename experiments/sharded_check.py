@@ -27,7 +27,7 @@ from hydra import compose
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from engine.loop import generate
+from engine.loop import DecodeOptions, generate
 from experiments.common import hydra_conf, policy_factory_of, write_json
 from framework.core.sampling import SamplingConfig
 from framework.lm.models import tiny_random_model
@@ -64,7 +64,7 @@ def greedy_case(method: str, tokens: int, policy: str = "fixed", backend: str = 
     prompt = torch.tensor([list(cfg.prompt), list(reversed(cfg.prompt))])
     plain = generate(whole, None, prompt, tokens, GREEDY).tokens
     spec = generate(sharded, make() if make else None, prompt, tokens, GREEDY,
-                    policy=shared_clock(make_policy() if make_policy else None, sharded))
+                    options=DecodeOptions(policy=shared_clock(make_policy() if make_policy else None, sharded)))
     own = generate(whole, make() if make else None, prompt, tokens, GREEDY).tokens
     name = (f"greedy {method}" + ("" if policy == "fixed" else f" under policy={policy}")
             + ("" if backend == "auto" else f" on the {backend} tree attention"))

@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from engine.loop import Decoder
+from engine.loop import DecodeOptions, Decoder
 from engine.scheduler import Request, Scheduler
 from framework.core.policy import FixedPolicy, Plan
 from framework.core.prompts import ragged_batch
@@ -89,8 +89,9 @@ def ragged_loop_law(
 
     def run(source: EnumeratingSource) -> list[tuple]:
         rng = RowGroups(source, group)
+        options = DecodeOptions(verifier, policy_factory() if policy_factory else None, eos_token_id=eos_token_id)
         decoder = Decoder(target_factory(target_model), proposer_factory() if proposer_factory else None, sampling, rng,
-                          eos_token_id, verifier, policy_factory() if policy_factory else None)
+                          options)
         ids = batch.repeat(source.batch_size, 1)  # world w: rows w * group ..
         rows = run_first_tokens(decoder, ids, ids.shape[0], depth, expand=False, on_finished=rng.retire)
         return [tuple(rows[w * group:(w + 1) * group]) for w in range(source.batch_size)]

@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from engine.loop import Decoder, generate
+from engine.loop import DecodeOptions, Decoder, generate
 from framework.core.randomness import TorchSource
 from framework.core.sampling import SamplingConfig
 from framework.lm.target import HFTarget
@@ -92,8 +92,8 @@ def exact_loop_law(
         proposer = proposer_factory() if proposer_factory else None
         policy = policy_factory() if policy_factory else None
         constraint = constraint_factory() if constraint_factory else None
-        decoder = decoder_type(target_factory(target_model), proposer, sampling, rng, eos_token_id, verifier, policy,
-                               constraint=constraint)
+        decoder = decoder_type(target_factory(target_model), proposer, sampling, rng,
+                               DecodeOptions(verifier, policy, constraint, eos_token_id))
         return run_first_tokens(decoder, prompt, rng.batch_size, depth, expand=False, on_finished=rng.retire)
 
     return enumerate_law(run, batch_size)
@@ -174,7 +174,8 @@ def sample_first_tokens(
     while sum(counts.values()) < n:
         b = min(batch, n - sum(counts.values()))
         proposer = proposer_factory() if proposer_factory else None
-        decoder = Decoder(HFTarget(target_model), proposer, sampling, rng, eos_token_id, verifier)
+        decoder = Decoder(HFTarget(target_model), proposer, sampling, rng,
+                          DecodeOptions(verifier, eos_token_id=eos_token_id))
         counts.update(run_first_tokens(decoder, prompt, b, depth, expand=True))
     return counts
 
@@ -223,8 +224,9 @@ def greedy_identity(
 ) -> GreedyReport:
     greedy = SamplingConfig(temperature=0)
     base = generate(HFTarget(target_model), None, prompt, max_new_tokens, greedy,
-                    eos_token_id=eos_token_id).tokens[0].tolist()
+                    options=DecodeOptions(eos_token_id=eos_token_id)).tokens[0].tolist()
     spec = generate(HFTarget(target_model), proposer_factory(), prompt, max_new_tokens, greedy,
-                    eos_token_id=eos_token_id, verifier=verifier, policy=policy).tokens[0].tolist()
+                    options=DecodeOptions(eos_token_id=eos_token_id, verifier=verifier,
+                                          policy=policy)).tokens[0].tolist()
     diff = next((i for i, (a, b) in enumerate(zip(base, spec)) if a != b), None)
     return GreedyReport(base == spec, diff, base, spec)

@@ -2,6 +2,7 @@
 
 import csv
 import json
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -341,10 +342,10 @@ def test_one_policy_object_per_method_policy_sampling_and_batch(tmp_path, monkey
     monkeypatch.setattr(compare, "policy_factory",
                         lambda name, cfg: partial(CountingPolicy, made) if name == "counting" else None)
 
-    def generate(target, proposer, prompt, *args, policy=None, **kwargs):
-        if policy is not None:
-            policy.batches.append(prompt.shape[0])
-        return real(target, proposer, prompt, *args, **kwargs)
+    def generate(target, proposer, prompt, *args, options, **kwargs):
+        if options.policy is not None:
+            options.policy.batches.append(prompt.shape[0])
+        return real(target, proposer, prompt, *args, options=replace(options, policy=None), **kwargs)
 
     monkeypatch.setattr(experiments.common, "generate", generate)
     result = compare.run(load(tmp_path, "experiment.methods=[draft,plain]", "experiment.policies=[fixed,counting]",
@@ -371,10 +372,10 @@ def test_each_cell_drafts_from_a_suffix_cache_of_its_own(tmp_path, monkeypatch):
 
     real, seen = experiments.common.generate, []
 
-    def generate(target, proposer, prompt, *args, policy=None, sampling=None, **kwargs):
-        if proposer is not None and policy is not None:  # the timed cells (and nothing else: no priming below)
-            seen.append(((type(policy).__name__, sampling.greedy), proposer.cache))
-        return real(target, proposer, prompt, *args, policy=policy, sampling=sampling, **kwargs)
+    def generate(target, proposer, prompt, *args, options, sampling=None, **kwargs):
+        if proposer is not None and options.policy is not None:  # the timed cells (nothing else: no priming below)
+            seen.append(((type(options.policy).__name__, sampling.greedy), proposer.cache))
+        return real(target, proposer, prompt, *args, options=options, sampling=sampling, **kwargs)
 
     monkeypatch.setattr(experiments.common, "generate", generate)
     monkeypatch.setattr(compare, "prime_policies", lambda *args: None)  # its untimed runs use the config's own cache

@@ -8,7 +8,7 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from engine.loop import Decoder
+from engine.loop import DecodeOptions, Decoder
 from experiments.first_token import run
 from experiments.first_tokens import OneLevel, SharedPrefix, first_tokens, summarise
 from framework.core.randomness import TorchSource
@@ -90,7 +90,8 @@ def test_rows_that_drew_the_same_tree_share_one_target_forward(max_nodes):
     shared, whole = SharedPrefix(HFTarget(model), max_nodes=max_nodes), HFTarget(model)
     outs = []
     for target in (shared, whole):
-        decoder = Decoder(target, factory(), SamplingConfig(temperature=0.5), TorchSource(seed=3), policy=OneLevel())
+        decoder = Decoder(target, factory(), SamplingConfig(temperature=0.5), TorchSource(seed=3),
+                          options=DecodeOptions(policy=OneLevel()))
         decoder.prefill(prompt[:, :-1], copies=64, root=prompt[0, -1:])
         outs.append(decoder.step())
     assert torch.equal(outs[0], outs[1])  # the same coins give the same tokens: the laws are the whole target's

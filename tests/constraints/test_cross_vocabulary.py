@@ -4,7 +4,7 @@ loop on the toy second tokenizer at any temperature and kind, the map's spelling
 import pytest
 import torch
 
-from engine.loop import generate
+from engine.loop import DecodeOptions, generate
 from framework.core.sampling import SamplingConfig
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
@@ -139,5 +139,5 @@ def test_a_grammar_that_leaves_no_shared_token_leaves_the_draft_its_shared_ones(
     target = tiny_random_model("llama", seed=9, vocab_size=5, **{**TOY, "dtype": "float32"})
     draft = tiny_random_model("llama", seed=1, vocab_size=6, **{**TOY, "dtype": "float32"})
     out = generate(HFTarget(target), CrossVocabularyProposer(draft, toy_vocabulary(), depth=2), torch.tensor([[0, 1]]),
-                   6, SamplingConfig(), seed=0, constraint=OnlyAfterA())
+                   6, SamplingConfig(), seed=0, options=DecodeOptions(constraint=OnlyAfterA()))
     assert out.tokens[0].tolist() == [2] * 6 and out.stats.steps[0].nodes > 0

@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from engine.loop import Decoder, generate
+from engine.loop import DecodeOptions, Decoder, generate
 from framework.core.randomness import TorchSource
 from framework.core.sampling import SamplingConfig
 from framework.lm.models import tiny_random_model
@@ -74,7 +74,7 @@ def test_stops_at_eos_and_budget():
     eos = int(free.tokens[0, 5])
     first = free.tokens[0].tolist().index(eos)
     out = generate(HFTarget(target), DraftModelProposer(draft), torch.tensor([[1, 2, 3]]), 40, SamplingConfig(),
-                   seed=1, eos_token_id=eos)
+                   seed=1, options=DecodeOptions(eos_token_id=eos))
     assert out.tokens[0, : first + 1].tolist() == free.tokens[0, : first + 1].tolist()
     assert (out.tokens[0, first + 1 :] == -1).all()
     for budget in (1, 2, 7):
@@ -278,3 +278,15 @@ def test_copies_of_one_prefill_decode_as_the_prompt_repeated(settings):
         runs.append(torch.cat([decoder.step() for _ in range(4)], dim=1))
         assert proposer.lm.batch_size == 6 and not proposer.copies
     assert torch.equal(runs[0], runs[1])
+
+
+@pytest.mark.parametrize("moved", ["verifier", "policy", "constraint", "eos_token_id", "logprobs"])
+def test_generate_s_options_are_grouped_and_the_old_keywords_are_refused_by_name(moved):
+    target = HFTarget(tiny_random_model("llama"))
+    with pytest.raises(TypeError, match=rf"generate: `{moved}` is now called `options=DecodeOptions\({moved}=...\)`"):
+        generate(target, None, torch.tensor([[1, 2]]), 2, **{moved: None})
+    with pytest.raises(TypeError, match="options must be a DecodeOptions, got dict"):
+        generate(target, None, torch.tensor([[1, 2]]), 2, options={moved: None})
+    stopped = generate(target, None, torch.tensor([[1, 2]]), 4, seed=0).tokens[0, 0]  # the first token, as EOS:
+    out = generate(target, None, torch.tensor([[1, 2]]), 4, seed=0, options=DecodeOptions(eos_token_id=int(stopped)))
+    assert out.tokens[0].tolist() == [int(stopped), -1, -1, -1]  # the option reaches the loop

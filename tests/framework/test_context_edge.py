@@ -8,7 +8,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from engine.loop import generate
+from engine.loop import DecodeOptions, generate
 from framework.core.sampling import SamplingConfig
 from framework.lm.target import HFTarget
 
@@ -47,7 +47,8 @@ def test_a_finished_row_leaves_the_batch_and_the_others_decode_as_alone():
     alone = [generate(target, make(), prompts[b : b + 1], 12, SamplingConfig(temperature=0)).tokens[0]
              for b in range(3)]
     eos = int(alone[1][2])  # row 1 stops at its third token
-    batch = generate(target, make(), prompts, 12, SamplingConfig(temperature=0), eos_token_id=eos)
+    batch = generate(target, make(), prompts, 12, SamplingConfig(temperature=0),
+                     options=DecodeOptions(eos_token_id=eos))
     for b in range(3):
         cut = (alone[b] == eos).nonzero()
         end = int(cut[0]) + 1 if cut.numel() else 12

@@ -5,7 +5,7 @@ transformers' own processors on a plain forward of each prefix."""
 import pytest
 import torch
 
-from engine.loop import generate
+from engine.loop import DecodeOptions, generate
 from framework.core.sampling import SamplingConfig
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
@@ -41,7 +41,8 @@ def test_logprobs_are_the_processed_target_law(sampling, speculative):
     prompt = torch.tensor([[1, 2, 0, 3]])
     proposer = (DraftModelProposer(draft, depth=3, kind="iid" if not sampling.greedy else "point") if speculative
                 else None)
-    out = generate(HFTarget(target), proposer, prompt, 12, sampling, seed=3, constraint=PAIRS.constraint(), logprobs=2)
+    out = generate(HFTarget(target), proposer, prompt, 12, sampling, seed=3,
+                   options=DecodeOptions(constraint=PAIRS.constraint(), logprobs=2))
     tokens = out.tokens[0].tolist()
     assert -1 not in tokens
     expected = reference_logprobs(target, prompt, tokens, sampling)  # [T, V]
@@ -56,8 +57,8 @@ def test_logprobs_are_the_processed_target_law(sampling, speculative):
 
 def test_positions_past_the_end_carry_nothing():
     target = tiny_random_model("llama", seed=0, vocab_size=5, **TOY)
-    out = generate(HFTarget(target), None, torch.tensor([[1, 2]]), 6, SamplingConfig(), seed=0, eos_token_id=4,
-                   logprobs=0)
+    out = generate(HFTarget(target), None, torch.tensor([[1, 2]]), 6, SamplingConfig(), seed=0,
+                   options=DecodeOptions(eos_token_id=4, logprobs=0))
     ended = out.tokens[0] < 0
     assert out.logprobs.top.shape == (1, 6, 0)
     assert bool((out.logprobs.chosen[0][ended] == 0).all()) and bool((out.logprobs.chosen[0][~ended] < 0).all())
@@ -66,7 +67,7 @@ def test_positions_past_the_end_carry_nothing():
 def test_logprobs_count_is_checked():
     target = tiny_random_model("llama", seed=0, vocab_size=5, **TOY)
     with pytest.raises(ValueError, match="top_logprobs must be None or an integer >= 0"):
-        generate(HFTarget(target), None, torch.tensor([[1, 2]]), 3, logprobs=-1)
+        generate(HFTarget(target), None, torch.tensor([[1, 2]]), 3, options=DecodeOptions(logprobs=-1))
 
 
 PENALISED = {"greedy, penalty": SamplingConfig(temperature=0, repetition_penalty=1.5),
@@ -84,7 +85,7 @@ def test_logprobs_of_a_batch_whose_rows_leave_follow_each_rows_own_path(sampling
     prompts = torch.tensor([[1, 1, 1, 1], [3, 3, 3, 3], [0, 0, 2, 2]])  # few tokens seen: the drafted path's count
     kind = "point" if cfg.greedy else "iid"
     out = generate(HFTarget(target), DraftModelProposer(draft, branching=2, depth=2, kind=kind), prompts, 10, cfg,
-                   seed=2, eos_token_id=None if cfg.greedy else 4, logprobs=2)
+                   seed=2, options=DecodeOptions(eos_token_id=None if cfg.greedy else 4, logprobs=2))
     lengths = [int((row >= 0).sum()) for row in out.tokens]
     for b, length in enumerate(lengths):
         tokens = out.tokens[b, :length].tolist()

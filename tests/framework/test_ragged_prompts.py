@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.loop import generate
+from engine.loop import DecodeOptions, generate
 from engine.scheduler import Request, Scheduler
 from framework.core.prompts import ragged_batch
 from framework.core.sampling import SamplingConfig
@@ -36,7 +36,8 @@ def test_each_row_of_different_lengths_decodes_as_alone_and_a_finished_row_leave
     alone = [generate(HFTarget(model), None, [p], 16, GREEDY).tokens[0] for p in (LONG, SHORT)]
     eos = int(alone[1][3])
     for proposer in (None, DraftModelProposer(tiny_random_model("llama", dtype="float64", seed=1), depth=3)):
-        batch = generate(HFTarget(model), proposer, [LONG, SHORT], 16, GREEDY, eos_token_id=eos).tokens
+        batch = generate(HFTarget(model), proposer, [LONG, SHORT], 16, GREEDY,
+                         options=DecodeOptions(eos_token_id=eos)).tokens
         for row, tokens in enumerate(alone):
             cut = (tokens == eos).nonzero()
             end = int(cut[0]) + 1 if len(cut) else len(tokens)

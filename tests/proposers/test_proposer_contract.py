@@ -24,7 +24,7 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from engine.loop import generate
+from engine.loop import DecodeOptions, generate
 from engine.scheduler import Request, Scheduler
 from experiments.check import check_exact, check_greedy, check_ragged
 from framework.control.goodput import GoodputPolicy
@@ -203,7 +203,7 @@ def test_rows_decode_as_each_alone_under_a_policy(proposer, policy):
     forward: the others' roots alone), each row emits plain greedy decoding's tokens."""
     cfg = load(f"proposer={proposer}", "target.dtype=float64", config_name="config")
     model, make, greedy = instantiate(cfg.target), instantiate(cfg.proposer), SamplingConfig(temperature=0)
-    batch = generate(HFTarget(model), make(), PROMPTS, 24, greedy, policy=policy()).tokens
+    batch = generate(HFTarget(model), make(), PROMPTS, 24, greedy, options=DecodeOptions(policy=policy())).tokens
     for row in range(len(PROMPTS)):
         alone = generate(HFTarget(model), None, [PROMPTS[row]], 24, greedy).tokens[0]
         assert batch[row].tolist() == alone.tolist(), (proposer, row)

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 import torch
 
-from engine.loop import generate
+from engine.loop import DecodeOptions, generate
 from framework.core.policy import AtDepth
 from framework.core.sampling import SamplingConfig
 from framework.lm.models import tiny_random_model
@@ -183,7 +183,8 @@ def test_a_request_decoded_plain_still_teaches_the_cache():
     target = tiny_random_model("llama", seed=5, vocab_size=64, init_std=0.3)
     prompt, greedy = torch.tensor([[11, 40, 3, 27]]), SamplingConfig(temperature=0.0)
     cache = SuffixCache()
-    plain = generate(HFTarget(target), SuffixProposer(cache), prompt, 24, greedy, policy=AtDepth(0))
+    plain = generate(HFTarget(target), SuffixProposer(cache), prompt, 24, greedy,
+                     options=DecodeOptions(policy=AtDepth(0)))
     assert cache.tokens >= 20
     again = generate(HFTarget(target), SuffixProposer(cache), prompt, 24, greedy).stats.summary()["tokens_per_forward"]
     assert again > 2 and plain.tokens.shape == (1, 24)
