@@ -123,8 +123,8 @@ def test_every_method_builds_with_every_model_family(proposer, models):
 
 
 def test_a_target_folder_without_mtp_modules_is_named():
-    """models.mtp.modules=${target.path}: the zoo target ships no MTP module, said before any forward."""
-    cfg = load("models=zoo", "proposer=mtp", "models.mtp.modules=${target.path}")
+    """models.mtp.modules.path=${target.path}: the zoo target ships no MTP module, said before any forward."""
+    cfg = load("models=zoo", "proposer=mtp", "models.mtp.modules.path=${target.path}")
     with pytest.raises(ValueError, match="holds no MTP module"):
         instantiate(cfg.proposer)()
 

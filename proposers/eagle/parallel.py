@@ -11,7 +11,6 @@ law with that law as the verifier's q (iid). One head call per step, where EAGLE
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -28,7 +27,7 @@ from proposers.eagle.proposer import EagleProposer
 class ParallelEagleProposer(EagleProposer):
     couples_rows = False  # a static shape
 
-    def __init__(self, head: EagleHead | str | Path, choices: Sequence[Sequence[int]] | None = None, depth: int = 4,
+    def __init__(self, head: EagleHead, choices: Sequence[Sequence[int]] | None = None, depth: int = 4,
                  kind: str = "point", sampling: SamplingConfig | None = None, backend: str = "auto"):
         """depth: positions drafted per call (the root's and depth - 1 masks'); choices: the tree as rank
         paths (None: a chain of `depth`); kind: point (top-ranked), iid or wor (drawn from each depth's law)."""

@@ -19,7 +19,6 @@ values only, so the tree is `point`: lossless through the shared verifier.
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -33,18 +32,20 @@ from framework.lm import tree_attention
 from framework.lm.sharding import ReturnsTo
 from framework.lm.slot_cache import SlotCache
 from proposers.common.committed import left_aligned
+from proposers.common.loaded import refuse_path
 from proposers.eagle.defaults import PUBLISHED, SOURCE
 from proposers.eagle.head import EagleHead
 from proposers.eagle.tree import dynamic_tree, static_tree
-from proposers.heads import load_head
 
 
 class EagleProposer:
     HEAD: type = EagleHead  # the heads it drives (MtpProposer: an MtpHead)
+    # where a path was given instead: the argument, the config key that loads one, the loader
+    HEAD_ARGUMENT, HEAD_KEY, HEAD_LOADER = "head", "models.eagle3.head.path", "proposers.load_head"
 
     def __init__(
         self,
-        head: EagleHead | str | Path,
+        head: EagleHead,
         choices: Sequence[Sequence[int]] | str | None = None,
         top_k: int | str = 8,
         depth: int | str = 5,
@@ -55,9 +56,9 @@ class EagleProposer:
         top_k children per beam node, `depth` deep, `budget` nodes at most. Any of them may be
         "auto": the setting the training run measured best for this head (eagle_tree.json beside it), else
         SafeAILab's published default (proposers/eagle/defaults.py), with a warning that says so.
-        head: a head, or a folder in any layout proposers.load_head reads (ours, SafeAILab's, SpecForge's,
-        speculators)."""
-        head = load_head(head) if isinstance(head, (str, Path)) else head
+        head: a loaded head (proposers.load_head reads ours, SafeAILab's, SpecForge's and speculators' folders;
+        a config builds it: models.eagle3.head.path=<folder>)."""
+        refuse_path(head, type(self).__name__, self.HEAD_ARGUMENT, self.HEAD_KEY, self.HEAD_LOADER)
         if not isinstance(head, self.HEAD):
             raise ValueError(f"{type(self).__name__} needs an {self.HEAD.__name__}, got {type(head).__name__}")
         settings = {"choices": choices, "top_k": top_k, "depth": depth, "budget": budget}

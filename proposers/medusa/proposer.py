@@ -16,7 +16,6 @@ the hidden state arrives with each DecodeState.
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -27,8 +26,8 @@ from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
 from framework.core.verification import Verification
 from framework.lm.sharding import ReturnsTo
+from proposers.common.loaded import refuse_path
 from proposers.common.position_tree import position_law_tree
-from proposers.heads import load_head
 from proposers.medusa.defaults import SOURCE, published_choices
 from proposers.medusa.heads import MedusaHeads
 
@@ -39,7 +38,7 @@ class MedusaProposer:
 
     def __init__(
         self,
-        heads: MedusaHeads | str | Path,
+        heads: MedusaHeads,
         choices: Sequence[Sequence[int]] | str | None = None,
         kind: str = "point",
         sampling: SamplingConfig | None = None,
@@ -47,8 +46,9 @@ class MedusaProposer:
         """choices: the tree as rank paths (default: a chain of one node per head); "auto": the tree measured for these
         heads (medusa_tree.json beside them), else Medusa's published default tree, with a warning that says so.
         sampling: the law the heads draw from for iid/wor (default: the target's).
-        heads: heads, or a folder in any layout proposers.load_head reads (ours, Medusa-1, version 2, Medusa-2)."""
-        heads = load_head(heads) if isinstance(heads, (str, Path)) else heads
+        heads: loaded heads (proposers.load_head reads ours, Medusa-1, version 2 and Medusa-2 folders; a config
+        builds them: models.medusa.heads.path=<folder>)."""
+        refuse_path(heads, "MedusaProposer", "heads", "models.medusa.heads.path")
         if not isinstance(heads, MedusaHeads):
             raise ValueError(f"Medusa needs Medusa heads, got {type(heads).__name__} (an EAGLE folder?)")
         if kind not in ("point", "iid", "wor"):

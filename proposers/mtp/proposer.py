@@ -5,23 +5,21 @@ its depth. Children by the drafts' values: kind point, lossless through the shar
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from proposers.eagle.proposer import EagleProposer
 from proposers.mtp.head import MtpHead
-from proposers.mtp.layouts import read_mtp
 
 
 class MtpProposer(EagleProposer):
     HEAD = MtpHead
+    HEAD_ARGUMENT, HEAD_KEY, HEAD_LOADER = "modules", "models.mtp.modules.path", "proposers.mtp.layouts.read_mtp"
 
-    def __init__(self, modules: MtpHead | str | Path, depth: int | str = 3, top_k: int | str = 1,
+    def __init__(self, modules: MtpHead, depth: int | str = 3, top_k: int | str = 1,
                  budget: int | str | None = None, choices=None, backend: str = "auto"):
-        """modules: an MtpHead, or a folder: the target's own (its MTP tensors read, nothing else) or a speculators
-        MTP folder. depth: draft tokens per step (past the checkpoint's modules the last is reused); top_k 1 drafts a
-        chain, more a tree of at most `budget` nodes (default top_k x depth). Any of them "auto": the setting its
-        training run measured best (eagle_tree.json beside the modules, as for an EAGLE head)."""
-        head = read_mtp(modules) if isinstance(modules, (str, Path)) else modules
+        """modules: a loaded MtpHead (proposers.mtp.layouts.read_mtp reads a target's own MTP tensors or a
+        speculators MTP folder; a config builds it: models.mtp.modules.path=<folder>). depth: draft tokens per step
+        (past the checkpoint's modules the last is reused); top_k 1 drafts a chain, more a tree of at most `budget`
+        nodes (default top_k x depth). Any of them "auto": the setting its training run measured best
+        (eagle_tree.json beside the modules, as for an EAGLE head)."""
         if budget is None:
             budget = "auto" if "auto" in (depth, top_k) else top_k * depth
-        super().__init__(head, choices, top_k, depth, budget, backend)
+        super().__init__(modules, choices, top_k, depth, budget, backend)

@@ -11,7 +11,6 @@ Rows commit different numbers of positions, so the mask is per row (holes of sho
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -24,6 +23,7 @@ from framework.core.verification import Verification
 from framework.lm.sharding import ReturnsTo
 from framework.lm.slot_cache import SlotCache
 from proposers.common.committed import left_aligned
+from proposers.common.loaded import refuse_path
 from proposers.common.position_tree import position_law_tree, shape_of, within
 from proposers.parallel.dflash import DFlashDrafter
 
@@ -31,13 +31,13 @@ from proposers.parallel.dflash import DFlashDrafter
 class DFlashProposer:
     couples_rows = False  # every row's block and tree come from its own forward rows; the shape is fixed
 
-    def __init__(self, drafter: DFlashDrafter | str | Path, choices: Sequence[Sequence[int]] | None = None,
+    def __init__(self, drafter: DFlashDrafter, choices: Sequence[Sequence[int]] | None = None,
                  kind: str = "iid", sampling: SamplingConfig | None = None, depth: int | None = None):
         """choices: the tree as rank paths, depth d taking block position d's ranked tokens (None: a chain
         of `depth`, default every drafted position). kind: iid (a chain or tree drawn from each position's
         law, q to the verifier), wor, or point (top-ranked tokens). sampling: the law drafts are drawn from
         (default: the target's)."""
-        drafter = DFlashDrafter.load(drafter) if isinstance(drafter, (str, Path)) else drafter
+        refuse_path(drafter, "DFlashProposer", "drafter", "models.dflash.drafter.path")
         if not isinstance(drafter, DFlashDrafter):
             raise ValueError(f"DFlash needs a DFlash drafter, got {type(drafter).__name__}")
         if kind not in ("point", "iid", "wor"):

@@ -68,9 +68,12 @@ def test_our_speculators_layout_reads_back_exactly(tmp_path):
 def test_a_folder_without_mtp_tensors_is_named(tmp_path):
     tiny_random_model("llama").save_pretrained(tmp_path / "plain")
     with pytest.raises(ValueError, match="holds no MTP module"):
-        MtpProposer(str(tmp_path / "plain"))
+        read_mtp(str(tmp_path / "plain"))
     with pytest.raises(FileNotFoundError, match="no config.json"):
-        MtpProposer(str(tmp_path / "nowhere"))
+        read_mtp(str(tmp_path / "nowhere"))
+    with pytest.raises(TypeError, match=r"MtpProposer: `modules` takes a loaded head, not a path .*"
+                                        r"models\.mtp\.modules\.path=<folder>.*proposers\.mtp\.layouts\.read_mtp"):
+        MtpProposer(str(tmp_path / "plain"))  # the config loads the modules; the proposer only drives them
 
 
 def test_a_head_for_another_target_is_refused_naming_both_sides():

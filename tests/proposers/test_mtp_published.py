@@ -62,7 +62,8 @@ def test_greedy_is_transformers_use_mtp_and_plain_decoding(arch, K, tmp_path):
     with torch.no_grad():
         plain = model.generate(PROMPT, max_new_tokens=12, do_sample=False)[0, PROMPT.shape[1]:]
         theirs = model.generate(PROMPT, max_new_tokens=12, do_sample=False, use_mtp=True)[0, PROMPT.shape[1]:]
-    ours = generate(HFTarget(model), MtpProposer(str(folder), depth=K), PROMPT, 12, SamplingConfig(temperature=0.0))
+    ours = generate(HFTarget(model), MtpProposer(read_mtp(str(folder)), depth=K), PROMPT, 12,
+                    SamplingConfig(temperature=0.0))
     assert torch.equal(theirs, plain)
     assert ours.tokens[0].tolist() == plain.tolist()
 
@@ -99,13 +100,16 @@ def test_transformers_use_mtp_is_a_compare_row(tmp_path):
     from hydra.utils import instantiate
 
     from experiments import compare
+    from measurement import compare_grid
     from tests.test_compare import CONF
 
     def load(folder, methods):
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             return compose(config_name="compare", overrides=[
                 "models=tiny", "target=zoo_target", f"target.path={folder}", "~models.mtp.modules",
-                f"+models.mtp.modules={folder}", "models.mtp.depth=1", "experiment.prompts=[[4,9,2,7],[1,5,5,3,8]]",
+                f"+models.mtp.modules={{_target_:proposers.mtp.layouts.read_mtp,path:'{folder}'}}",
+                "models.mtp.depth=1",
+                "experiment.prompts=[[4,9,2,7],[1,5,5,3,8]]",
                 "experiment.max_new_tokens=8", "experiment.samplings=[greedy]", f"experiment.methods={methods}",
                 f"output_dir={tmp_path / 'run'}"])
 
@@ -121,4 +125,4 @@ def test_transformers_use_mtp_is_a_compare_row(tmp_path):
     short, _ = deepseek_folder(tmp_path / "short", "deepseek_v3", num_modules=1, seed=0)
     plan = compare.plan(load(short, "[hf_mtp]"))
     with pytest.raises(ValueError, match=r"reads its MTP modules from keys matching \(model\\\.layers\\\.61"):
-        compare.probe(plan, instantiate(load(short, "[hf_mtp]").target), torch.tensor([[1, 2]]), listed=True)
+        compare_grid.probe(plan, instantiate(load(short, "[hf_mtp]").target), torch.tensor([[1, 2]]), listed=True)

@@ -1,6 +1,6 @@
 """A published EAGLE head runs at its documented command (`python -m experiments.run target.path=T proposer=eagle3
-proposer.head=H`) with SafeAILab's published defaults when no tree was measured for it (no eagle_tree.json beside
-it), and the run says so; greedy stays plain greedy."""
+models.eagle3.head.path=H`) with SafeAILab's published defaults when no tree was measured for it (no eagle_tree.json
+beside it), and the run says so; greedy stays plain greedy."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from proposers.medusa.defaults import published_choices
 from tests.test_configs import FAST, load
 
 LAYOUTS = {"eagle": ("eagle", None, None), "eagle2": ("eagle", None, None), "eagle3": ("specforge", (0, 1, 2), 48)}
+HEAD_KEY = {"eagle": "models.eagle.head.path", "eagle2": "models.eagle.head.path", "eagle3": "models.eagle3.head.path"}
 
 
 @pytest.mark.parametrize("proposer", [p if p != "eagle2" else pytest.param(p, marks=pytest.mark.slow)
@@ -29,7 +30,8 @@ def test_the_documented_command_runs_a_published_head_with_the_published_default
     head = random_head(32, 64, 2, layers, "eagle3" if layers else "eagle", draft_vocab, num_heads=4, num_kv_heads=2,
                        intermediate_size=48, seed=1)
     head.save(tmp_path / "head", format=layout)  # the published layout: no eagle_tree.json
-    cfg = load(f"target.path={tmp_path / 'target'}", f"proposer={proposer}", f"proposer.head={tmp_path / 'head'}",
+    cfg = load(f"target.path={tmp_path / 'target'}", f"proposer={proposer}",
+               f"{HEAD_KEY[proposer]}={tmp_path / 'head'}",
                "sampling=greedy", "max_new_tokens=10", "prompt=[1,2,3,4,5]", f"output_dir={tmp_path / 'out'}", *FAST)
     with pytest.warns(UserWarning, match="no eagle_tree.json beside it.*SafeAILab/EAGLE's defaults"):
         result = run(cfg)
@@ -48,14 +50,15 @@ def test_the_published_defaults_are_eagles_and_a_measured_tree_wins_over_them():
 
 
 def test_the_documented_medusa_command_runs_published_heads_on_medusas_default_tree(tmp_path):
-    """`python -m experiments.run target.path=T proposer=medusa proposer.heads=H` with Medusa-1 heads (FasterDecoding's
-    layout, no medusa_tree.json): Medusa's own default tree, cut to the heads' depth, greedy = plain greedy."""
+    """`python -m experiments.run target.path=T proposer=medusa models.medusa.heads.path=H` with Medusa-1 heads
+    (FasterDecoding's layout, no medusa_tree.json): Medusa's own default tree, cut to the heads' depth, greedy = plain
+    greedy."""
     from tests.proposers.test_published_medusa import TARGET, medusa_folder
 
     TARGET.save_pretrained(tmp_path / "target")
     folder, _ = medusa_folder(tmp_path / "heads", heads=3, stated=3)
-    cfg = load(f"target.path={tmp_path / 'target'}", "proposer=medusa", f"proposer.heads={folder}", "sampling=greedy",
-               "max_new_tokens=10", "prompt=[4,9,2]", f"output_dir={tmp_path / 'out'}", *FAST)
+    cfg = load(f"target.path={tmp_path / 'target'}", "proposer=medusa", f"models.medusa.heads.path={folder}",
+               "sampling=greedy", "max_new_tokens=10", "prompt=[4,9,2]", f"output_dir={tmp_path / 'out'}", *FAST)
     with pytest.warns(UserWarning, match="no medusa_tree.json beside them.*FasterDecoding/Medusa's default tree"):
         result = run(cfg)
     assert result["tokens"] == result["plain_tokens"] and len(result["tokens"]) == 10
@@ -96,7 +99,8 @@ def test_search_tree_writes_a_measured_tree_beside_a_published_head_and_auto_rea
     tree = json.loads(written.read_text())
     assert written == tmp_path / "head" / "eagle_tree.json" and (tree["top_k"], tree["depth"]) == (2, 2)
     assert tree["budget"] in (4, 8) and 1 <= len(tree["choices"]) <= 8 and set(tree["cost_ms"]) == {"0", "4", "8"}
-    cfg = load(f"target.path={tmp_path / 'target'}", "proposer=eagle3", f"proposer.head={tmp_path / 'head'}",
+    cfg = load(f"target.path={tmp_path / 'target'}", "proposer=eagle3",
+               f"models.eagle3.head.path={tmp_path / 'head'}",
                "sampling=greedy", "max_new_tokens=10", "prompt=[1,2,3,4,5]", f"output_dir={tmp_path / 'out'}", *FAST)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "published defaults" warning: the measured tree is there
@@ -115,7 +119,7 @@ def test_search_tree_for_published_medusa_heads(tmp_path):
     TARGET.save_pretrained(tmp_path / "target")
     folder, _ = medusa_folder(tmp_path / "heads", heads=3, stated=3)
     tree = json.loads(search(search_cfg(tmp_path, folder)).read_text())
-    cfg = load(f"target.path={tmp_path / 'target'}", "proposer=medusa", f"proposer.heads={folder}", *FAST)
+    cfg = load(f"target.path={tmp_path / 'target'}", "proposer=medusa", f"models.medusa.heads.path={folder}", *FAST)
     proposer = instantiate(cfg.proposer)()
     measured = TreeShape.from_choices([tuple(c) for c in tree["choices"]])
     assert not proposer.published and torch.equal(proposer.shape.parents, measured.parents)
@@ -140,24 +144,26 @@ def write_layout(layout: str, tmp_path) -> tuple[str, str, str]:
     target.save_pretrained(tmp_path / "target")
     eagle = dict(num_heads=4, num_kv_heads=2, intermediate_size=48, seed=1)
     if layout == "medusa2":  # the folder is the target and the heads
-        return str(medusa2_folder(tmp_path / "medusa2", target)[0]), "medusa", "proposer.heads"
+        return str(medusa2_folder(tmp_path / "medusa2", target)[0]), "medusa", "models.medusa.heads.path"
     if layout.startswith("medusa"):
         folder, _ = medusa_folder(tmp_path / "heads", heads=3, stated=3, version2=layout == "medusa-v2")
-        return str(tmp_path / "target"), "medusa", f"proposer.heads={folder}"
+        return str(tmp_path / "target"), "medusa", f"models.medusa.heads.path={folder}"
     if layout == "ours-medusa":
         random_heads(32, 64, 3, seed=1).save(tmp_path / "heads")
-        return str(tmp_path / "target"), "medusa", f"proposer.heads={tmp_path / 'heads'}"
+        return str(tmp_path / "target"), "medusa", f"models.medusa.heads.path={tmp_path / 'heads'}"
     head = random_head(32, 64, 2, None if layout == "eagle" else (0, 1, 2), "eagle" if layout == "eagle" else "eagle3",
                        None if layout == "eagle" else 48, **eagle)
     options = {"embedding": target.get_input_embeddings().weight} if layout == "speculators" else {}
     head.save(tmp_path / "head", format={"ours-eagle3": "speculum"}.get(layout, layout), **options)
-    return str(tmp_path / "target"), "eagle" if layout == "eagle" else "eagle3", f"proposer.head={tmp_path / 'head'}"
+    return str(tmp_path / "target"), "eagle" if layout == "eagle" else "eagle3", \
+        f"models.{'eagle' if layout == 'eagle' else 'eagle3'}.head.path={tmp_path / 'head'}"
 
 
 @pytest.mark.parametrize("layout", ["ours-eagle3", "ours-medusa", "medusa1", "medusa-v2", "medusa2", "eagle",
                                     "specforge", "speculators"])
 def test_every_layout_row_runs_by_its_documented_command(layout, tmp_path):
-    """docs/published.md's command, `python -m experiments.run target.path=T proposer=... proposer.head(s)=H`, with
+    """docs/published.md's command, `python -m experiments.run target.path=T proposer=...
+    models.<family>.head(s).path=H`, with
     nothing measured beside the head: it runs on the published defaults, and greedy is the target's own greedy."""
     import warnings
 

@@ -161,7 +161,8 @@ def test_heads_written_in_the_published_layout_read_back(tmp_path, own):
 
 
 def test_hydra_runs_published_heads_against_a_local_target(tmp_path):
-    """proposer=medusa proposer.heads=PATH and proposer=eagle3 proposer.head=PATH against target.path=FOLDER."""
+    """proposer=medusa models.medusa.heads.path=PATH and proposer=eagle3 models.eagle3.head.path=PATH against
+    target.path=FOLDER."""
     from hydra import compose, initialize_config_dir
     from published_fixtures import eagle3_folder
 
@@ -171,8 +172,9 @@ def test_hydra_runs_published_heads_against_a_local_target(tmp_path):
     target.save_pretrained(tmp_path / "target")
     medusa, _ = medusa_folder(tmp_path / "medusa", heads=3, stated=3)
     eagle3 = eagle3_folder(tmp_path / "eagle3")
-    runs = {"medusa": [f"proposer.heads={medusa}", "proposer.choices=[[0],[0,0],[1]]"],
-            "eagle3": [f"proposer.head={eagle3}", "proposer.top_k=3", "proposer.depth=3", "proposer.budget=6"]}
+    runs = {"medusa": [f"models.medusa.heads.path={medusa}", "proposer.choices=[[0],[0,0],[1]]"],
+            "eagle3": [f"models.eagle3.head.path={eagle3}", "proposer.top_k=3", "proposer.depth=3",
+                       "proposer.budget=6"]}
     conf = str(Path(__file__).resolve().parents[2] / "conf")
     for method, overrides in runs.items():
         with initialize_config_dir(config_dir=conf, version_base="1.3"):
