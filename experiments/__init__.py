@@ -1,4 +1,5 @@
-"""Hydra entry points: run, compare, check, train, benchmarks and reports (`python -m experiments.<name>`).
+"""Hydra apps: run, compare, check, train, benchmarks and reports (`python -m experiments.<name>`); their
+library is measurement/.
 
 Importing the package registers the resolver their configs name for run folders: `${unique_dir:base}` is
 `base`, or `base_2`, ... if another run took it first (framework.core.files.fresh_folder); under torchrun, ranks

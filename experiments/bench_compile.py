@@ -19,11 +19,11 @@ import torch
 from omegaconf import DictConfig
 
 from engine.loop import generate
-from experiments.common import heldout_prompt
 from framework.core import files
 from framework.core.sampling import SamplingConfig
 from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import load_causal_lm
+from measurement.common import heldout_prompt
 from proposers.draft_model import DraftModelProposer
 
 

@@ -24,10 +24,10 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from engine.loop import DecodeOptions, generate
-from experiments.common import option, text_ids, torch_threads
 from framework.core import files
 from framework.core.policy import AtDepth
 from framework.lm.target import HFTarget
+from measurement.common import option, text_ids, torch_threads
 
 PARTS = ("draft_s", "target_s", "verify_s", "other_s")
 

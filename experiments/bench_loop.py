@@ -34,13 +34,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from engine.loop import generate
-from experiments.common import heldout_prompt
 from framework.core import files
 from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import load_causal_lm
+from measurement.common import heldout_prompt
 from proposers.draft_model import DraftModelProposer
 from proposers.search.tree_cost import forward_tree_cost, prefilled, time_forwards
 

@@ -20,10 +20,10 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from experiments.common import torch_threads, write_json
 from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
 from framework.lm.target import HFTarget
+from measurement.common import torch_threads, write_json
 
 
 def timed(target: HFTarget, tree: CandidateTree, speculating: torch.Tensor | None) -> float:

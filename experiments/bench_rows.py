@@ -29,13 +29,13 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from engine.loop import Decoder
-from experiments.common import option, torch_threads, write_json
 from framework.core.host_memory import keep_large_tensors_on_heap
 from framework.core.proposer import SideRowProposer
 from framework.core.randomness import TorchSource
 from framework.lm.target import HFTarget
 from framework.lm.text import tokenizer_of
 from framework.zoo.corpus import build_corpus, stdlib_files
+from measurement.common import option, torch_threads, write_json
 
 
 class ModuleClock:

@@ -22,7 +22,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from experiments.common import write_json
+from measurement.common import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 

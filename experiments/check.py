@@ -9,8 +9,8 @@
 - statistical: G-test of the joint law of the first D tokens against the target's law by teacher
   forcing, N sized for a total-variation error `tv`; a null bracket (the exact method rejected at
   about the nominal 5%); typical acceptance must fail at the same N.
-- exact: a vocabulary-3 target through the real loop, every coin enumerated (TV <= 1e-9); the
-  proposer's own parts (draft model, heads, tree) are swapped for toy ones (experiment.exact.parts).
+- exact: a vocabulary-3 target through the real loop, every coin enumerated (TV <= 1e-9): the configured
+  proposer built on the toy family (conf/models/toy.yaml: its ${models.*} read there, whatever the run's models).
 - ragged: prompts of different lengths in one batch on the same toy, and requests admitted by the continuous-batching
   scheduler as others end: the joint law of their tokens equals the product of each prompt's own law (every row as
   alone, no coin shared; an EOS ends rows at different steps).
@@ -20,14 +20,15 @@ Writes <output_dir>/check.json; exits non-zero if any check fails.
 from __future__ import annotations
 
 import sys
+from functools import cache
 from pathlib import Path
 
 import hydra
 import torch
+from hydra import compose
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import one_process, policy_factory_of, verifier_of, without_grammar
 from framework.core import files
 from framework.lm.text import encode_prompt, tokenizer_of
 from harness.exact import compare
@@ -39,6 +40,7 @@ from harness.real import (
     teacher_forced_law,
 )
 from harness.stats import sample_size_for_law
+from measurement.common import hydra_conf, one_process, policy_factory_of, verifier_of, without_grammar
 from verifiers import typical_verifier
 
 
@@ -115,16 +117,31 @@ def check_statistical(cfg: DictConfig) -> list[dict]:
     return rows
 
 
+@cache
+def _toy() -> dict:
+    """The toy family's target and parts (models=toy), composed once, unresolved."""
+    with hydra_conf():
+        toy = compose(config_name="config", overrides=["models=toy"])
+    return OmegaConf.to_container(OmegaConf.masked_copy(toy, ["target", "models"]), resolve=False)
+
+
+def on_the_toy(cfg: DictConfig) -> DictConfig:
+    """A copy of the run's config on the toy family: its target and `models` in place of the run's, so the
+    configured proposer, overrides and all, reads the toy's parts through its own ${models.*}. A run already on
+    it (models=toy, e.g. with target.num_layers=2) is kept as it is."""
+    own = _with(cfg)
+    if OmegaConf.select(cfg, "models.name") != "toy":
+        for key, node in _toy().items():
+            own[key] = node
+    return own
+
+
 def exact_setup(cfg: DictConfig):
-    """The exact checks' toy target, the proposer with its parts swapped for the toy's, and the policy (or None)."""
-    e = cfg.experiment.exact
-    target, make = instantiate(e.target), instantiate(_with(cfg).proposer)
-    # a null setting stays (a dynamic tree's choices)
-    parts = {name: instantiate(node) for name, node in e.parts.items()
-             if cfg.proposer is not None and cfg.proposer.get(name) is not None}
-    factory = (lambda: make(**parts)) if make is not None else None
+    """The exact checks' toy target, the proposer built on the toy family, and the policy (or None)."""
+    e, toy = cfg.experiment.exact, on_the_toy(cfg)
+    target, make = instantiate(toy.target), instantiate(toy.proposer)
     policy = policy_factory_of(cfg, **OmegaConf.to_container(e.policy_costs)) if cfg.get("policy") is not None else None
-    return target, factory, policy
+    return target, make, policy
 
 
 def check_exact(cfg: DictConfig) -> list[dict]:

@@ -23,11 +23,11 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import one_process, without_grammar
-from experiments.first_tokens import first_tokens, plot, summarise
 from framework.core import files
 from framework.core.host_memory import keep_large_tensors_on_heap
 from framework.lm.text import encode_prompt, tokenizer_of
+from measurement.common import one_process, without_grammar
+from measurement.first_token_tables import first_tokens, plot, summarise
 
 
 def run(cfg: DictConfig) -> dict:

@@ -40,11 +40,11 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from engine.loop import DecodeOptions, generate
-from experiments.common import option, text_ids, torch_threads
 from framework.control.cost_model import step_records
 from framework.control.device_profile import PLAIN, DeviceProfile, interpolate
 from framework.core.policy import AtDepth
 from framework.lm.target import HFTarget
+from measurement.common import option, text_ids, torch_threads
 
 log = logging.getLogger(__name__)
 MOST_NODES = 254  # Target.forward_costs' binary tree

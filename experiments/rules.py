@@ -5,7 +5,7 @@
 
 The figure compared is exact per step: the decode runs with the first rule, and at each of its steps
 every rule's expected accepted nodes on that step's tree and target laws is computed by enumerating
-its coins (experiments/rules_expected.py): the same drafts, no coin noise. Tokens per forward =
+its coins (measurement/expected_acceptance.py): the same drafts, no coin noise. Tokens per forward =
 1 + mean expected accepted. The drafts are still one draw per step: each ratio carries the standard
 error of its paired per-step differences (the draft's noise; +-2 s.e. is a 95% interval). Each rule also
 decodes on its own (same prompts and seeds) for the sampled figure, whose noise is several percent at a
@@ -24,12 +24,12 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from engine.loop import DecodeOptions, generate
-from experiments.common import option, torch_threads
-from experiments.rules_expected import ExpectedAcceptance
 from framework.core import files
 from framework.lm.target import HFTarget
 from framework.lm.text import encode_prompt, tokenizer_of
 from framework.zoo.prompts import stdlib_prompt_sets
+from measurement.common import option, torch_threads
+from measurement.expected_acceptance import ExpectedAcceptance
 
 
 def measure(cfg: DictConfig, progress: Path | None = None) -> list[dict]:

@@ -21,7 +21,10 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import (
+from framework.lm.sharding import placement_of, writes_results
+from framework.lm.target import HFTarget
+from framework.lm.text import decode, encode_prompt, tokenizer_of
+from measurement.common import (
     emitted,
     job_record,
     option,
@@ -33,9 +36,6 @@ from experiments.common import (
     whole_number,
     write_json,
 )
-from framework.lm.sharding import placement_of, writes_results
-from framework.lm.target import HFTarget
-from framework.lm.text import decode, encode_prompt, tokenizer_of
 
 
 def check_settings(cfg: DictConfig) -> None:

@@ -21,8 +21,8 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from experiments.common import continuations, prompt_ids
 from framework.lm.layer_view import decoder_stack
+from measurement.common import continuations, prompt_ids
 from proposers.self_spec.choose import Calibration, best_exit, best_skip_set
 from proposers.self_spec.saved import save_choices
 

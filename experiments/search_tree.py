@@ -21,10 +21,10 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from engine.loop import generate
-from experiments.common import continuations, prompt_ids
 from framework.core import files
 from framework.core.sampling import SamplingConfig
 from framework.lm.target import HFTarget
+from measurement.common import continuations, prompt_ids
 from proposers.eagle.head import TREE_FILE as EAGLE_TREE
 from proposers.eagle.head import EagleHead
 from proposers.eagle.proposer import EagleProposer

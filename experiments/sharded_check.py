@@ -28,7 +28,6 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from engine.loop import DecodeOptions, generate
-from experiments.common import hydra_conf, policy_factory_of, write_json
 from framework.core.sampling import SamplingConfig
 from framework.lm.models import tiny_random_model
 from framework.lm.sharding import launched_processes, process_rank, shared_clock, writes_results
@@ -36,6 +35,7 @@ from framework.lm.target import HFTarget
 from harness.exact import compare
 from harness.loop_mutants import CropInsteadOfGather
 from harness.real import exact_loop_law, teacher_forced_law
+from measurement.common import hydra_conf, policy_factory_of, write_json
 from proposers import DraftModelProposer
 
 GREEDY = SamplingConfig(temperature=0)

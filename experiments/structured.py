@@ -24,7 +24,11 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import (
+from framework.constraints.grammar import Grammar, GrammarConstraint
+from framework.core.tree import CandidateTree
+from framework.lm.target import HFTarget
+from framework.lm.text import encode_prompt, tokenizer_of
+from measurement.common import (
     constraint_of,
     one_process,
     option,
@@ -34,10 +38,6 @@ from experiments.common import (
     torch_threads,
     write_json,
 )
-from framework.constraints.grammar import Grammar, GrammarConstraint
-from framework.core.tree import CandidateTree
-from framework.lm.target import HFTarget
-from framework.lm.text import encode_prompt, tokenizer_of
 from verifiers import Verification
 
 

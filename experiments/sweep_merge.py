@@ -22,8 +22,8 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import job_overrides, parse_overrides
 from framework.core import files
+from measurement.common import job_overrides, parse_overrides
 
 RESULT = "result.json"
 PLAN = "multirun.yaml"  # Hydra writes it in the sweep folder before the first job

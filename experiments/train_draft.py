@@ -18,11 +18,11 @@ import torch
 import transformers
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import head_setup, measures_here
 from framework.core import files
 from framework.lm.text import tokenizer_of
 from framework.zoo.checkpoints import load_causal_lm
 from framework.zoo.train import save_model
+from measurement.common import head_setup, measures_here
 from proposers.draft_training import draft_acceptance, train_drafts
 
 

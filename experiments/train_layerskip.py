@@ -18,12 +18,12 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import training_data
 from framework.core import files
 from framework.lm.layer_view import decoder_stack
 from framework.lm.text import tokenizer_of
 from framework.zoo.checkpoints import export_checkpoint, load_causal_lm
 from framework.zoo.train import eval_loss, train
+from measurement.common import training_data
 
 
 @torch.no_grad()

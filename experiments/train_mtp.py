@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from experiments.common import head_setup
 from experiments.search_tree import score_settings
 from experiments.train_eagle import train_and_search
 from framework.core import files
+from measurement.common import head_setup
 from proposers.eagle.head import TREE_FILE
 from proposers.mtp.head import MtpConfig, MtpHead
 from proposers.mtp.layouts import write_speculators

@@ -4,7 +4,7 @@ by round, and the idle mode really plain."""
 from hydra import compose, initialize_config_dir
 
 from experiments.bench_floor import measure, table
-from experiments.common import CONF
+from measurement.common import CONF
 
 
 def test_every_method_and_mode_against_plain_round_by_round():

@@ -8,9 +8,10 @@ from types import SimpleNamespace
 import pytest
 
 from experiments import compare
-from experiments.methods import other_tokenizer
 from framework.lm.text import tokenizer_of
 from framework.zoo.checkpoints import find_folder
+from measurement import compare_grid
+from measurement.methods import other_tokenizer
 from tests.composed import composed
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -57,7 +58,8 @@ def test_every_method_and_sampling_against_transformers_plain(tmp_path):
 def test_the_preset_covers_every_proposer_and_transformers():
     """A proposer config added to conf/proposer/ without joining the side-by-side fails here."""
     methods = set(load().experiment.methods)
-    assert set(compare.proposer_configs()) - set(compare.UNDER_A_GRAMMAR) <= methods and {*HF, "plain"} <= methods
+    assert (set(compare_grid.proposer_configs()) - set(compare_grid.UNDER_A_GRAMMAR) <= methods
+            and {*HF, "plain"} <= methods)
 
 
 def test_planted_errors_fail_before_timing(tmp_path):

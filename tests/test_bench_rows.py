@@ -8,7 +8,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from experiments.bench_rows import measure, table
-from experiments.common import option
+from measurement.common import option
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

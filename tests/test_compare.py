@@ -12,21 +12,15 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from transformers import AutoTokenizer
 
-from experiments import compare, throughput
-from experiments.compare_report import (
-    BEGIN,
-    BY_CATEGORY,
-    COLUMNS,
-    END,
-    merge,
-    policies_side_by_side,
-    publish,
-    update_readme,
-)
-from experiments.workload import Workload, build_workload
+from experiments import compare
 from framework.control.device_profile import DeviceProfile
 from framework.zoo.checkpoints import EMBEDDED
 from harness.stats import detectable_tv
+from measurement import compare_cells, compare_grid, compare_records, throughput
+from measurement.compare_outputs import COLUMNS
+from measurement.compare_publish import BEGIN, END, merge, publish, update_readme
+from measurement.compare_report import BY_CATEGORY, policies_side_by_side
+from measurement.workload import Workload, build_workload
 from tests.composed import composed
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -129,20 +123,22 @@ def test_discovery_skips_the_configs_that_do_not_fit_the_target(tmp_path):
     """A draft of another vocabulary (models.draft.vocab_size=32 beside a 64-token target) is listed as
     skipped when discovered, and is an error when asked for by name."""
     wrong_draft = "models.draft.vocab_size=32"
-    grid = compare.grid_of(load(tmp_path, "experiment.methods=[draft,prompt_lookup,hf_assisted,hf_mtp]", wrong_draft))
+    grid = compare_grid.grid_of(load(tmp_path, "experiment.methods=[draft,prompt_lookup,hf_assisted,hf_mtp]",
+                                     wrong_draft))
     grid.skipped, model = {}, instantiate(load(tmp_path).target)
-    compare.probe(grid, model, torch.tensor([[1, 2, 3]]), listed=False)  # as for discovered configs
+    compare_grid.probe(grid, model, torch.tensor([[1, 2, 3]]), listed=False)  # as for discovered configs
     assert grid.methods == ["prompt_lookup", "hf_assisted"] and "vocabulary" in grid.skipped["draft"]
     assert "LlamaForCausalLM's config states none (num_mtp_layers)" in grid.skipped["hf_mtp"]  # no MTP in a Llama
     with pytest.raises(ValueError, match="draft does not run on this target"):
-        compare.probe(compare.grid_of(load(tmp_path, "experiment.methods=[draft]", wrong_draft)), model,
+        compare_grid.probe(compare_grid.grid_of(load(tmp_path, "experiment.methods=[draft]", wrong_draft)), model,
                       torch.tensor([[1, 2, 3]]), listed=True)
 
 
 @pytest.mark.slow  # composes every proposer config (~5 s)
 def test_discovery_lists_every_config(tmp_path):
-    grid = compare.grid_of(load(tmp_path))
-    assert set(grid.methods) == {*compare.proposer_configs(), *compare.DISCOVERED} - set(compare.UNDER_A_GRAMMAR)
+    grid = compare_grid.grid_of(load(tmp_path))
+    assert set(grid.methods) == ({*compare_grid.proposer_configs(), *compare_grid.DISCOVERED}
+                                 - set(compare_grid.UNDER_A_GRAMMAR))
 
 
 @pytest.mark.parametrize("override, message", [
@@ -161,7 +157,7 @@ def test_unknown_names_fail_before_any_work(tmp_path, override, message):
 
 def test_own_proposer_needs_one(tmp_path):
     with pytest.raises(ValueError, match="the run's own proposer group, but proposer=none"):
-        compare.grid_of(load(tmp_path, "experiment.methods=[proposer]", "proposer=none"))
+        compare_grid.grid_of(load(tmp_path, "experiment.methods=[proposer]", "proposer=none"))
 
 
 def test_unknown_category_lists_the_workloads(tmp_path):
@@ -220,7 +216,8 @@ def test_compare_smoke_on_the_zoo(tmp_path):
         config = compose(config_name="compare", overrides=["experiment=compare_smoke", f"output_dir={tmp_path}"])
     result = compare.run(config)
     methods = {r["method"] for r in result["rows"]}
-    assert {*compare.proposer_configs(), "hf_assisted", "hf_prompt_lookup"} - set(compare.UNDER_A_GRAMMAR) <= methods
+    assert ({*compare_grid.proposer_configs(), "hf_assisted", "hf_prompt_lookup"}
+            - set(compare_grid.UNDER_A_GRAMMAR)) <= methods
     assert not result["skipped"]
     assert all(r["errors"] is None for r in result["rows"])
     assert all(r["lossless_check"] == "pass" for r in result["rows"]
@@ -233,7 +230,7 @@ def test_merge_keeps_the_jobs_of_a_sweep_apart(tmp_path):
         folder = tmp_path / job
         overrides = ["experiment.methods=[proposer]", "proposer=draft", f"proposer.depth={depth}"]
         config = load(folder, *overrides, "experiment.samplings=[greedy]")
-        assert compare.grid_of(config).proposers["proposer"].depth == depth  # the override reaches the method
+        assert compare_grid.grid_of(config).proposers["proposer"].depth == depth  # the override reaches the method
         compare.run(config)
         (folder / ".hydra").mkdir()  # as Hydra's multirun writes it
         (folder / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
@@ -251,13 +248,13 @@ def test_merge_keeps_the_jobs_of_a_sweep_apart(tmp_path):
 def test_a_lossy_method_fails_its_check(tmp_path, monkeypatch):
     """The check's verdict comes from the samples: a planted bias (every sampled first token moved to
     the next id, as a verifier with an off-by-one would emit) is reported as FAIL."""
-    real = compare.first_tokens
+    real = compare_cells.first_tokens
 
     def shifted(*args, **kwargs):
         result = real(*args, **kwargs)
         return {**result, "counts": result["counts"].roll(1)}
 
-    monkeypatch.setattr(compare, "first_tokens", shifted)
+    monkeypatch.setattr(compare_cells, "first_tokens", shifted)
     result = compare.run(load(tmp_path, "experiment.methods=[draft]", "experiment.samplings=[t1]"))
     assert result["rows"][0]["lossless_check"] == "FAIL" and result["rows"][0]["check_p"] < 1e-3
 
@@ -267,10 +264,10 @@ def test_a_record_cut_off_by_a_kill_is_made_again(tmp_path):
     path = tmp_path / "records.jsonl"
     path.write_text(json.dumps({"id": "run/a", "key": "k", "seconds": 1.0}) + "\n" + '{"id": "run/b", "key": "k", "sec')
     with pytest.warns(UserWarning, match="last line was cut off"):
-        stored = compare.Records(path, lambda record: "k")
+        stored = compare_records.Records(path, lambda record: "k")
     assert set(stored.done) == {"run/a"}
     stored.add({"id": "run/b", "seconds": 2.0})
-    assert set(compare.Records(path, lambda record: "k").done) == {"run/a", "run/b"}
+    assert set(compare_records.Records(path, lambda record: "k").done) == {"run/a", "run/b"}
 
 
 def run_records(tmp_path) -> list[dict]:
@@ -334,12 +331,12 @@ def test_one_policy_object_per_method_policy_sampling_and_batch(tmp_path, monkey
     """A policy besides fixed (a stand-in here, taken out again before generate's own loop) is built once
     per (method, policy, sampling, batch size) and handed to every prompt of that cell; plain decoding has no
     speculation to size: fixed only. The tables get a policy column."""
-    import experiments.common
+    import measurement.common
 
-    real = experiments.common.generate
-    monkeypatch.setattr(compare, "policy_configs", lambda: ["counting", "fixed"])
+    real = measurement.common.generate
+    monkeypatch.setattr(compare_grid, "policy_configs", lambda: ["counting", "fixed"])
     made = []
-    monkeypatch.setattr(compare, "policy_factory",
+    monkeypatch.setattr(compare_grid, "policy_factory",
                         lambda name, cfg: partial(CountingPolicy, made) if name == "counting" else None)
 
     def generate(target, proposer, prompt, *args, options, **kwargs):
@@ -347,7 +344,7 @@ def test_one_policy_object_per_method_policy_sampling_and_batch(tmp_path, monkey
             options.policy.batches.append(prompt.shape[0])
         return real(target, proposer, prompt, *args, options=replace(options, policy=None), **kwargs)
 
-    monkeypatch.setattr(experiments.common, "generate", generate)
+    monkeypatch.setattr(measurement.common, "generate", generate)
     result = compare.run(load(tmp_path, "experiment.methods=[draft,plain]", "experiment.policies=[fixed,counting]",
                               "experiment.batch_sizes=[1,2]", "experiment.check.samples=0"))
     # one per sampling and size, each given both prompts; and one untimed throwaway per size (prime_policies)
@@ -368,16 +365,16 @@ def test_each_cell_drafts_from_a_suffix_cache_of_its_own(tmp_path, monkeypatch):
     """The suffix config's cache spans requests: within a (method, policy, sampling, batch) cell its prompts share
     one, but no cell drafts from another's answers to the same prompts (a greedy cell's answers would inflate the
     goodput cell's acceptance)."""
-    import experiments.common
+    import measurement.common
 
-    real, seen = experiments.common.generate, []
+    real, seen = measurement.common.generate, []
 
     def generate(target, proposer, prompt, *args, options, sampling=None, **kwargs):
         if proposer is not None and options.policy is not None:  # the timed cells (nothing else: no priming below)
             seen.append(((type(options.policy).__name__, sampling.greedy), proposer.cache))
         return real(target, proposer, prompt, *args, options=options, sampling=sampling, **kwargs)
 
-    monkeypatch.setattr(experiments.common, "generate", generate)
+    monkeypatch.setattr(measurement.common, "generate", generate)
     monkeypatch.setattr(compare, "prime_policies", lambda *args: None)  # its untimed runs use the config's own cache
     compare.run(load(tmp_path, "experiment.methods=[suffix]", "experiment.policies=[off_above,goodput]",
                      "experiment.samplings=[greedy,t1]", "experiment.check.samples=0"))
@@ -394,7 +391,7 @@ def test_the_goodput_policy_has_rows_of_its_own(tmp_path):
     cells = {(r["method"], r["policy"]): r for r in result["summary"] if r["sampling"] == "t1"}
     assert set(cells) == {(m, p) for m in ("draft", "eagle2") for p in ("fixed", "goodput")}
     assert all(r["speedup"] is not None for r in cells.values())
-    assert compare.policy_factory("fixed", load(tmp_path)) is None
+    assert compare_grid.policy_factory("fixed", load(tmp_path)) is None
     table = tmp_path / "compare.md"
     assert ("| method | greedy: fixed | greedy: goodput | t1: fixed | t1: goodput | greedy identical "
             "| lossless check (as configured) |") in table.read_text()
@@ -415,7 +412,7 @@ def test_the_goodput_policy_has_rows_of_its_own(tmp_path):
 ])
 def test_bad_axes_fail_naming_the_setting(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
-        compare.grid_of(load(tmp_path, *overrides))
+        compare_grid.grid_of(load(tmp_path, *overrides))
 
 
 def test_throughput_against_concurrency_serves_every_request_with_each_method(tmp_path):
@@ -497,7 +494,7 @@ def test_a_device_profile_puts_each_rows_predicted_speedup_beside_the_measured(t
     assert rows["prompt_lookup"]["projected_speedup"] == rows["prompt_lookup"]["predicted_speedup"]  # the same costs
     assert "predicted speedup (error) | projected speedup |" in (tmp_path / "compare.md").read_text()
     with pytest.raises(FileNotFoundError, match="no device profile"):
-        compare.grid_of(load(tmp_path, f"experiment.profile={tmp_path}/missing.json"))
+        compare_grid.grid_of(load(tmp_path, f"experiment.profile={tmp_path}/missing.json"))
 
 
 def test_a_policy_profile_sizes_each_goodput_cell_by_its_methods_costs(tmp_path, monkeypatch):
@@ -523,7 +520,7 @@ def test_a_policy_profile_sizes_each_goodput_cell_by_its_methods_costs(tmp_path,
     run = [r for r in records(tmp_path) if r["id"].startswith("run/prompt_lookup/") and "policy=goodput" in r["id"]]
     assert len(run) == 8 and not any("error" in r for r in run)
     with pytest.raises(ValueError, match=r"draft table has no 'draft' .*profile_device 'methods=\[..., draft\]'"):
-        compare.grid_of(load(tmp_path, "experiment.methods=[draft]",
+        compare_grid.grid_of(load(tmp_path, "experiment.methods=[draft]",
                              f"experiment.policy_profile={tmp_path}/profile.json"))
 
 
@@ -562,11 +559,11 @@ def test_the_default_policy_is_goodput_and_rows_without_a_proposer_run_fixed(tmp
 
 
 def test_a_cells_factory_renews_the_shared_stores_it_holds_and_nothing_else():
-    """renewed (experiments.methods): a suffix cache renewed where it sits, also inside a mix's parts; every other
+    """renewed (measurement.methods): a suffix cache renewed where it sits, also inside a mix's parts; every other
     argument the same object, and a factory with nothing to renew returned as it is."""
     from functools import partial as hydra_partial
 
-    from experiments.methods import renewed
+    from measurement.methods import renewed
     from proposers import MixProposer, PromptLookupProposer, SuffixCache, SuffixProposer
 
     cache, lookup = SuffixCache(max_tokens=50), hydra_partial(PromptLookupProposer, max_ngram=3)

@@ -3,27 +3,32 @@
 Options are discovered from the conf/ folder, so a new yaml file is covered without editing
 this file. A new *group* is instantiated too; give it a type check in CHECKS. A method
 (`proposer=`) takes its trained parts from a model family (`models=zoo`, the embedded zoo and the
-default; `models=tiny`, random weights and token-id prompts): every method is built with every family.
+default; `models=tiny`, random weights and token-id prompts; `models=toy`, experiments.check's vocabulary-3 toy):
+every method is built with every family.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from functools import cache, partial
 from pathlib import Path
 
 import pytest
 import torch
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from experiments.check import check_exact
+from engine.loop import generate
+from experiments.check import check_exact, exact_setup
 from experiments.check import run as run_check
 from experiments.run import run
 from framework.core.sampling import SamplingConfig
 from framework.lm.target import HFTarget
 from framework.lm.text import encode_prompt, tokenizer_of
+from harness.real import exact_loop_law
 from tests.composed import LEVEL_DRAFTERS, composed
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -77,7 +82,7 @@ def test_options_found():
     assert {"none", "draft", "draft_tree", "self_draft", "medusa", "eagle", "eagle2", "eagle3", "rest",
             "mix"} <= set(PROPOSERS)
     assert {"zoo_target", "zoo_draft", "tiny_llama"} <= {o for g, o in OPTIONS if g == "target"}
-    assert set(MODELS) == {"zoo", "tiny"}
+    assert set(MODELS) == {"zoo", "tiny", "toy"}
 
 
 def test_defaults_are_the_embedded_zoo():
@@ -113,20 +118,48 @@ def test_config_instantiates(group, option):
 # (built once, ~15 s): -m slow; models=tiny builds them all by default.
 BUILDS = [pytest.param(p, m, marks=pytest.mark.slow) if m == "zoo" and p in ("rest", "mix", "mix_draft") else (p, m)
           for p in PROPOSERS for m in MODELS]
+SELF_SPEC = ("early_exit", "layer_skip")  # they draft with part of the target: the 1-layer toy has none to spare
 
 
 @pytest.mark.parametrize("proposer, models", BUILDS)
 def test_every_method_builds_with_every_model_family(proposer, models):
     """proposer x models: the method's parts come from the family and fit its target (checked at prefill)."""
-    cfg = load(f"models={models}", f"proposer={proposer}")
+    two_layers = ["target.num_layers=2"] if models == "toy" and proposer in SELF_SPEC else []
+    cfg = load(f"models={models}", f"proposer={proposer}", *two_layers)
     assert CHECKS["proposer"](instantiate(cfg.proposer), cfg)
 
 
+@pytest.mark.parametrize("proposer", SELF_SPEC)
+def test_self_speculation_on_the_one_layer_toy_is_named(proposer):
+    cfg = load("models=toy", f"proposer={proposer}")
+    with pytest.raises(ValueError, match="self-speculation needs 2 layers"):
+        check_proposer(instantiate(cfg.proposer), cfg)
+
+
+def models_keys_read() -> tuple[set[str], set[str]]:
+    """The models.* keys the conf/proposer configs interpolate: (required, read through oc.select with a default)."""
+    text = "\n".join(path.read_text() for path in (CONF / "proposer").glob("*.yaml"))
+    return set(re.findall(r"\$\{models\.([\w.]+)\}", text)), set(re.findall(r"\$\{oc\.select:models\.([\w.]+),", text))
+
+
+@pytest.mark.parametrize("family", MODELS)
+def test_every_family_gives_every_part_the_methods_read(family):
+    """zoo, tiny and toy: one shape, every models.* key a proposer config reads (none is lacking; an oc.select one
+    may be: tiny and toy leave models.mtp.budget to its default), so any method composes with any family."""
+    required, optional = models_keys_read()
+    assert {"draft", "cross_draft.model", "medusa.heads", "eagle.head", "mtp.chain_depth", "datastore"} <= required
+    assert optional == {"mtp.budget"}
+    cfg, absent = load(f"models={family}"), object()
+    lacking = sorted(key for key in required if OmegaConf.select(cfg, f"models.{key}", default=absent) is absent)
+    assert lacking == [], f"models={family} lacks {lacking}"
+
+
 def test_a_target_folder_without_mtp_modules_is_named():
-    """models.mtp.modules.path=${target.path}: the zoo target ships no MTP module, said before any forward."""
+    """models.mtp.modules.path=${target.path}: the zoo target ships no MTP module, said as the config loads the
+    modules, before any forward."""
     cfg = load("models=zoo", "proposer=mtp", "models.mtp.modules.path=${target.path}")
-    with pytest.raises(ValueError, match="holds no MTP module"):
-        instantiate(cfg.proposer)()
+    with pytest.raises(InstantiationException, match="holds no MTP module"):
+        instantiate(cfg.proposer)
 
 
 def test_the_family_sets_the_target_and_the_prompt_and_the_command_line_still_wins():
@@ -172,7 +205,7 @@ def test_greedy_matches_plain_decoding(family, tmp_path):
 # Every method on models=tiny is tests/proposers/test_proposer_contract.py's (exact law, greedy identity, rows,
 # bad settings). Here the zoo: experiments.check end to end with its trained parts: greedy identity for
 # four families by default, and EAGLE-2's exact law with its `auto` settings read from the toy head's search
-# (the exact check swaps the parts for toy ones); every method, both checks, under -m slow.
+# (the exact check builds the method on models=toy); every method, both checks, under -m slow.
 ZOO_DEFAULT = {"draft": "[greedy]", "draft_tree": "[greedy]", "medusa": "[greedy]", "eagle2": "[exact,greedy]"}
 
 
@@ -254,6 +287,43 @@ def test_the_check_runs_the_configured_verifier(tmp_path):
     assert rows and not any(row["passed"] for row in rows)
     rows = check_exact(load(*TINY, "verifier=block", *quick, config_name="check"))
     assert rows and all(row["passed"] for row in rows)
+
+
+# What the exact check swapped in by constructor-argument name before its toy became models=toy (the former
+# experiment.exact.target and .parts of conf/experiment/check.yaml), for two methods.
+OLD_TOY_TARGET = {"_target_": "framework.lm.models.tiny_random_model", "arch": "llama", "vocab_size": 3,
+                  "hidden_size": 16, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "dtype": "float64",
+                  "init_std": 0.3, "seed": 0}
+OLD_TOY_PARTS = {
+    "medusa": {"heads": {"_target_": "proposers.medusa.heads.random_heads", "hidden_size": 16, "vocab_size": 3,
+                         "num_heads": 2, "seed": 0, "dtype": "float64"}, "choices": [[0], [1], [0, 0]]},
+    "eagle2": {"head": {"_target_": "proposers.eagle.head.random_head", "hidden_size": 16, "vocab_size": 3,
+                        "target_num_layers": 1, "architecture": "eagle3", "target_layers": [0, 1],
+                        "draft_vocab_size": 2, "seed": 0, "scale": 2.0, "dtype": "float64", "pard_token": 0,
+                        "searched": {"choices": [[0], [1], [0, 0]], "top_k": 2, "depth": 2, "budget": 3}}},
+}
+
+
+@pytest.mark.parametrize("proposer", sorted(OLD_TOY_PARTS))
+def test_the_exact_check_on_models_toy_builds_what_the_swap_built(proposer, tmp_path):
+    """The check builds the configured method on models=toy: the same target, and a proposer that decodes as the one
+    the former swap by argument name built (the same sampled tokens and acceptances), so its exact law is the same."""
+    cfg = load(*TINY, f"proposer={proposer}", f"output_dir={tmp_path}", config_name="check")
+    target, factory, _ = exact_setup(cfg)
+    old_target = instantiate(OLD_TOY_TARGET)
+    old_parts = {name: instantiate(node) for name, node in OLD_TOY_PARTS[proposer].items()}
+    old_factory = partial(instantiate(cfg.proposer), **old_parts)
+    assert all(torch.equal(a, b) for a, b in zip(target.state_dict().values(), old_target.state_dict().values()))
+
+    def decoded(model, make):
+        out = generate(HFTarget(model), make(), [[1, 2, 0]] * 4, 12, SamplingConfig(temperature=0.7), seed=0)
+        return out.tokens.tolist(), [step.accepted.tolist() for step in out.stats.steps]
+
+    assert decoded(target, factory) == decoded(old_target, old_factory)
+    t07 = instantiate(cfg.experiment.exact.samplings.t07_topk2)
+    law = exact_loop_law(target, factory, torch.tensor([[1, 2, 0]]), 3, t07)
+    assert law == pytest.approx(exact_loop_law(old_target, old_factory, torch.tensor([[1, 2, 0]]), 3, t07), abs=1e-12)
+    assert all(row["passed"] for row in check_exact(cfg))
 
 
 @pytest.mark.parametrize("proposer", ["draft", "eagle3", "medusa"])

@@ -10,11 +10,11 @@ from hydra.utils import instantiate
 
 from engine.loop import DecodeOptions, Decoder
 from experiments.first_token import run
-from experiments.first_tokens import OneLevel, SharedPrefix, first_tokens, summarise
 from framework.core.randomness import TorchSource
 from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
 from framework.lm.target import HFTarget
+from measurement.first_token_tables import OneLevel, SharedPrefix, first_tokens, summarise
 from tests.composed import composed
 from verifiers import typical_verifier
 

@@ -1,10 +1,11 @@
 """The layers are packages and the imports say so: a module imports only its own layer and those below.
 
 core < data < training < lm, zoo, control, constraints (framework/) < verifiers < engine, proposers < serving
-(engine/) < harness < experiments, and the top-level folders in that order (FOLDERS). The engine and the proposers
-never import each other, and the engine imports no model runtime: it knows targets and proposers by
+(engine/) < harness < measurement < experiments, and the top-level folders in that order (FOLDERS). The engine and
+the proposers never import each other, and the engine imports no model runtime: it knows targets and proposers by
 their Protocols in framework.core. Imports sit at module level, so
-a module's dependencies are its first lines; the one exception is an optional back end (Triton).
+a module's dependencies are its first lines; the one exception is an optional back end (Triton). experiments/ holds
+apps only (their library is measurement/).
 """
 
 from __future__ import annotations
@@ -35,13 +36,17 @@ LAYERS = {
     "serving": (("engine.scheduler",), {"core", "verifiers", "lm", "engine"}),
     "harness": (("harness",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "data",
                                          "training", "constraints", "serving"}),
-    "experiments": (("experiments",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "harness",
+    # the measurement library of the apps: compare's cells and reports, workloads, runners, first-token tables, peers
+    "measurement": (("measurement",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "harness",
                                        "data", "training", "workloads", "metrics", "constraints", "serving"}),
+    "experiments": (("experiments",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "harness",
+                                       "data", "training", "workloads", "metrics", "constraints", "serving",
+                                       "measurement"}),
 }
 OPTIONAL_BACKENDS = ("framework.lm.tree_attention_triton", "verifiers.triton_chain", "verifiers.triton_rules")
 # The third-party packages each layer may import directly (the standard library and torch aside). The core is torch
-# and numpy (path_tree's trie); the engine imports no model runtime; only lm, zoo, proposers, harness and experiments
-# may import transformers; xgrammar only through constraints (and experiments' grammar benchmark).
+# and numpy (path_tree's trie); the engine imports no model runtime; only lm, zoo, proposers, harness, measurement and
+# experiments may import transformers; xgrammar only through constraints (and experiments' grammar benchmark).
 THIRD_PARTY = {
     "core": {"numpy"},
     "verifiers": {"triton"},
@@ -57,14 +62,15 @@ THIRD_PARTY = {
     "workloads": {"datasets"},
     "proposers": {"transformers", "safetensors", "datasets", "numpy", "tqdm"},
     "harness": {"transformers", "numpy", "scipy"},
-    "experiments": {"transformers", "hydra", "omegaconf", "numpy", "tqdm", "matplotlib", "xgrammar", "yaml", "vllm",
-                    "llguidance", "outlines_core"},
+    # vllm: the worker script measurement.peers.engine runs under vLLM's own environment, never imported here
+    "measurement": {"transformers", "hydra", "omegaconf", "numpy", "tqdm", "matplotlib", "yaml", "vllm"},
+    "experiments": {"transformers", "hydra", "omegaconf", "xgrammar", "llguidance", "outlines_core"},
 }
 KNOWN_THIRD_PARTY = set().union(*THIRD_PARTY.values()) | {"accelerate", "datasets", "jinja2"}
 DYNAMIC_IMPORT_SHIMS = ("framework",)  # the package's lazy re-exports of the names scripts use
 REEXPORTS = ("framework", "engine")  # package inits that only re-export their own modules' public names
 # The top-level folders, bottom first: a folder's layers import only from folders at or below it
-FOLDERS = ("framework", "verifiers", "proposers", "engine", "harness", "experiments")
+FOLDERS = ("framework", "verifiers", "proposers", "engine", "harness", "measurement", "experiments")
 PEERS = {("proposers", "engine")}  # side by side: neither imports the other
 
 
@@ -226,7 +232,7 @@ def entry_points(root: Path = ROOT) -> dict[str, ast.Module]:
 
 
 def entry_point_imports(root: Path = ROOT) -> list[str]:
-    """Entry points share experiments.common and the libraries beside it, never one another."""
+    """Entry points share measurement's libraries, never one another."""
     mains = entry_points(root)
     return [f"{module} imports {name}, another entry point" for module, tree in mains.items()
             for _, name, _ in project_imports(tree) if name in mains and name != module]
@@ -246,6 +252,54 @@ def test_every_entry_point_is_a_hydra_app_with_its_config():
 def test_no_entry_point_imports_another():
     assert entry_point_imports() == []
     assert {"experiments.run", "experiments.compare", "experiments.check"} <= set(entry_points())
+
+
+# experiments/ holds apps only; what else is there is named here, with why
+SUBFOLDERS = {
+    "zoo": "the committed models (weights, configs, tokenizers; no code): framework.zoo loads them by path",
+    "peers": "the peer engines' apps (setup, law, profile_plain); their library is measurement/peers",
+}
+NOT_HYDRA = {"experiments.peers.setup": "builds a peer's virtual environment by name (argparse): no config"}
+# the train app's recipes, reached by name from conf/experiment (job: experiments.train_<name>.run): they import
+# experiments.search_tree's tree search, an app, so they stay beside it until that search has a library of its own
+RECIPES = tuple(f"experiments.train_{name}" for name in ("draft", "eagle", "layerskip", "medusa", "mtp", "parallel"))
+
+
+def is_app(tree: ast.Module, hydra_app: bool = True) -> bool:
+    """A __main__ guard and (a Hydra app) a main() decorated with hydra.main."""
+    guarded = any(isinstance(node, ast.If) and "__main__" in ast.dump(node.test) for node in tree.body)
+    hydra_main = any(isinstance(node, ast.FunctionDef) and node.name == "main"
+                     and any("hydra.main" in ast.unparse(d) for d in node.decorator_list) for node in tree.body)
+    return guarded and (hydra_main or not hydra_app)
+
+
+def not_apps(root: Path = ROOT) -> list[str]:
+    """Modules of experiments/ (and of its peers/) that are not apps, and folders that are neither zoo/ nor peers/."""
+    found = [f"experiments/{path.name}/: a folder of experiments/ that is neither {' nor '.join(SUBFOLDERS)}"
+             for path in sorted((root / "experiments").iterdir())
+             if path.is_dir() and path.name not in SUBFOLDERS and path.name != "__pycache__"]
+    for path in sorted([*(root / "experiments").glob("*.py"), *(root / "experiments" / "peers").glob("*.py")]):
+        module = module_name(path, root)
+        if path.name == "__init__.py" or module in RECIPES:
+            continue
+        if not is_app(ast.parse(path.read_text()), module not in NOT_HYDRA):
+            found.append(f"{path.relative_to(root)}: not an app (a Hydra main() and a __main__ guard); "
+                         "a library goes to measurement/")
+    return found
+
+
+def test_experiments_holds_apps_only(tmp_path):
+    assert not_apps() == []
+    assert all((ROOT / (m.replace(".", "/") + ".py")).is_file() for m in [*RECIPES, *NOT_HYDRA])  # none stale
+    (tmp_path / "experiments" / "peers").mkdir(parents=True)
+    (tmp_path / "experiments" / "library.py").write_text("def helper():\n    pass\n")
+    (tmp_path / "experiments" / "app.py").write_text("import hydra\n\n\n@hydra.main(config_path=None)\n"
+                                                     "def main(cfg):\n    pass\n\n\nif __name__ == '__main__':\n"
+                                                     "    main()\n")
+    (tmp_path / "experiments" / "stray").mkdir()
+    assert not_apps(tmp_path) == [
+        "experiments/stray/: a folder of experiments/ that is neither zoo nor peers",
+        "experiments/library.py: not an app (a Hydra main() and a __main__ guard); a library goes to measurement/"]
 
 
 def test_the_check_catches_an_upward_and_a_hidden_import(tmp_path):

@@ -36,7 +36,7 @@ def test_a_variant_setting_the_proposer_does_not_have_is_named():
 
 def test_the_ratio_standard_error_comes_from_paired_steps():
     """Two rules that differ by a constant on every step have no error; noise in the differences has."""
-    from experiments.rules_expected import ExpectedAcceptance
+    from measurement.expected_acceptance import ExpectedAcceptance
 
     measured = ExpectedAcceptance(None, {}, per_step={"token": [0.0, 1.0, 2.0, 1.0], "same+": [0.5, 1.5, 2.5, 1.5],
                                                       "noisy": [1.0, 1.0, 2.0, 0.0]})

@@ -21,8 +21,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from experiments.compare_report import aggregate
 from experiments.sweep_merge import collect, report
+from measurement.compare_report import aggregate
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 TINY_SWEEP = ["models=tiny", "proposer=draft,none", "prompt=[1,2,3]", "max_new_tokens=4",

@@ -16,14 +16,14 @@ from collections import Counter
 import hydra
 from omegaconf import DictConfig
 
-from experiments.common import write_json
-from experiments.peers.engine import PeerEngine
-from experiments.peers.rows import PEER, proposer_env, speculative_config, target_folder
 from framework.core.sampling import SamplingConfig
 from framework.lm.text import encode_prompt, tokenizer_of
 from framework.zoo.checkpoints import load_causal_lm
 from harness.real import lump, teacher_forced_law
 from harness.stats import g_test
+from measurement.common import write_json
+from measurement.peers.engine import PeerEngine
+from measurement.peers.rows import PEER, proposer_env, speculative_config, target_folder
 
 RUN_ON = 6  # tokens decoded past `depth`: an engine drafts no further than its budget, so a request stopped at depth
             # would see few drafts; the first `depth` tokens are counted (their law does not depend on what follows)

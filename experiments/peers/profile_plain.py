@@ -22,13 +22,13 @@ from omegaconf import DictConfig
 from torch.profiler import ProfilerActivity, profile
 
 from engine.loop import generate
-from experiments.common import torch_threads, write_json
-from experiments.peers.engine import PeerEngine, PeerMissing
-from experiments.peers.rows import PEER, target_folder
 from framework.core.sampling import SamplingConfig
 from framework.lm.target import HFTarget
 from framework.lm.text import encode_prompt, tokenizer_of
 from framework.zoo.checkpoints import load_causal_lm
+from measurement.common import torch_threads, write_json
+from measurement.peers.engine import PeerEngine, PeerMissing
+from measurement.peers.rows import PEER, target_folder
 
 MATMUL = {"aten::mm", "aten::addmm", "aten::bmm"}
 ATTENTION = {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math"}

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
-from experiments.peers.engine import ENVIRONMENTS, ROOT
+from measurement.peers.engine import ENVIRONMENTS, ROOT
 
 TORCH = "torch==2.13.0"  # first: the local CPU wheel; a range would pull a CUDA build
 PEERS = {
@@ -59,12 +60,24 @@ def run(*command: str, env: dict | None = None) -> None:
     subprocess.run(command, check=True, env=None if env is None else {**os.environ, **env})
 
 
+def finds_ours(python: Path) -> bool:
+    """Whether Speculum's editable install in a peer environment finds every package of this checkout: it maps the
+    packages there were when it was installed, so one added since (measurement/) needs it installed again."""
+    found = re.search(r"^include = \[(.*)\]", (ROOT / "pyproject.toml").read_text(), re.M)
+    packages = re.findall(r'"(\w+)\*"', found.group(1)) if found else []
+    probe = "import importlib.util, sys; sys.exit(any(importlib.util.find_spec(p) is None for p in sys.argv[1:]))"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the environment's own install alone
+    return subprocess.run([str(python), "-c", probe, *packages], cwd="/", env=env).returncode == 0
+
+
 def build(peer: str, force: bool = False) -> Path:
     spec = PEERS[peer]
     final, side = ENVIRONMENTS / peer, ENVIRONMENTS / f"{peer}.building"
     marker = final / "speculum-peer.txt"
     pins = "\n".join([TORCH, *spec["packages"], *spec.get("no_deps", []), *spec.get("no_isolation", [])]) + "\n"
     if final.exists() and not force and marker.is_file() and marker.read_text() == pins:
+        if not finds_ours(final / "bin" / "python"):
+            run(str(final / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "-e", str(ROOT))
         print(f"{peer}: {final} is built ({', '.join(spec['packages'])}); --force builds it anew")
         return final
     shutil.rmtree(side, ignore_errors=True)  # a build that was stopped

@@ -9,7 +9,6 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from engine.loop import generate
-from experiments.common import CONF
 from experiments.profile_device import profile
 from framework.control.cost_model import STEP_FIELDS, Prediction, StepRecord, predict, step_records, steps_of
 from framework.control.costs import StepCosts
@@ -17,6 +16,7 @@ from framework.control.device_profile import DeviceProfile, interpolate
 from framework.control.roofline import Accelerator, ModelSize, Projection, forward_s
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
+from measurement.common import CONF
 from proposers.ngram.prompt_lookup import PromptLookupProposer
 
 

@@ -143,8 +143,9 @@ class HolesSeen(HFTarget):
 
 def test_the_scheduled_law_catches_a_join_that_shows_holes():
     """The requests experiments.check's ragged check schedules, on its toy target."""
-    check = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "experiment" / "check.yaml")
-    target = instantiate(check.exact.target)
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    check = OmegaConf.load(conf / "experiment" / "check.yaml")
+    target = instantiate(OmegaConf.load(conf / "target" / "toy.yaml"))  # models=toy's
     requests, cap, eos, t1 = [(list(p), b) for p, b in check.ragged.scheduled.requests], \
         check.ragged.scheduled.max_batch, check.ragged.eos_token_id, SamplingConfig()
     assert check_scheduled_law(target, None, requests, cap, t1, eos).passes(1e-9)

@@ -12,13 +12,13 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from engine.loop import generate
-from experiments.common import hydra_conf, write_json
 from framework.core.sampling import SamplingConfig
 from framework.core.tree_mask import TreeMask
 from framework.lm import sharding
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import load_causal_lm
+from measurement.common import hydra_conf, write_json
 from proposers import DraftModelProposer
 
 TINY = dict(seed=0, init_std=0.3, num_layers=3)

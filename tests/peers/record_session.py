@@ -7,9 +7,9 @@ sent and the answer it got. Needs vLLM's environment (python -m experiments.peer
 import json
 from pathlib import Path
 
-from experiments.peers.engine import PeerEngine
 from framework.zoo.checkpoints import resolve_checkpoint
 from framework.zoo.tokenizer import load_tokenizer
+from measurement.peers.engine import PeerEngine
 
 HERE = Path(__file__).resolve().parent
 TEXTS = ["def read_lines(path):\n    with open(path) as f:\n        return f.read().splitlines()\n\n\n"

@@ -1,4 +1,4 @@
-"""A stand-in peer worker for the default tier: it speaks experiments/peers/vllm_worker.py's protocol and answers
+"""A stand-in peer worker for the default tier: it speaks measurement/peers/vllm_worker.py's protocol and answers
 each request with the answer recorded from the live worker (SPECULUM_REPLAY: a JSON-lines file of
 {"request": ..., "answer": ...}), after checking that the request is the one recorded. SPECULUM_REPLAY_BREAK:
 "exit" ends the process instead of answering a generate, "garbage" writes a line that is not JSON.

@@ -1,4 +1,4 @@
-"""arctic-inference's suffix cache as a row of ours (experiments/peers/arctic_suffix.py): its tree read back as
+"""arctic-inference's suffix cache as a row of ours (measurement/peers/arctic_suffix.py): its tree read back as
 ours, the request bookkeeping checked against a stand-in worker (what it holds per request is exactly the row's
 text), greedy identity through the shared verifier; the live cache where its environment is built
 (`python -m experiments.peers.setup arctic`), skipped with that command elsewhere."""
@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from engine.loop import generate
-from experiments.peers.arctic_suffix import ArcticSuffixProposer, leaf_paths
-from experiments.peers.engine import PeerMissing, PeerWorker, peer_python
 from framework.core.sampling import SamplingConfig
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
+from measurement.peers.arctic_suffix import ArcticSuffixProposer, leaf_paths
+from measurement.peers.engine import PeerMissing, PeerWorker, peer_python
 
 PROMPT = torch.tensor([[5, 9, 2, 31, 7, 7, 12, 40, 3, 9, 5, 9, 2, 31, 7, 7, 12, 40, 3, 9, 5, 9]])
 
@@ -104,7 +104,7 @@ def test_the_worker_keeps_caches_by_name_side_by_side(monkeypatch):
     import sys
     import types
 
-    from experiments.peers import arctic_worker
+    from measurement.peers import arctic_worker
 
     class Cache:
         def __init__(self, depth, requests):

@@ -9,14 +9,14 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from engine.loop import generate
-from experiments.peers.engine import PeerEngine, PeerMissing, peer_python
 from experiments.peers.law import MIN_PROB, engine_law_check
-from experiments.peers.rows import ROWS, proposer_env, speculative_config
 from framework.core.sampling import SamplingConfig
 from framework.lm.target import HFTarget
 from framework.lm.text import encode_prompt, tokenizer_of
 from framework.zoo.checkpoints import load_causal_lm, resolve_checkpoint
 from harness.real import teacher_forced_law
+from measurement.peers.engine import PeerEngine, PeerMissing, peer_python
+from measurement.peers.rows import ROWS, proposer_env, speculative_config
 from tests.peers.record_session import PROMPTS
 from tests.test_compare import CONF
 

@@ -15,14 +15,14 @@ import pytest
 import torch
 
 from engine.loop import generate
-from experiments.compare import grid_of
-from experiments.peers.engine import PeerEngine, PeerMissing, answer_of, peer_python
-from experiments.peers.report import engines_side_by_side
-from experiments.peers.rows import peer_sampling
-from experiments.peers.vllm_proposer import SETTINGS, PromptLookup
 from framework.core.sampling import SamplingConfig
 from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import load_causal_lm, resolve_checkpoint
+from measurement.compare_grid import grid_of
+from measurement.peers.engine import PeerEngine, PeerMissing, answer_of, peer_python
+from measurement.peers.report import engines_side_by_side
+from measurement.peers.rows import peer_sampling
+from measurement.peers.vllm_proposer import SETTINGS, PromptLookup
 from tests.test_compare import load
 
 HERE = Path(__file__).resolve().parent
@@ -171,8 +171,8 @@ def test_the_side_by_side_table_sets_each_engine_against_its_own_plain():
 
 
 def test_a_greedy_difference_names_its_row_position_tokens_and_the_targets_logits():
-    from experiments.compare import greedy_identity, logits_of
     from framework.lm.models import tiny_random_model
+    from measurement.compare_cells import greedy_identity, logits_of
 
     model = tiny_random_model("llama", vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, seed=0)
     reference = tiny_random_model("llama", vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.peers.engine import ENVIRONMENTS
 from experiments.peers.setup import PEERS
 from framework.lm.models import tiny_random_model
+from measurement.peers.engine import ENVIRONMENTS
 from proposers.eagle.head import random_head
 from proposers.eagle.training import unroll
 

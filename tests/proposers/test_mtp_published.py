@@ -123,6 +123,6 @@ def test_transformers_use_mtp_is_a_compare_row(tmp_path):
     # rarely right, so this pins agreement, not speed)
     assert rows["hf_mtp"]["tokens_per_forward"] == pytest.approx(rows["mtp"]["tokens_per_forward"])
     short, _ = deepseek_folder(tmp_path / "short", "deepseek_v3", num_modules=1, seed=0)
-    plan = compare.plan(load(short, "[hf_mtp]"))
+    grid = compare_grid.grid_of(load(short, "[hf_mtp]"))
     with pytest.raises(ValueError, match=r"reads its MTP modules from keys matching \(model\\\.layers\\\.61"):
-        compare_grid.probe(plan, instantiate(load(short, "[hf_mtp]").target), torch.tensor([[1, 2]]), listed=True)
+        compare_grid.probe(grid, instantiate(load(short, "[hf_mtp]").target), torch.tensor([[1, 2]]), listed=True)

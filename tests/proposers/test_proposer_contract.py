@@ -1,7 +1,7 @@
 """The proposer contract, run over every method in conf/proposer with models=tiny.
 
 1. Exact: the law of the first tokens the real loop emits equals the target's, on experiments.check's
-   vocabulary-3 toy target with the method's parts (draft, heads, datastore) swapped for toy ones.
+   vocabulary-3 toy: the method built on models=toy (its parts sized for that target).
 2. Greedy identity: greedy speculative decoding emits plain greedy decoding's tokens (float64).
 3. Rows are independent: a batch of prompts of different lengths decodes as each prompt would alone.
 4. Bad settings are named: a ValueError that names the setting, before any decoding.
@@ -57,7 +57,7 @@ class Setting:
 
 # The default tier: every method at T = 1, and the spread each family's own grid kept by default
 # (Medusa's three kinds; sampled EAGLE trees under top-k and the penalty). self_draft is draft with another
-# model and mix's parts are swapped for mix_draft's; without a grammar, grammar drafts nothing and mix_grammar is
+# model and mix is mix_draft with an EAGLE-2 part; without a grammar, grammar drafts nothing and mix_grammar is
 # the draft model's chain (their exact laws under grammars: tests/constraints); the *_chain configs are draft, prompt
 # lookup and EAGLE-3 at the settings vLLM runs: their exact check repeats another's, so -m slow.
 DEFAULT = {("medusa", "t1", ("proposer.kind=wor",)), ("medusa", "t07_topk2", ()), ("eagle", "t07_topk2", ()),
@@ -66,7 +66,7 @@ DEFAULT = {("medusa", "t1", ("proposer.kind=wor",)), ("medusa", "t07_topk2", ())
 REPEATS = {"self_draft", "mix", "grammar", "mix_grammar", "draft_chain", "prompt_lookup_chain", "eagle3_chain"}
 VARIANTS = {"medusa": [(), ("proposer.kind=iid",), ("proposer.kind=wor",)]}
 # Self-speculation drafts with part of the target: its toy target gets a second layer (a 1-layer one has no part).
-OWN_TARGET = {p: ("experiment.exact.target.num_layers=2",) for p in ("early_exit", "layer_skip")}
+OWN_TARGET = {p: ("models=toy", "target.num_layers=2") for p in ("early_exit", "layer_skip")}
 SETTINGS = [Setting(p, s, o,
                     "default" if (s == "t1" and not o and p not in REPEATS) or (p, s, o) in DEFAULT else "slow")
             for p in PROPOSERS for o in VARIANTS.get(p, [()]) for s in SAMPLINGS]
@@ -92,6 +92,12 @@ def shrunk(proposer: str, depth: int) -> list[str]:
     chain = node.get("_target_") in LEVEL_DRAFTERS and not proposer.endswith("_tree")
     out = [f"proposer.depth={depth}"] if chain and node.depth > depth else []
     out += ["proposer.adaptive_depth=0", "proposer.stop_below=0"] if node.get("adaptive_depth", 0) else []
+    # A mix runs its worlds one at a time (one merged shape for the rows): a drafting part's own coins would multiply
+    # them, so its draft model drafts its top-ranked chain (kind point), cut likewise.
+    for name, part in (node.get("parts") or {}).items():
+        if part.get("_target_") in LEVEL_DRAFTERS:
+            out += [f"proposer.parts.{name}.{setting}" for setting in (
+                f"depth={min(depth, part.depth)}", "kind=point", "adaptive_depth=0", "stop_below=0")]
     return out + (["proposer.depth=1"] if proposer.endswith("_tree") else [])
 
 

@@ -11,10 +11,10 @@ from hydra import compose, initialize_config_dir
 from transformers import AutoTokenizer
 
 from experiments import compare
-from experiments.workload import Workload, answer_text, build_workload, quota
 from framework.lm.chat_models import pair_tokenizer, save_tiny_chat_target
 from framework.workloads.render import Rendering
 from framework.workloads.suite import BenchPrompt
+from measurement.workload import Workload, answer_text, build_workload, quota
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

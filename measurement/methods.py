@@ -26,15 +26,15 @@ from transformers.generation.candidate_generator import PromptLookupCandidateGen
 from transformers.generation.streamers import BaseStreamer
 
 from engine.loop import GenerationStats
-from experiments.common import option, timed_generate
-from experiments.peers.arctic_suffix import ArcticSuffixProposer
-from experiments.peers.engine import PeerWorker
-from experiments.peers.rows import ARCTIC_ROW, peer_runners
 from framework.core.proposer import SharedStore
 from framework.core.sampling import SamplingConfig, hf_sampling
 from framework.lm.target import HFTarget
 from framework.lm.text import tokenizer_of
 from framework.metrics.engine_counters import EngineCounters
+from measurement.common import option, timed_generate
+from measurement.peers.arctic_suffix import ArcticSuffixProposer
+from measurement.peers.engine import PeerWorker
+from measurement.peers.rows import ARCTIC_ROW, peer_runners
 from proposers.common.head_files import safetensors_keys
 
 # one prompt at a time, no policy
@@ -113,7 +113,7 @@ class Timed:
     stats: GenerationStats | None = None
     ttft_s: float | None = None
     counters: EngineCounters | None = None  # a peer engine's speculative-decoding counters over the run
-    engine: str = "speculum"  # who decoded: ours, or a peer engine (experiments.peers)
+    engine: str = "speculum"  # who decoded: ours, or a peer engine (measurement.peers)
 
 
 class FirstTokenClock(BaseStreamer):

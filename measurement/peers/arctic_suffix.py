@@ -1,7 +1,7 @@
 """arctic-inference's suffix cache drafting for our loop: the compare row `arctic_suffix`.
 
 SuffixDecoding's own implementation (Snowflake's C++ suffix trees) runs in its own environment
-(experiments/peers/arctic_worker.py); this proposer hands it each row's prompt, then each step the row's newly
+(measurement/peers/arctic_worker.py); this proposer hands it each row's prompt, then each step the row's newly
 committed tokens and its context, and turns the tree it answers (token ids, parents, path probabilities) into our
 point tree, verified by the same verifier as every method. Rows of a run share one worker, so the global cache of
 earlier responses grows over the run as ours does. The worker's round trip (a JSON line per row per step) is
@@ -14,10 +14,10 @@ from itertools import count
 
 import torch
 
-from experiments.peers.engine import PeerWorker
 from framework.core.path_tree import tree_from_paths
 from framework.core.proposer import DecodeState
 from framework.core.tree import CandidateTree
+from measurement.peers.engine import PeerWorker
 from proposers.common.token_history import TextProposer
 
 

@@ -15,11 +15,11 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from experiments.common import whole_number
 from framework.core.prompts import ragged_batch
 from framework.lm.text import encode_prompt
 from framework.workloads.render import Rendering
 from framework.workloads.suite import BenchPrompt, by_category
+from measurement.common import whole_number
 
 CUSTOM = "prompts"  # the one category of experiment.prompts (token ids, for targets without a tokenizer)
 THINK_START = "<think>"

@@ -2,7 +2,7 @@
 
 The peer's environment pins its own versions (vLLM's CPU build wants transformers < 5.20), so Speculum never
 imports it: a worker script runs under the peer's Python and answers one JSON line per request
-(experiments/peers/vllm_worker.py says the requests). `PeerEngine` holds one worker, i.e. one loaded model and
+(measurement/peers/vllm_worker.py says the requests). `PeerEngine` holds one worker, i.e. one loaded model and
 speculative setting, for as many generations as asked.
 """
 

@@ -1,4 +1,4 @@
-"""vLLM's rows in experiments.compare: each row one worker (experiments.peers.engine) holding the run's target
+"""vLLM's rows in experiments.compare: each row one worker (measurement.peers.engine) holding the run's target
 under one of vLLM's speculative settings (experiment.vllm.rows), decoding the same prompts, the same budget and
 the same sampling as ours; its counters come back in our definitions (framework.metrics.engine_counters).
 
@@ -14,15 +14,15 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.peers.engine import PeerEngine, PeerMissing, peer_python
 from framework.core.prompts import prompt_rows
 from framework.core.sampling import SamplingConfig
 from framework.zoo.checkpoints import resolve_checkpoint
+from measurement.peers.engine import PeerEngine, PeerMissing, peer_python
 
 PEER = "vllm"
 ROWS = ("vllm_plain", "vllm_draft", "vllm_ngram", "vllm_eagle3", "vllm_speculum_pld")  # experiment.vllm.rows' keys
 OWN_PLAIN = "vllm_plain"  # the row every vLLM speedup is also taken against (each engine against its own plain)
-# arctic-inference's suffix cache drafting in our loop (experiments/peers/arctic_suffix.py)
+# arctic-inference's suffix cache drafting in our loop (measurement/peers/arctic_suffix.py)
 ARCTIC_ROW = "arctic_suffix"
 
 
@@ -91,7 +91,7 @@ def peer_runners(cfg: DictConfig, methods: list[str], timed: Callable) -> tuple[
 
 
 def serving_runner(cfg: DictConfig, name: str) -> Callable:
-    """run(requests, sampling, concurrency) for experiments/throughput.py: vLLM serving every request (all arrived)
+    """run(requests, sampling, concurrency) for measurement/throughput.py: vLLM serving every request (all arrived)
     with at most `concurrency` decoding together (its max_num_seqs: one worker per concurrency, loaded at first use)."""
     settings = cfg.experiment.vllm
     if name not in settings.rows:

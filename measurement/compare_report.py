@@ -1,34 +1,23 @@
-"""experiments.compare's outputs: cells from the records, compare.csv/json/md and the plots.
-
-    python -m experiments.compare experiment.publish=<run folder>/compare.md   # publishes that table (below)
-    python -m experiments.compare experiment.merge=<sweep folder>              # one table of a -m sweep's jobs
-
-Publishing writes docs/results.md whole (every cell) and the README's headline table (the summary,
-between the two BEGIN/END markers below): both are regenerated from a run, never edited by hand.
+"""experiments.compare's tables: cells from the records (each row's figures by framework.metrics' definitions,
+with device profiles its predicted and projected speedups) and compare.md's sections. Beside it: what a run writes
+(compare_outputs), its plots (compare_plots), publishing a table and merging a sweep (compare_publish).
 """
 
 from __future__ import annotations
 
-import csv
 import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
-from experiments.common import job_overrides
-from experiments.peers.report import engines_side_by_side
 from framework.control.cost_model import Prediction, predict, steps_of
 from framework.control.device_profile import PLAIN, DeviceProfile
-from framework.core import files
 from framework.metrics.acceptance import acceptance_summary
 from framework.metrics.engine_counters import EngineCounters
-from framework.metrics.engine_record import acceptance_record, counters_record, record_failures
 from framework.metrics.latency import QUANTILES, latency_summary
-from framework.metrics.profile import speculation_profile
 from framework.metrics.trace import RequestTrace
+from measurement.peers.report import engines_side_by_side
 
-BEGIN, END = "<!-- compare:begin -->", "<!-- compare:end -->"
 SPLIT = ("draft_s", "target_s", "verify_s", "other_s")
 FIXED = "fixed"  # the policy of speculation as configured (generate's policy=None); records before the axis had it
 PERCENTILES = tuple(f"p{q}" for q in QUANTILES)  # framework.metrics.latency's, as the csv's and tables' columns
@@ -36,13 +25,6 @@ CLOCKS = ("ttft", "tpot", "e2e")
 PREDICTION, PROJECTION = "predicted", "projected"  # a row's figures from this machine's profile, from another device's
 PREDICTED = "predicted speedup (error)"  # this machine's profile's prediction beside the measured speedup
 PROJECTED = "projected speedup"  # experiment.project's profile (another device, or a roofline projection)
-LATENCY = [f"{k}_{q}" for k in CLOCKS for q in PERCENTILES]
-COLUMNS = ["method", "policy", "sampling", "category", "batch", "tokens_per_forward", "speedup", "step_cost",
-           "tokens_per_s", "plain_tokens_per_s", "mean_accepted", "accepted_length_pooled",
-           "accepted_length_per_request", "marginal", "conditional", "consistency", "thinking_length", "answer_length",
-           *LATENCY, "prompts", "greedy_identical", "lossless_check", "check_samples", "check_detectable_tv", "check_p",
-           *(f"{k[:-2]}_frac" for k in SPLIT), "seconds", "plain_seconds", "predicted_speedup", "prediction_error",
-           "seconds_error", "projected_speedup", "errors"]
 
 
 def aggregate(methods: list[str], samplings, categories: list[str], records: Iterable[dict],
@@ -378,285 +360,9 @@ def cell_table(rows: list[dict], columns: list[Column]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(result: dict, out: Path) -> None:
-    files.write_json(out / "compare.json", result)
-    with files.replacing(out / "compare.csv") as temporary, temporary.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(result["rows"] + result["summary"])  # category "all": the summary rows
-    files.write_text(out / "compare.md", markdown(result))
-    plots(result["rows"], result["summary"], out)
-
-
-def write_profiles(result: dict, records: Iterable[dict], out: Path) -> list[Path]:
-    """One speculation_profile.json per summary cell with drafting steps: profiles/<method>[/<policy>]/<sampling>
-    [/batch=B]/, its requests grouped by category."""
-    groups = defaultdict(lambda: defaultdict(list))
-    for r in records:
-        if r["id"].startswith("run/") and "error" not in r:
-            key = (r["method"], r.get("policy", FIXED), r["sampling"], r.get("batch", 1))
-            groups[key][r["category"]] += [RequestTrace.of(t) for t in r.get("traces", [])]
-    config, settings, written = result.get("config") or {}, result.get("settings", {}), []
-    verifier = (config.get("verifier") or {}).get("_target_", "verifiers.token")
-    for row in result["summary"]:
-        policy, batch = row.get("policy", FIXED), row.get("batch", 1)
-        by_category = groups.get((row["method"], policy, row["sampling"], batch))
-        if not by_category or row.get("accepted_length_pooled") is None:
-            continue
-        folder = out / "profiles" / row["method"] / (policy if policy != FIXED else "") / row["sampling"] / (
-            f"batch={batch}" if batch != 1 else "")
-        conditions = {"workload": result.get("workload"),
-                      "sampling": (result.get("samplings") or {}).get(row["sampling"]),
-                      "policy": policy, "concurrency": batch, "engine": "speculum", "hardware": result.get("hardware"),
-                      "max_new_tokens": (config.get("experiment") or {}).get("max_new_tokens")}
-        profile = speculation_profile(by_category, row["method"], {"config": config.get("target"),
-                                                                   "vocabulary": settings.get("target_vocabulary")},
-                                      settings.get("methods", {}).get(row["method"], {}), verifier, conditions)
-        files.write_json(folder / "speculation_profile.json", profile)
-        written.append(folder / "speculation_profile.json")
-    return written
-
-
-def acceptance_records(records: Iterable[dict]) -> list[dict]:
-    """One engine-neutral acceptance record per request (AIPerf's SpecDecodeAcceptanceRecord,
-    framework.metrics.engine_record) with the run's axes: ours from each row's trace, a peer engine's from its
-    counters over the run (engines keep totals: one record per run, its rows together). A record that breaks the
-    schema's identities is a bug here, refused by name."""
-    out = []
-    for r in records:
-        if not r["id"].startswith("run/") or "error" in r:
-            continue
-        axes = {"run": r["id"], "method": r["method"], "policy": r.get("policy", FIXED), "sampling": r["sampling"],
-                "category": r["category"], "batch": r.get("batch", 1)}
-        if "counters" in r:
-            made = [counters_record(EngineCounters.of(r["counters"]), r.get("engine", "peer"), r["new_tokens"])]
-        else:
-            made = [acceptance_record(RequestTrace.of(t)) for t in r.get("traces", [])]
-        for row, record in enumerate(made):
-            failures = record_failures(record)
-            if failures:
-                raise ValueError(f"{r['id']} row {row}: its acceptance record breaks {failures}")
-            out.append({**axes, "row": row, **record})
-    return out
-
-
-def write_acceptance_records(records: Iterable[dict], out: Path) -> Path:
-    lines = [json.dumps(record) for record in acceptance_records(records)]
-    return files.write_text(out / "acceptance_records.jsonl", "".join(line + "\n" for line in lines))
-
-
 def series(row: dict) -> str:
     """A plot's name for a (method, policy): the bare method under the fixed policy."""
     policy = row.get("policy", FIXED)
     return row["method"] if policy == FIXED else f"{row['method']} ({policy})"
 
 
-def plots(rows: list[dict], summary: list[dict], out: Path) -> None:
-    """Per category, accepted lengths and time split at the smallest batch size; speedup against the batch
-    size when several ran."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    smallest = min((r.get("batch", 1) for r in rows), default=1)
-    cell_plots(plt, [r for r in rows if r.get("batch", 1) == smallest], out)
-    per_request_plot(plt, [r for r in summary if r.get("batch", 1) == smallest],
-                     out / "accepted_length_per_request.png")
-    if len({r.get("batch", 1) for r in summary}) > 1:
-        against_batch_plot(plt, summary, out / "speedup_vs_batch.png", "speedup", "speedup vs plain of the same batch")
-        against_batch_plot(plt, summary, out / "throughput_vs_batch.png", "tokens_per_s",
-                           "tokens per second (all rows)", baseline="plain_tokens_per_s")
-
-
-def per_request_plot(plt, summary: list[dict], path: Path) -> None:
-    """Each request's own accepted length (from its histogram), per method and sampling: the spread the pooled
-    and per-request means summarise."""
-    cells = [(f"{series(r)}\n{r['sampling']}", [1 + sum(int(a) * n for a, n in h.items()) / sum(h.values())
-                                                for h in (r.get("acceptance") or {}).get("per_request_histograms", [])
-                                                if h])
-             for r in summary]
-    cells = [(name, values) for name, values in cells if values]
-    if not cells:
-        return
-    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(cells)), 4))
-    ax.boxplot([values for _, values in cells], showmeans=True)
-    ax.set_xticks(range(1, len(cells) + 1), [name for name, _ in cells], rotation=45, ha="right", fontsize=7)
-    ax.set_ylabel("accepted length per request")
-    fig.tight_layout()
-    files.save_figure(fig, path, dpi=110)
-    plt.close(fig)
-
-
-def cell_plots(plt, rows: list[dict], out: Path) -> None:
-    methods = list(dict.fromkeys(series(r) for r in rows))
-    samplings = list(dict.fromkeys(r["sampling"] for r in rows))
-    categories = list(dict.fromkeys(r["category"] for r in rows))
-    by = {(series(r), r["sampling"], r["category"]): r for r in rows}  # a method may lack a policy's rows
-
-    def speedup(m: str, s: str, c: str) -> float:
-        row = by.get((m, s, c))
-        return (row and row["speedup"]) or 0.0
-
-    fig, axes = plt.subplots(len(samplings), 1, figsize=(max(6, 0.9 * len(methods) * len(categories) / 2),
-                                                         3.5 * len(samplings)), squeeze=False)
-    width = 0.8 / max(1, len(categories))
-    for ax, sampling in zip(axes[:, 0], samplings):
-        for j, category in enumerate(categories):
-            values = [speedup(m, sampling, category) for m in methods]
-            ax.bar([i + j * width for i in range(len(methods))], values, width, label=category)
-        ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(methods))], methods, rotation=45, ha="right", fontsize=8)
-        ax.set_ylabel(f"speedup vs plain ({sampling})")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    files.save_figure(fig, out / "speedup_by_category.png", dpi=110)
-    plt.close(fig)
-
-    fig, axes = plt.subplots(len(samplings), 1, figsize=(8, 3.5 * len(samplings)), squeeze=False)
-    for ax, sampling in zip(axes[:, 0], samplings):
-        for m in methods:
-            hist = Counter()
-            for c in categories:
-                hist.update({int(k): v for k, v in by.get((m, sampling, c), {}).get("accepted_hist", {}).items()})
-            total = sum(hist.values())
-            if total:
-                xs = sorted(hist)
-                ax.plot(xs, [hist[x] / total for x in xs], marker="o", label=m)
-        ax.set_xlabel("drafts accepted per step")
-        ax.set_ylabel(f"share of steps ({sampling})")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    files.save_figure(fig, out / "accepted_length.png", dpi=110)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(methods) * len(samplings)), 4))
-    bottoms = None
-    cells = [(m, s) for s in samplings for m in methods]
-    for k in SPLIT:
-        values = []
-        for m, s in cells:  # the categories' shares, weighted by their time
-            parts = [by[m, s, c] for c in categories if (m, s, c) in by]
-            total = sum(r["seconds"] for r in parts)
-            values.append(sum((r[f"{k[:-2]}_frac"] or 0.0) * r["seconds"] for r in parts) / total if total else 0.0)
-        ax.bar(range(len(cells)), values, bottom=bottoms, label=k[:-2])
-        bottoms = values if bottoms is None else [a + b for a, b in zip(bottoms, values)]
-    labels = [f"{m}\n{s}" for m, s in cells]
-    ax.set_xticks(range(len(cells)), labels, rotation=45, ha="right", fontsize=7)
-    ax.set_ylabel("share of the decoding loop")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    files.save_figure(fig, out / "time_split.png", dpi=110)
-    plt.close(fig)
-
-
-def against_batch_plot(plt, summary: list[dict], path: Path, key: str, ylabel: str,
-                       baseline: str | None = None) -> None:
-    """One panel per sampling, one line per (method, policy) of `key` against the batch size: a method's colour,
-    solid under the fixed policy; `baseline`: the baseline's own line of that row key (dashed black)."""
-    samplings = list(dict.fromkeys(r["sampling"] for r in summary))
-    palette = plt.get_cmap("tab20")  # a method's colour of its own (the default cycle repeats after 10)
-    colours = {m: palette(i % 20) for i, m in enumerate(dict.fromkeys(r["method"] for r in summary))}
-    batches = sorted({r.get("batch", 1) for r in summary})
-    fig, axes = plt.subplots(1, len(samplings), figsize=(6 * len(samplings), 4.5), squeeze=False)
-    for ax, sampling in zip(axes[0], samplings):
-        lines, base = defaultdict(list), {}
-        for r in summary:
-            if r["sampling"] == sampling and r.get(key) is not None:
-                lines[r["method"], r.get("policy", FIXED)].append((r.get("batch", 1), r[key]))
-            if r["sampling"] == sampling and baseline and r.get(baseline) is not None:
-                base.setdefault(r.get("batch", 1), r[baseline])
-        for (method, policy), points in lines.items():
-            xs, ys = zip(*sorted(points))
-            ax.plot(xs, ys, marker="o", color=colours[method], linestyle="-" if policy == FIXED else "--",
-                    label=series({"method": method, "policy": policy}))
-        if base:
-            xs, ys = zip(*sorted(base.items()))
-            ax.plot(xs, ys, marker="s", color="black", linestyle=":", label="baseline")
-        else:
-            ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xscale("log", base=2)
-        ax.minorticks_off()
-        ax.set_xticks(batches, [str(b) for b in batches])
-        ax.set_xlabel("batch size")
-        ax.set_ylabel(ylabel)
-        ax.set_title(sampling, fontsize=9)
-    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))  # beside the panels, not on the lines
-    fig.tight_layout()
-    files.save_figure(fig, path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-
-
-REPOSITORY = Path(__file__).resolve().parents[1]
-RESULTS_HEAD = """# {title}
-
-Generated by `python -m experiments.compare experiment.publish={table}` from the run's compare.md and plots;
-do not edit by hand. The command, configuration, machine and versions are at the end; caveats in
-[experiments](experiments.md).
-
-"""
-PLOTS = ("speedup_by_category", "accepted_length", "accepted_length_per_request", "time_split", "speedup_vs_batch",
-         "throughput_vs_batch")
-
-
-def update_readme(table: Path, readme: Path = REPOSITORY / "README.md") -> None:
-    """The summary (the part of compare.md before BY_CATEGORY) between the README's markers."""
-    text = readme.read_text()
-    if text.count(BEGIN) != 1 or text.count(END) != 1:
-        raise ValueError(f"{readme} needs exactly one {BEGIN} and one {END} around its results section")
-    head, rest = text.split(BEGIN)
-    _, tail = rest.split(END)
-    summary = table.read_text().split(BY_CATEGORY)[0].split(f"\n{AGAINST_BATCH}")[0].split(f"\n{ACCEPTANCE}")[0]
-    if summary.startswith(SIDE_BY_SIDE):  # several policies: their side-by-side, the full summary on the results page
-        summary = summary.split(BY_METHOD)[0]
-    summary = summary.rstrip() + "\n"
-    files.write_text(readme, f"{head}{BEGIN}\n{summary}{END}{tail}")
-
-
-def publish(table: Path, root: Path = REPOSITORY, page: str = "results", readme: bool = True) -> Path:
-    """Every cell and the run's plots to docs/<page>.md (plots in docs/<page>/); the summary to the README's
-    table when `readme`."""
-    serving = table.name == "throughput.md"  # a throughput-against-concurrency run (experiments/throughput.py)
-    if readme and serving:
-        raise ValueError("a throughput table goes to its own page: publish it with experiment.publish_readme=false")
-    if readme:
-        update_readme(table, root / "README.md")
-    shown = []
-    for name in sorted(p.stem for p in table.parent.glob("throughput_*.png")) if serving else PLOTS:
-        if (table.parent / f"{name}.png").is_file():
-            files.write_bytes(root / "docs" / page / f"{name}.png", (table.parent / f"{name}.png").read_bytes())
-            shown.append(f"![{name}]({page}/{name}.png)")
-    title = "Results" if page == "results" else f"Results: {page}"
-    text = RESULTS_HEAD.format(title=title, table=table) + table.read_text()
-    return files.write_text(root / "docs" / f"{page}.md",
-                            text + ("\n### Plots\n\n" + "\n\n".join(shown) + "\n" if shown else ""))
-
-
-def merge(folder: Path) -> dict:
-    """Every compare.json under a sweep folder as one result, written to the folder (csv/json/md,
-    plots). A method that several jobs ran gets the job's overrides in its name, e.g.
-    "draft (proposer.depth=2)", so the cells stay apart."""
-
-    if not folder.is_dir():
-        raise ValueError(f"not a folder: {folder}")
-    jobs = sorted(folder.rglob("compare.json"))
-    jobs = [j for j in jobs if j.parent != folder]  # not an earlier merge of this folder
-    if not jobs:
-        raise ValueError(f"no compare.json under {folder}: run experiments.compare with -m into it first")
-    overrides = [job_overrides(j.parent) for j in jobs]
-    varied = [k for k in dict.fromkeys(k for o in overrides for k in o)
-              if len({repr(o.get(k)) for o in overrides}) > 1]  # the settings the sweep varied
-    loaded = [(", ".join(f"{k}={o[k]}" for k in varied if k in o), json.loads(j.read_text()))
-              for j, o in zip(jobs, overrides)]
-    counts = Counter(m for _, result in loaded for m in {r["method"] for r in result["summary"]})  # jobs per method
-    merged = {"rows": [], "summary": [], "skipped": {}, "notes": [],
-              "jobs": [str(j.parent.relative_to(folder)) for j in jobs]}
-    for label, result in loaded:
-        for part in ("rows", "summary"):
-            merged[part] += [{**r, "method": (f"{r['method']} ({label})" if label and counts[r["method"]] > 1
-                                              else r["method"])}
-                             for r in result[part]]
-        merged["skipped"].update(result.get("skipped", {}))
-        merged["notes"] += [n for n in result.get("notes", []) if n not in merged["notes"]]
-    write_outputs(merged, folder)
-    return merged

@@ -1,4 +1,4 @@
-"""vLLM's side of the peer protocol (experiments/peers/protocol.py): run by the peer environment's Python
+"""vLLM's side of the peer protocol (measurement/peers/engine.py): run by the peer environment's Python
 (`python -m experiments.peers.setup vllm` builds it), never imported by Speculum's. It reads one JSON request a
 line on stdin and answers each with one JSON line on the protocol stream (the process's original stdout; vLLM's
 own logging is sent to stderr so that it cannot corrupt the protocol).

@@ -1,11 +1,11 @@
 """Speculum's prompt lookup inside vLLM, through its custom-proposer hook:
 
-    speculative_config={"method": "custom_class", "model": "experiments.peers.vllm_proposer.PromptLookup",
+    speculative_config={"method": "custom_class", "model": "measurement.peers.vllm_proposer.PromptLookup",
                         "num_speculative_tokens": k}
 
 Imported by vLLM's model runner in vLLM's environment (experiments.peers.setup installs Speculum there without
 dependencies). vLLM builds the class with its VllmConfig only, so the rule's own settings (max_ngram, min_ngram)
-come from the SPECULUM_VLLM_PROPOSER variable (YAML) that experiments.peers.rows sets for the worker.
+come from the SPECULUM_VLLM_PROPOSER variable (YAML) that measurement.peers.rows sets for the worker.
 
 vLLM verifies a proposal without draft probabilities as a point draft (q one-hot on the token): exact, as our point
 rule is. The candidates are PromptLookupProposer's (proposers.ngram.match.batched_continuations: the longest n-gram,

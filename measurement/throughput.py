@@ -28,11 +28,11 @@ from transformers import GenerationConfig
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
 from engine.scheduler import AllAtOnce, Request, Scheduler
-from experiments.common import write_json
-from experiments.peers.rows import ROWS as VLLM_ROWS
-from experiments.peers.rows import serving_runner
 from framework.core import files
 from framework.core.sampling import SamplingConfig, hf_sampling
+from measurement.common import write_json
+from measurement.peers.rows import ROWS as VLLM_ROWS
+from measurement.peers.rows import serving_runner
 
 log = logging.getLogger(__name__)
 HF_BATCHED, HF_CONTINUOUS = "hf_batched", "hf_continuous"

@@ -4,7 +4,7 @@ and settings (experiment.vllm.matches), acceptance by one definition, speed agai
 
 from __future__ import annotations
 
-from experiments.peers.rows import OWN_PLAIN
+from measurement.peers.rows import OWN_PLAIN
 
 SIDE_BY_SIDE = "### Engines side by side (all categories)"
 OUR_PLAIN = "plain"  # the baseline row of ours: its figures are every row's plain_* columns

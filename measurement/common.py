@@ -1,8 +1,8 @@
 """What the entry points share: the configured verifier, timed decoding, threads, result files, a config
 option composed beside a run's models, job records and overrides, held-out prompts, a head's training setup.
 
-Entry points (`python -m experiments.<name>`) import this and the libraries beside it (methods,
-first_tokens, compare_report, rules_expected), never one another (tests/test_layers.py).
+The apps (`python -m experiments.<name>`) import this and the libraries beside it in measurement/, never one
+another (tests/test_layers.py).
 """
 
 from __future__ import annotations
