@@ -17,3 +17,8 @@ def composed(config_name: str, *overrides: str) -> DictConfig:
 # their chains to the exact law's depth, since draws past it are never read by the law, they only multiply worlds.
 LEVEL_DRAFTERS = ("proposers.DraftModelProposer", "proposers.CrossVocabularyProposer", "proposers.StringMatchProposer",
                   "proposers.self_spec.EarlyExitProposer", "proposers.self_spec.LayerSkipProposer")
+
+# One method of each way of reading the target (a drafted tree, the target's features, its own layers, its MTP
+# modules, side rows in the verifying forward, a text match): the default tier's choice where a grid over every
+# method repeats one mechanism many times (every method runs there under -m slow).
+REPRESENTATIVES = ("draft_tree", "eagle3", "layer_skip", "mtp", "lookahead", "prompt_lookup")

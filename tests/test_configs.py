@@ -29,7 +29,7 @@ from framework.core.sampling import SamplingConfig
 from framework.lm.target import HFTarget
 from framework.lm.text import encode_prompt, tokenizer_of
 from harness.real import exact_loop_law
-from tests.composed import LEVEL_DRAFTERS, composed
+from tests.composed import LEVEL_DRAFTERS, REPRESENTATIVES, composed
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 GROUPS = sorted(d.name for d in CONF.iterdir() if d.is_dir())
@@ -115,9 +115,10 @@ def test_config_instantiates(group, option):
 
 
 # The zoo's REST datastore (rest, and the mixes that hold it) is the zoo corpus's suffix array: ~7 s to load each
-# (built once, ~15 s): -m slow; models=tiny builds them all by default.
-BUILDS = [pytest.param(p, m, marks=pytest.mark.slow) if m == "zoo" and p in ("rest", "mix", "mix_draft") else (p, m)
-          for p in PROPOSERS for m in MODELS]
+# (built once, ~15 s): -m slow. The random families (tiny, toy) build one method of each way of reading the target
+# by default (every method decodes on them in the proposer contract's tests), every method under -m slow.
+BUILDS = [pytest.param(p, m, marks=pytest.mark.slow) if (m == "zoo" and p in ("rest", "mix", "mix_draft"))
+          or (m != "zoo" and p not in REPRESENTATIVES) else (p, m) for p in PROPOSERS for m in MODELS]
 SELF_SPEC = ("early_exit", "layer_skip")  # they draft with part of the target: the 1-layer toy has none to spare
 
 
@@ -170,9 +171,12 @@ def test_the_family_sets_the_target_and_the_prompt_and_the_command_line_still_wi
     assert isinstance(load().prompt, str) and load().target.path == "target"
 
 
-# Every method runs end to end on models=tiny; on the zoo the default run keeps one method for
-# experiments.run's text and result.json (test_check_exact_and_greedy decodes others there), the rest -m slow.
-RUN_END_TO_END = [(p, "tiny") for p in PROPOSERS] + [
+# Every method runs end to end on models=tiny (by default plain decoding and one method of each way of reading the
+# target: the run's wiring is the same for all; the proposer contract decodes each); on the zoo the default run
+# keeps one method for experiments.run's text and result.json (test_check_exact_and_greedy decodes others
+# there), the rest -m slow.
+RUN_END_TO_END = [(p, "tiny") if p in REPRESENTATIVES or p == "none"
+                  else pytest.param(p, "tiny", marks=pytest.mark.slow) for p in PROPOSERS] + [
     (p, "zoo") if p == "draft" else pytest.param(p, "zoo", marks=pytest.mark.slow) for p in PROPOSERS if p != "none"]
 
 

@@ -23,17 +23,15 @@ from harness.exact import compare
 from harness.real import exact_loop_law, teacher_forced_law
 from proposers import DraftModelProposer
 from proposers.eagle.head import EagleConfig
-from tests.composed import composed
+from tests.composed import REPRESENTATIVES, composed
 from tests.proposers.test_proposer_contract import REPEATS
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 STACKS = ("llama3", "qwen3", "qwen3_moe", "mixtral", "mistral", "gemma3", "gpt_oss", "deepseek_v3", "glm4_moe")
 # Every method; configs that repeat another's at other settings (the contract's REPEATS) add nothing per stack.
 METHODS = sorted(p.stem for p in (CONF / "proposer").glob("*.yaml") if p.stem != "none" and p.stem not in REPEATS)
-# The default tier: on every stack, one method of each way of reading the target (a drafted tree, the target's
-# features, its own layers, its MTP modules, side rows in the verifying forward, a text match); every method on
-# every stack under -m slow.
-REPRESENTATIVES = ("draft_tree", "eagle3", "layer_skip", "mtp", "lookahead", "prompt_lookup")
+# The default tier: on every stack, one method of each way of reading the target (tests/composed.py
+# REPRESENTATIVES); every method on every stack under -m slow.
 PROMPT = torch.tensor([[40, 3, 9, 1, 0, 22, 5, 5]])
 GREEDY = SamplingConfig(temperature=0)
 

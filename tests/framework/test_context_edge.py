@@ -11,9 +11,13 @@ from hydra.utils import instantiate
 from engine.loop import DecodeOptions, generate
 from framework.core.sampling import SamplingConfig
 from framework.lm.target import HFTarget
+from tests.composed import REPRESENTATIVES
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 TINY = sorted(p.stem for p in (CONF / "proposer").glob("*.yaml") if p.stem != "none")  # every method, on models=tiny
+# by default one method of each way of reading the target, and those that keep a context of their own (a draft
+# model's cache, a mix of parts, a suffix trie); every method under -m slow
+EDGE_DEFAULT = {*REPRESENTATIVES, "draft", "cross_vocab", "mix_draft", "suffix"}
 
 
 def tiny(proposer: str):
@@ -22,7 +26,8 @@ def tiny(proposer: str):
     return instantiate(cfg.target), instantiate(cfg.proposer)
 
 
-@pytest.mark.parametrize("proposer", TINY)
+@pytest.mark.parametrize("proposer", [p if p in EDGE_DEFAULT else pytest.param(p, marks=pytest.mark.slow)
+                                      for p in TINY])
 def test_the_last_position_of_the_context_is_reached(proposer):
     """One row, and three rows whose speeds differ: a row that finishes first leaves the batch (it kept
     growing past the context while the others decoded: 14 of 20 batches of the draft model crashed)."""

@@ -32,7 +32,7 @@ from framework.core.policy import FixedPolicy, Plan
 from framework.core.sampling import SamplingConfig
 from framework.lm.target import HFTarget
 from harness.ragged import TakingTurns
-from tests.composed import LEVEL_DRAFTERS, composed
+from tests.composed import LEVEL_DRAFTERS, REPRESENTATIVES, composed
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 PROPOSERS = sorted(p.stem for p in (CONF / "proposer").glob("*.yaml"))
@@ -112,13 +112,14 @@ def test_the_loop_law_is_the_targets(setting, tmp_path):
     assert [r["setting"] for r in rows] == [setting.sampling] and rows[0]["passed"], rows
 
 
-# Under the goodput policy by default: the methods whose law takes under a second here (every kind of tree the
-# policy trims or sizes: point trees of heads and text matches, parallel drafters, MTP); the draft model's chain
-# (half a minute), its tree, self-speculation and the cross-vocabulary draft (2-3 s each) under -m slow.
-GOODPUT_SLOW = {"draft", "draft_tree", "early_exit", "layer_skip", "cross_vocab"}
+# Under the goodput policy by default: one method of each kind of tree the policy trims or sizes (point trees of
+# heads -- a static one, a dynamic one, MTP's -- a text match, side rows, a parallel drafter); every other method
+# under -m slow (the draft model's chain takes half a minute, its tree, self-speculation and the cross-vocabulary
+# draft 2-3 s each).
+GOODPUT_DEFAULT = {"medusa", "eagle2", "eagle3", "mtp", "prompt_lookup", "lookahead", "dflash"}
 
 
-@pytest.mark.parametrize("proposer", [pytest.param(p, marks=pytest.mark.slow if p in GOODPUT_SLOW else ())
+@pytest.mark.parametrize("proposer", [pytest.param(p, marks=() if p in GOODPUT_DEFAULT else pytest.mark.slow)
                                       for p in PROPOSERS if p not in REPEATS])
 def test_the_loop_law_is_the_targets_under_the_goodput_policy(proposer, tmp_path):
     """Every method with its steps planned and trimmed by the goodput policy (given costs: a clock would decide
@@ -201,8 +202,13 @@ class Scripted(FixedPolicy):
         return Plan(self.depths[(self.step - 1) % len(self.depths)])
 
 
-@pytest.mark.parametrize("policy", [Scripted, GoodputPolicy, TakingTurns])
-@pytest.mark.parametrize("proposer", rows_settings())
+@pytest.mark.parametrize("policy, proposer", [
+    # every method with plain steps between drafting ones; the goodput policy and rows taking turns (a packed
+    # forward) for one method of each way of reading the target by default, every method under -m slow
+    pytest.param(policy, p, id=f"{p}-{policy.__name__}",
+                 marks=pytest.mark.slow if p in REPEATS or (policy is not Scripted and p not in REPRESENTATIVES)
+                 else ())
+    for policy in (Scripted, GoodputPolicy, TakingTurns) for p in PROPOSERS if p != "none"])
 def test_rows_decode_as_each_alone_under_a_policy(proposer, policy):
     """Greedy, three rows: with plain steps between drafting ones (the script), with the goodput
     policy's plans and trims (its costs measured on this machine), and with rows taking turns to draft (a packed
@@ -218,9 +224,9 @@ def test_rows_decode_as_each_alone_under_a_policy(proposer, policy):
 # The joint law of a batch of prompts of different lengths, and of requests the scheduler admits as others end,
 # enumerates worlds of every row (the product of one row's): the methods that draw few coins run by default, the
 # rest under -m slow (the draft model's i.i.d. chains take two minutes). The law by default for one of each kind
-# (plain, a text match, a head's tree, a parallel drafter: 2-5 s each); greedy joins for all of RAGGED_DEFAULT.
+# (plain and a head's tree reading the target's features: 2-5 s each); greedy joins for all of RAGGED_DEFAULT.
 RAGGED_DEFAULT = {"none", "string_match", "prompt_lookup", "eagle", "medusa", "dflash", "pard"}
-RAGGED_LAW_DEFAULT = {"none", "prompt_lookup", "eagle", "dflash"}
+RAGGED_LAW_DEFAULT = {"none", "eagle"}
 
 
 @pytest.mark.parametrize("proposer", [pytest.param(p, marks=() if p in RAGGED_LAW_DEFAULT else pytest.mark.slow)
