@@ -64,7 +64,9 @@ def test_the_model_free_recipe_adds_a_method_the_contract_tests_pick_up(tmp_path
     env = {**os.environ, "PYTHONPATH": str(copy)}  # the copy's packages before the installed ones
     tests = ["tests/proposers/test_proposer_contract.py", "tests/test_configs.py", "tests/test_bench_hf.py",
              "tests/framework/test_recurrent_targets.py", "tests/test_docs_index.py"]
-    out = subprocess.run([sys.executable, "-m", "pytest", "-v", "-n0", "-p", "no:cacheprovider", *tests,
+    # every tier (a method new to the project runs its whole contract, the cases the default run leaves to -m slow too)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-v", "-n0", "-p", "no:cacheprovider",
+                          "-m", "not gpu and not vllm", *tests,
                           "-k", f"{NAME} or every_method_has_a_bad_setting or covers_every_proposer or chains_decode "
                           "or tables_list_every"], cwd=copy, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
