@@ -1,14 +1,15 @@
 """Trains the model zoo (docs/design.md section 1): tokenizer, then each model, on the stdlib corpus.
 
-    python -m experiments.train experiment=zoo                          # tokenizer, target, drafts
-    python -m experiments.train experiment=zoo experiment.only=[draft]  # one model (its teacher must exist)
-    python -m experiments.train experiment=zoo experiment.train.steps=20 experiment.root=/tmp/zoo
-    python -m experiments.train experiment=zoo experiment.export=experiments/zoo  # refresh the embedded zoo
-    python -m experiments.train experiment=zoo_medusa                   # Medusa heads (experiments/train_medusa.py)
+    python -m experiments.train training=zoo                          # tokenizer, target, drafts
+    python -m experiments.train training=zoo training.only=[draft]  # one model (its teacher must exist)
+    python -m experiments.train training=zoo training.train.steps=20 training.root=/tmp/zoo
+    python -m experiments.train training=zoo training.export=experiments/zoo  # refresh the embedded zoo
+    python -m experiments.train training=zoo_medusa                   # Medusa heads (experiments/train_medusa.py)
 
-Each experiment option names its `job` (the function that trains it); this file holds the zoo's.
+Each option of conf/training names its `job` (the function that trains it); this file holds the zoo's.
+The training group was once part of conf/experiment: `experiment=zoo_mtp` is refused, naming `training=zoo_mtp`.
 
-Everything lands in `experiment.root` (a fixed folder, not Hydra's dated one, so that a second
+Everything lands in `training.root` (a fixed folder, not Hydra's dated one, so that a second
 call resumes): root/tokenizer, root/data/stdlib-*.pt (the token data, framework/data), root/<name>/checkpoints/step_*,
 root/<name>/final. The tokenizer and the streams are made once and reused, so every model of the
 zoo shares them, and a machine without the corpus (another Python, no `datasets`) can train from
@@ -24,6 +25,7 @@ own, KL to the calibrated teacher for a distilled one.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import hydra
@@ -40,10 +42,10 @@ from framework.zoo.train import train
 
 
 def command_line_train() -> set[str]:
-    """The experiment.train keys this run's command line sets (they win over a model's own train settings)."""
+    """The training.train keys this run's command line sets (they win over a model's own train settings)."""
     if not HydraConfig.initialized():
         return set()
-    prefix = "experiment.train."
+    prefix = "training.train."
     return {o.split("=", 1)[0][len(prefix):] for o in HydraConfig.get().overrides.task if o.startswith(prefix)}
 
 
@@ -51,12 +53,12 @@ def own_settings(name: str, spec, given: set[str]) -> dict:
     """A model's own train settings, less those the command line gives for every model (said when it does)."""
     own = dict(spec.get("train") or {})
     for key in sorted(given & set(own)):
-        print(f"{name}: experiment.train.{key} from the command line replaces its own train.{key}={own.pop(key)}")
+        print(f"{name}: training.train.{key} from the command line replaces its own train.{key}={own.pop(key)}")
     return own
 
 
 def run(cfg: DictConfig) -> dict[str, Path | None]:
-    exp = instantiate(cfg.experiment, job=None)
+    exp = instantiate(cfg.training, job=None)
     if exp.num_threads is not None:
         torch.set_num_threads(exp.num_threads)
     names = exp.only if exp.only is not None else list(exp.models)
@@ -75,7 +77,7 @@ def run(cfg: DictConfig) -> dict[str, Path | None]:
         spec = exp.models[name]
         own = spec.get("tokenizer_vocab_size"), spec.get("tokenizer_sample")
         tokenizer, streams = shared if own == (None, None) else tokenizer_and_streams(exp, root, *own)
-        settings = instantiate(OmegaConf.merge(cfg.experiment.train, own_settings(name, spec, command_line_train())))
+        settings = instantiate(OmegaConf.merge(cfg.training.train, own_settings(name, spec, command_line_train())))
         teacher = root / spec["teacher"] if spec.get("teacher") else None
         raw_teacher = None  # distillation reads the teacher's laws before its calibration
         if teacher is not None:
@@ -94,10 +96,30 @@ def train_zoo(cfg: DictConfig) -> None:
         print(f"{name}: {path or 'stopped at the time limit (call again to resume)'}")
 
 
+TRAININGS = Path(__file__).resolve().parents[1] / "conf" / "training"
+
+
+def refuse_old_spelling(args: list[str]) -> None:
+    """`experiment=zoo_mtp` (and `experiment.KEY=...`) from before the training group: a clear error naming the new
+    spelling, instead of Hydra's "Could not find 'experiment/zoo_mtp'" (experiments.train reads no experiment)."""
+    for arg in args:
+        key, eq, value = arg.lstrip("+~").partition("=")
+        if key == "experiment" and eq and (TRAININGS / f"{value}.yaml").is_file():
+            raise SystemExit(f"experiments.train: `{arg}` is now `training={value}` (conf/training); "
+                             "its settings too: training.KEY=... instead of experiment.KEY=...")
+        if key.startswith("experiment.") and eq:
+            raise SystemExit(f"experiments.train: `{arg}` is now `training.{arg.partition('experiment.')[2]}` "
+                             "(the training settings are the `training` group, conf/training)")
+
+
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    instantiate(cfg.experiment.job)(cfg)  # the experiment's own trainer: train_zoo, train_medusa.run, ...
+    if cfg.get("training") is None:
+        options = ", ".join(sorted(p.stem for p in TRAININGS.glob("*.yaml")))
+        raise SystemExit(f"experiments.train needs training=<name>, one of conf/training: {options}")
+    instantiate(cfg.training.job)(cfg)  # the training's own trainer: train_zoo, train_medusa.run, ...
 
 
 if __name__ == "__main__":
+    refuse_old_spelling(sys.argv[1:])
     main()

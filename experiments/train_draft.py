@@ -1,13 +1,13 @@
-"""A distilled draft model for any target (python -m experiments.train experiment=distill_draft experiment.target=PATH).
+"""A distilled draft model for any target (python -m experiments.train training=distill_draft training.target=PATH).
 
-1. The draft: a copy of experiment.draft (a checkpoint folder or zoo name, on the target's vocabulary) or,
-   when null, a fresh Llama of experiment.architecture's sizes on the target's vocabulary.
+1. The draft: a copy of training.draft (a checkpoint folder or zoo name, on the target's vocabulary) or,
+   when null, a fresh Llama of training.architecture's sizes on the target's vocabulary.
 2. Distils it against the frozen target on data= (the target's own tokenizer and chat template; the loss
    on the assistant's tokens), one copy per loss= side by side, through the shared loop
    (framework/training/loop.py: `accelerate launch` / `torchrun` for several processes, resumable).
 3. Writes each draft's held-out acceptance (greedy and sampled) to root/<run>/acceptance.json and the
    best (by sampled acceptance on validation) as a Hugging Face checkpoint, with the target's tokenizer,
-   to experiment.export.
+   to training.export.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""EAGLE heads for the zoo target (python -m experiments.train experiment=zoo_eagle / zoo_eagle3).
+"""EAGLE heads for the zoo target (python -m experiments.train training=zoo_eagle / zoo_eagle3).
 
 1. Trains the head against the frozen target on the corpus's train split (resumable, under
-   experiment.root/<run>): EAGLE-1 (last layer, feature regression + token loss) or EAGLE-3
+   training.root/<run>): EAGLE-1 (last layer, feature regression + token loss) or EAGLE-3
    (fused low/middle/high layers, its own draft vocabulary of the train split's most frequent
    tokens, token loss, training-time test), as the experiment says: the published architectures.
 2. Measures it on validation and held-out text of two kinds (corpus windows, and the target's own
@@ -13,8 +13,8 @@
    thread. Each setting scores tokens per forward / (forward_tree cost at its node count + the
    head's measured time per step); the best static tree and dynamic setting are kept as `auto`.
 4. Writes the head (bf16 safetensors + config), eagle_tree.json and measurements.json to
-   experiment.export (what proposer=eagle, eagle2 and eagle3 load with models=zoo); with
-   experiment.export_speculators, the head again in vLLM's speculators layout.
+   training.export (what proposer=eagle, eagle2 and eagle3 load with models=zoo); with
+   training.export_speculators, the head again in vLLM's speculators layout.
 """
 
 from __future__ import annotations

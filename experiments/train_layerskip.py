@@ -1,8 +1,8 @@
 """A LayerSkip-style fine-tune of a target (proposers/self_spec/training.py): an optional zoo model whose early
 layers draft for early_exit, with what it costs in plain quality.
 
-    python -m experiments.train experiment=zoo_layerskip                  # the zoo target, ~25 min on 2 cores
-    python -m experiments.train experiment=zoo_layerskip experiment.target=/models/my-target
+    python -m experiments.train training=zoo_layerskip                  # the zoo target, ~25 min on 2 cores
+    python -m experiments.train training=zoo_layerskip training.target=/models/my-target
 
 Starts from the target's weights (float32), trains on the target's own data (data=, its tokenizer) with the zoo
 trainer (resumable under root/<run>), keeps the last model (the valid loss is recorded, not selected on), writes it
@@ -48,7 +48,7 @@ def quality(model, streams: dict, block_size: int, tokens: int, batch_size: int)
 
 
 def run(cfg: DictConfig) -> Path | None:
-    exp = cfg.experiment
+    exp = cfg.training
     if exp.num_threads is not None:
         torch.set_num_threads(exp.num_threads)
     root = Path(exp.root)

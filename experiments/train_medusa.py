@@ -1,7 +1,7 @@
-"""Medusa heads for the zoo target (python -m experiments.train experiment=zoo_medusa).
+"""Medusa heads for the zoo target (python -m experiments.train training=zoo_medusa).
 
 1. Trains one head set per objective ("ce": the text's next tokens, "kl": self-distillation to the
-   target's own laws) side by side on the same batches, resumable (experiment.root/<training_text.run>).
+   target's own laws) side by side on the same batches, resumable (training.root/<training_text.run>).
    The text is the corpus, or (training_text.self_generated) the target's own continuations of corpus
    prompts, greedy and sampled: the text the heads meet when decoding.
 2. Measures each on validation and held-out text of two kinds: corpus windows, and the target's
@@ -11,7 +11,7 @@
    validation prompts and the measured forward_tree cost on this machine, and keeps the objective
    whose tree promises more tokens per unit cost.
 4. Writes the winner (bf16 safetensors, config, searched tree, every measurement) to
-   experiment.export (experiments/zoo/medusa is what proposer=medusa loads).
+   training.export (experiments/zoo/medusa is what proposer=medusa loads).
 """
 
 from __future__ import annotations

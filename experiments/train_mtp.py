@@ -1,4 +1,4 @@
-"""An MTP module for the zoo target (python -m experiments.train experiment=zoo_mtp), FastMTP-style: one module
+"""An MTP module for the zoo target (python -m experiments.train training=zoo_mtp), FastMTP-style: one module
 of the target's own decoder-layer class, trained against the frozen target through the EAGLE pipeline
 (proposers/eagle/training.py): the same data, loop, loss and training-time test, the module reading the target's
 last hidden state at step 0 and its own output deeper, one shared module for every depth with step j weighed

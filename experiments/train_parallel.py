@@ -1,15 +1,15 @@
-"""Parallel drafters for any target (python -m experiments.train experiment=zoo_dflash / zoo_pard / zoo_peagle).
+"""Parallel drafters for any target (python -m experiments.train training=zoo_dflash / zoo_pard / zoo_peagle).
 
-1. The drafter (experiment.drafter, a builder given the frozen target): a fresh DFlash drafter on the
+1. The drafter (training.drafter, a builder given the frozen target): a fresh DFlash drafter on the
    target's layers; a PARD draft made from a draft model (one mask row appended to its vocabulary,
    its config naming it pard_token); a P-EAGLE head made from an EAGLE-3 head (a pard_token and a
-   learned mask_hidden added). Or experiment.init: a drafter of the same kind to continue.
+   learned mask_hidden added). Or training.init: a drafter of the same kind to continue.
 2. Trains one copy per loss= on data= through the shared loop (proposers/parallel/training.py),
    resumable under root/<run>.
 3. Measures each copy per depth on held-out text and on the target's own continuations (top-1
    agreement with the target's greedy token, and sum min(p, q): a sampled draft's acceptance),
    writes root/<run>/acceptance.json, and exports the best (validation sampled acceptance, summed
-   over depths) with experiment.exporter to experiment.export, its measurements beside it, and the
+   over depths) with training.exporter to training.export, its measurements beside it, and the
    tree it drafts fastest with on this machine (prefixes of the tree searched from its per-depth,
    per-rank acceptance, and chains, decoded; position_tree.json: what `choices` reads with models=zoo).
 """
@@ -150,7 +150,7 @@ def run(cfg: DictConfig) -> Path | None:
     instantiate(exp.exporter)(objective.drafters[kept].cpu(), out, target.cpu())
     files.write_json(out / TREE_FILE, tree, indent=1)
     files.write_json(out / "measurements.json", {"kept": kept, "acceptance": measured, "tree": tree,
-                                                 "settings": OmegaConf.to_container(cfg.experiment, resolve=True)},
+                                                 "settings": OmegaConf.to_container(cfg.training, resolve=True)},
                      indent=1)
     return out
 

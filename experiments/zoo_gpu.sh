@@ -2,11 +2,11 @@
 # The zoo recipe on one GPU, as run for the committed zoo (README, "Model zoo"):
 #   1. three target variants train side by side on the GPU; the one with the lowest loss on the
 #      validation files (carved from the training split) wins; held-out files are never used to choose;
-#   2. the 1-layer draft is distilled from the winner (experiment.models.draft) and, for comparison,
+#   2. the 1-layer draft is distilled from the winner (training.models.draft) and, for comparison,
 #      trained on the corpus's next tokens (draft_ce);
 #   3. bf16 copies of the three go to EXPORT (default zoo_export), with every run's history in summary.json.
 # Needs ROOT (default zoo_runs) to hold tokenizer/ and data/ (the token data) already (`python -m experiments.train
-# experiment=zoo experiment.only=[]` makes them on a machine with the corpus), so the GPU machine needs
+# training=zoo training.only=[]` makes them on a machine with the corpus), so the GPU machine needs
 # neither the same Python's standard library nor `datasets`.
 set -euo pipefail
 ROOT=${ROOT:-zoo_runs}; EXPORT=${EXPORT:-zoo_export}; LOGS=${LOGS:-zoo_logs}
@@ -15,20 +15,20 @@ mkdir -p "$LOGS" "$EXPORT"
 train() {  # name variant-root extra overrides...
   local name=$1 root=$2; shift 2
   # shellcheck disable=SC2086
-  python -m experiments.train experiment=zoo experiment.root="$root" "experiment.only=[$name]" \
+  python -m experiments.train training=zoo training.root="$root" "training.only=[$name]" \
     hydra.run.dir="$root/hydra_$name" "$@" $EXTRA >"$LOGS/$(basename "$root")_$name.log" 2>&1
 }
 EXTRA=${EXTRA:-}  # overrides for every run (a quick CPU rehearsal: small steps and batches)
 declare -A VARIANTS=(
-  [a]=${VARIANT_A:-"experiment.train.steps=4000"}
-  [b]=${VARIANT_B:-"experiment.train.steps=4000 +experiment.models.target.config.attention_dropout=0.1 experiment.train.weight_decay=0.2"}
-  [c]=${VARIANT_C:-"experiment.train.steps=2500 experiment.train.lr=2e-3"}
+  [a]=${VARIANT_A:-"training.train.steps=4000"}
+  [b]=${VARIANT_B:-"training.train.steps=4000 +training.models.target.config.attention_dropout=0.1 training.train.weight_decay=0.2"}
+  [c]=${VARIANT_C:-"training.train.steps=2500 training.train.lr=2e-3"}
 )
 pids=()
 for v in ${RUN_VARIANTS:-a b c}; do
   mkdir -p "$ROOT-$v" && cp -r "$ROOT/tokenizer" "$ROOT/data" "$ROOT-$v/"
   # shellcheck disable=SC2086
-  train target "$ROOT-$v" ${VARIANTS[$v]} experiment.train.time_limit_s="$TARGET_LIMIT_S" & pids+=($!)
+  train target "$ROOT-$v" ${VARIANTS[$v]} training.train.time_limit_s="$TARGET_LIMIT_S" & pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p" || echo "a target variant failed (see $LOGS)"; done
 for v in ${RUN_VARIANTS:-a b c}; do  # stopped by the time limit: its best model of the long phase stands in
@@ -50,7 +50,7 @@ PY
 [ -n "$WINNER" ] || { echo "no target variant finished"; exit 1; }
 echo "winner: $WINNER"
 pids=()
-for d in ${DRAFTS:-draft draft_ce}; do train "$d" "$WINNER" experiment.train.time_limit_s="$DRAFT_LIMIT_S" & pids+=($!); done
+for d in ${DRAFTS:-draft draft_ce}; do train "$d" "$WINNER" training.train.time_limit_s="$DRAFT_LIMIT_S" & pids+=($!); done
 for p in "${pids[@]}"; do wait "$p" || echo "a draft failed (see $LOGS)"; done
 python - "$ROOT" "$WINNER" "$EXPORT" <<'PY'
 import json, sys, torch

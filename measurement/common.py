@@ -268,9 +268,9 @@ def training_data(cfg: DictConfig, target, root: Path) -> dict:
 
 
 def head_setup(cfg: DictConfig):
-    """What a drafter-training experiment starts from: (its settings, root, token data {train, valid,
-    heldout}, the instantiated train settings, the frozen target), with the experiment's thread count set."""
-    exp = cfg.experiment
+    """What a drafter training starts from: (its settings, root, token data {train, valid,
+    heldout}, the instantiated train settings, the frozen target), with the training's thread count set."""
+    exp = cfg.training
     if exp.num_threads is not None:
         torch.set_num_threads(exp.num_threads)
     root = Path(exp.root)

@@ -72,13 +72,15 @@ CHECKS = {
     "loss": check_losses,
     "sampling": lambda obj, cfg: isinstance(obj, SamplingConfig),
     "proposer": lambda obj, cfg: check_proposer(obj, cfg) is None,
-    # An experiment option holds one entry point's settings (run: repeats; check: checks; zoo: train).
+    # An experiment option holds one entry point's settings (run: repeats; check: checks; compare: methods).
     "experiment": lambda obj, cfg: isinstance(obj, Mapping) and len(obj) > 0 and obj.get("repeats", 1) >= 1,
+    # A training option holds what experiments.train trains: its job (the trainer) and that job's settings.
+    "training": lambda obj, cfg: isinstance(obj, Mapping) and callable(obj["job"]),
 }
 
 
 def test_options_found():
-    assert {"target", "proposer", "sampling", "experiment", "models"} <= set(GROUPS)
+    assert {"target", "proposer", "sampling", "experiment", "training", "models"} <= set(GROUPS)
     assert {"none", "draft", "draft_tree", "self_draft", "medusa", "eagle", "eagle2", "eagle3", "rest",
             "mix"} <= set(PROPOSERS)
     assert {"zoo_target", "zoo_draft", "tiny_llama"} <= {o for g, o in OPTIONS if g == "target"}

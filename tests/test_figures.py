@@ -1,6 +1,6 @@
 """Figures the docs quote come from committed result files that a documented command regenerates, and say what
 those files say (issue 52, deliverable 3): the KL-vs-LK comparison (docs/figures/eagle3_kl_vs_lk.json, the
-measurements of `experiments.train experiment=zoo_eagle3 loss=kl_vs_lk`), tensor parallelism on this CPU
+measurements of `experiments.train training=zoo_eagle3 loss=kl_vs_lk`), tensor parallelism on this CPU
 (docs/figures/bench_sharded.json, `experiments.bench_sharded`) and the README's parallel drafters
 (docs/results_parallel.md, published by `experiments.compare experiment.publish=...`)."""
 

@@ -124,7 +124,7 @@ class EagleHead(nn.Module):
         """P-EAGLE: the feature g of a mask position [H] (mask_hidden fused as the target's hidden states are)."""
         if self.config.pard_token is None:
             raise ValueError("this EAGLE head has no mask positions (no pard_token): train a P-EAGLE head "
-                             "(python -m experiments.train experiment=zoo_peagle)")
+                             "(python -m experiments.train training=zoo_peagle)")
         return self.fused(self.mask_hidden.view(self.config.feature_layers, -1))
 
     def embedding(self, target_embedding: nn.Module) -> nn.Module:
@@ -161,10 +161,10 @@ class EagleHead(nn.Module):
     @classmethod
     def load(cls, path, dtype: torch.dtype = torch.float32) -> EagleHead:
         folder, stored, state = read_head(path, CONFIG_FILE, WEIGHTS_FILE, "EAGLE head",
-                                          "python -m experiments.train experiment=zoo_eagle (or zoo_eagle3)")
+                                          "python -m experiments.train training=zoo_eagle (or zoo_eagle3)")
         if "architecture" not in stored:
             raise ValueError(f"{folder / CONFIG_FILE} names no architecture: a head from before the published "
-                             "architectures; retrain it (python -m experiments.train experiment=zoo_eagle)")
+                             "architectures; retrain it (python -m experiments.train training=zoo_eagle)")
         searched = files.read_json(folder / TREE_FILE) if (folder / TREE_FILE).exists() else None
         return build_head(config_from(stored), state, searched, folder / WEIGHTS_FILE).to(dtype).eval()
 

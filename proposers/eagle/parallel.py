@@ -34,7 +34,7 @@ class ParallelEagleProposer(EagleProposer):
         super().__init__(head, backend=backend)
         if self.head.config.pard_token is None:
             raise ValueError("P-EAGLE needs a head trained with mask positions (its config names a pard_token): "
-                             "train one with `python -m experiments.train experiment=zoo_peagle`")
+                             "train one with `python -m experiments.train training=zoo_peagle`")
         if kind not in ("point", "iid", "wor"):
             raise ValueError(f"kind must be point, iid or wor, got {kind!r}")
         if depth < 1:

@@ -98,7 +98,7 @@ class MedusaHeads(nn.Module):
     @classmethod
     def load(cls, folder: str | Path, dtype: torch.dtype = torch.float32) -> MedusaHeads:
         _, fields, state = read_head(folder, CONFIG_FILE, WEIGHTS_FILE, "Medusa heads",
-                                     "python -m experiments.train experiment=zoo_medusa")
+                                     "python -m experiments.train training=zoo_medusa")
         tree = heads_folder(folder) / TREE_FILE
         searched = files.read_json(tree) if tree.is_file() else None
         heads = cls(MedusaConfig(**{k: fields[k] for k in MedusaConfig.__dataclass_fields__ if k in fields}), searched)
@@ -113,7 +113,7 @@ def heads_folder(path: str | Path) -> Path:
 def load_choices(path: str | Path) -> list[tuple[int, ...]]:
     """The tree searched for these heads (saved beside them by the training run)."""
     return position_tree.load_choices(heads_folder(path), TREE_FILE,
-                                      "python -m experiments.train experiment=zoo_medusa")
+                                      "python -m experiments.train training=zoo_medusa")
 
 
 def random_heads(hidden_size: int, vocab_size: int, num_heads: int = 4, num_blocks: int = 1, seed: int = 0,

@@ -187,7 +187,7 @@ class DFlashDrafter(nn.Module):
         folder = head_folder(path, "config.json")
         if not (folder / "config.json").is_file() or not (folder / WEIGHTS_FILE).is_file():
             raise FileNotFoundError(f"no DFlash drafter at {folder} (expected config.json and {WEIGHTS_FILE}); train "
-                                    "one with `python -m experiments.train experiment=zoo_dflash`")
+                                    "one with `python -m experiments.train training=zoo_dflash`")
         return read(folder, files.read_json(folder / "config.json")).to(dtype).eval()
 
 

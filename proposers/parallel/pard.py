@@ -57,7 +57,7 @@ class ParallelDraftProposer:
         mask_token = getattr(draft.config, "pard_token", None) if mask_token is None else mask_token
         if mask_token is None:
             raise ValueError("PARD needs the draft's mask token: give mask_token= or a draft whose config has "
-                             "pard_token (train one with `python -m experiments.train experiment=zoo_pard`)")
+                             "pard_token (train one with `python -m experiments.train training=zoo_pard`)")
         self.shape, self.kind, self.sampling, self.mask_token = (
             shape_of(choices, depth), kind, sampling, int(mask_token))
         self.lm = CachedLM(draft, tree_backend=None)  # per-row masks: the dense path

@@ -167,7 +167,7 @@ def test_bad_input_is_named(tmp_path):
     head = head_for(other)
     with pytest.raises(ValueError, match="hidden size 16 .this target: 32.*layer count 3 .this target: 2"):
         generate(HFTarget(target), EagleProposer(head, CHOICES), torch.tensor([[1, 2]]), 4)
-    with pytest.raises(FileNotFoundError, match=f"{tmp_path}.*experiment=zoo_eagle"):
+    with pytest.raises(FileNotFoundError, match=f"{tmp_path}.*training=zoo_eagle"):
         EagleHead.load(tmp_path)
     with pytest.raises(ValueError, match="choices is empty"):
         EagleProposer(head_for(target), [])

@@ -70,7 +70,7 @@ def test_bad_input(tmp_path):
     other = MedusaHeads(MedusaConfig(hidden_size=48, vocab_size=100, num_heads=2))
     with pytest.raises(ValueError, match="hidden size 48 and vocabulary 100.*hidden size 32 and vocabulary 64"):
         generate(HFTarget(target), MedusaProposer(other), torch.tensor([[1, 2]]), 4)
-    with pytest.raises(FileNotFoundError, match="experiment=zoo_medusa"):
+    with pytest.raises(FileNotFoundError, match="training=zoo_medusa"):
         MedusaHeads.load(tmp_path / "missing")
     with pytest.raises(ValueError, match="only 2 heads"):
         MedusaProposer(other, [(0,), (0, 0), (0, 0, 0)])

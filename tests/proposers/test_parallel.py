@@ -192,7 +192,7 @@ def test_dflash_files_round_trip_in_the_published_layout(tmp_path):
                                        "target_layer_ids": list(drafter.config.target_layer_ids)}
     loaded = DFlashDrafter.load(tmp_path)
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in drafter.state_dict().items())
-    with pytest.raises(FileNotFoundError, match="experiment=zoo_dflash"):
+    with pytest.raises(FileNotFoundError, match="training=zoo_dflash"):
         DFlashDrafter.load(tmp_path / "missing")
 
 

@@ -122,7 +122,7 @@ def test_an_eagle1_head_written_in_safeailabs_layout_reads_back(tmp_path):
 
 
 def test_the_zoo_eagle3_committed_in_speculators_layout_is_the_zoo_head():
-    """experiments/zoo/eagle3/speculators (written by experiment=zoo_eagle3) reads back as the zoo's head."""
+    """experiments/zoo/eagle3/speculators (written by training=zoo_eagle3) reads back as the zoo's head."""
     ours, published = load_head("eagle3"), load_head(EMBEDDED / "eagle3" / "speculators")
     assert json.loads((EMBEDDED / "eagle3" / "speculators" / "config.json").read_text())[
         "speculators_model_type"] == "eagle3"

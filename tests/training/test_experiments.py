@@ -1,4 +1,4 @@
-"""`python -m experiments.train experiment=... experiment.target=FOLDER data=sharegpt`: a user's chat target, end to
+"""`python -m experiments.train training=... training.target=FOLDER data=sharegpt`: a user's chat target, end to
 end."""
 
 import json
@@ -10,29 +10,29 @@ from hydra import compose, initialize_config_dir
 from experiments import train_draft, train_eagle, train_medusa, train_mtp
 from tests.test_configs import CONF
 
-SMALL = ["experiment.train.steps=4", "experiment.train.batch_size=2", "experiment.train.block_size=48",
-         "experiment.train.eval_every=4", "experiment.train.eval_tokens=96", "experiment.eval_tokens=96",
-         "experiment.num_threads=1", "data.heldout_fraction=0.2", "data.valid_every=4"]
-CONTINUATIONS = ["experiment.continuations.eval_sequences=4", "experiment.continuations.prompt_tokens=8",
-                 "experiment.continuations.new_tokens=8", "experiment.continuations.batch=4"]
-TREE = ["experiment.tree.cost_sizes=[0,4]", "experiment.tree.cost_repeats=1", "experiment.tree.budgets=[4]",
-        "experiment.tree.top_ks=[2]", "experiment.tree.depths=[2]", "experiment.tree.budget_prompts=1",
-        "experiment.tree.budget_tokens=4", "experiment.tree.max_nodes=8"]
+SMALL = ["training.train.steps=4", "training.train.batch_size=2", "training.train.block_size=48",
+         "training.train.eval_every=4", "training.train.eval_tokens=96", "training.eval_tokens=96",
+         "training.num_threads=1", "data.heldout_fraction=0.2", "data.valid_every=4"]
+CONTINUATIONS = ["training.continuations.eval_sequences=4", "training.continuations.prompt_tokens=8",
+                 "training.continuations.new_tokens=8", "training.continuations.batch=4"]
+TREE = ["training.tree.cost_sizes=[0,4]", "training.tree.cost_repeats=1", "training.tree.budgets=[4]",
+        "training.tree.top_ks=[2]", "training.tree.depths=[2]", "training.tree.budget_prompts=1",
+        "training.tree.budget_tokens=4", "training.tree.max_nodes=8"]
 
 
-def configured(experiment: str, chat_target, chat_files, tmp_path, *more: str):
+def configured(option: str, chat_target, chat_files, tmp_path, *more: str):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name="config", overrides=[
-            f"experiment={experiment}", f"experiment.target={chat_target}", f"experiment.root={tmp_path / 'root'}",
+            f"training={option}", f"training.target={chat_target}", f"training.root={tmp_path / 'root'}",
             "data=sharegpt", f"data.source.path={chat_files['sharegpt']}", *SMALL, *more])
 
 
 def test_eagle3_heads_for_a_chat_target(chat_target, chat_files, tmp_path):
     cfg = configured("zoo_eagle3", chat_target, chat_files, tmp_path, "loss=kl_vs_lk", *CONTINUATIONS, *TREE,
-                     f"experiment.export={tmp_path / 'head'}", "experiment.export_speculators=null",
-                     "experiment.head.draft_vocab_size=512", "experiment.head.intermediate_size=64",
-                     "experiment.head.num_heads=2", "experiment.head.num_kv_heads=1",
-                     "experiment.loss_comparison.prompts=2", "experiment.loss_comparison.new_tokens=4")
+                     f"training.export={tmp_path / 'head'}", "training.export_speculators=null",
+                     "training.head.draft_vocab_size=512", "training.head.intermediate_size=64",
+                     "training.head.num_heads=2", "training.head.num_kv_heads=1",
+                     "training.loss_comparison.prompts=2", "training.loss_comparison.new_tokens=4")
     out = train_eagle.run(cfg)
     saved = json.loads((out / "eagle_config.json").read_text())
     assert saved["target"] == chat_target.name and saved["loss"] in ("kl", "lk") and saved["draft_vocab_size"] == 512
@@ -52,7 +52,7 @@ def test_mtp_module_for_a_chat_target(chat_target, chat_files, tmp_path):
     from proposers.mtp.layouts import read_mtp
 
     cfg = configured("zoo_mtp", chat_target, chat_files, tmp_path, "loss=lk", *CONTINUATIONS, *TREE,
-                     "experiment.tree.chain_depths=[1,2]", f"experiment.export={tmp_path / 'mtp'}")
+                     "training.tree.chain_depths=[1,2]", f"training.export={tmp_path / 'mtp'}")
     out = train_mtp.run(cfg)
     measured = json.loads((out / "measurements.json").read_text())
     assert set(measured["chains"]) == {"1", "2"} and measured["loss"] == "lk"
@@ -68,19 +68,19 @@ def test_mtp_module_for_a_chat_target(chat_target, chat_files, tmp_path):
 
 @pytest.mark.slow  # the default tier trains EAGLE-3's head and DFlash's drafter on chat data
 def test_medusa_heads_for_a_chat_target(chat_target, chat_files, tmp_path):
-    cfg = configured("zoo_medusa", chat_target, chat_files, tmp_path, *TREE[:2], "experiment.tree.max_nodes=8",
-                     "experiment.train.num_heads=2", f"experiment.export={tmp_path / 'heads'}",
-                     "experiment.training_text.continuations.eval_sequences=4",
-                     "experiment.training_text.continuations.prompt_tokens=8",
-                     "experiment.training_text.continuations.new_tokens=8")
+    cfg = configured("zoo_medusa", chat_target, chat_files, tmp_path, *TREE[:2], "training.tree.max_nodes=8",
+                     "training.train.num_heads=2", f"training.export={tmp_path / 'heads'}",
+                     "training.training_text.continuations.eval_sequences=4",
+                     "training.training_text.continuations.prompt_tokens=8",
+                     "training.training_text.continuations.new_tokens=8")
     out = train_medusa.run(cfg)
     assert json.loads((out / "medusa_config.json").read_text())["target"] == chat_target.name
 
 
 @pytest.mark.slow  # the default tier trains EAGLE-3's head and DFlash's drafter on chat data
 def test_distilled_draft_for_a_chat_target(chat_target, chat_files, tmp_path):
-    cfg = configured("distill_draft", chat_target, chat_files, tmp_path, f"experiment.export={tmp_path / 'draft'}",
-                     "experiment.architecture.hidden_size=32", "experiment.architecture.intermediate_size=64")
+    cfg = configured("distill_draft", chat_target, chat_files, tmp_path, f"training.export={tmp_path / 'draft'}",
+                     "training.architecture.hidden_size=32", "training.architecture.intermediate_size=64")
     out = train_draft.run(cfg)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -99,13 +99,13 @@ def test_dflash_drafter_for_a_chat_target(chat_target, chat_files, tmp_path):
     from proposers.common.position_tree import load_choices
 
     cfg = configured("zoo_dflash", chat_target, chat_files, tmp_path, *CONTINUATIONS,
-                     f"experiment.export={tmp_path / 'dflash'}", "experiment.tree.cost_sizes=[0,4]",
-                     "experiment.tree.cost_repeats=1", "experiment.tree.max_nodes=6", "experiment.tree.budgets=[2]",
-                     "experiment.tree.chains=[2]", "experiment.tree.budget_prompts=1",
-                     "experiment.tree.budget_tokens=4",
-                     "experiment.train.depth=3", "experiment.train.anchors=4", "experiment.drafter.mask_token_id=5",
-                     "experiment.drafter.num_heads=2", "experiment.drafter.num_kv_heads=1",
-                     "experiment.drafter.intermediate_size=64")
+                     f"training.export={tmp_path / 'dflash'}", "training.tree.cost_sizes=[0,4]",
+                     "training.tree.cost_repeats=1", "training.tree.max_nodes=6", "training.tree.budgets=[2]",
+                     "training.tree.chains=[2]", "training.tree.budget_prompts=1",
+                     "training.tree.budget_tokens=4",
+                     "training.train.depth=3", "training.train.anchors=4", "training.drafter.mask_token_id=5",
+                     "training.drafter.num_heads=2", "training.drafter.num_kv_heads=1",
+                     "training.drafter.intermediate_size=64")
     out = train_parallel.run(cfg)
     record = json.loads((out / "measurements.json").read_text())["acceptance"]["kl"]
     assert len(record["heldout/text"]["accept_sampled"]) == 3  # per depth
@@ -132,15 +132,15 @@ def test_a_mask_token_without_an_embedding_is_refused(chat_target):
 
 @pytest.mark.slow  # the default tier trains EAGLE-3's head and DFlash's drafter on chat data
 def test_a_layerskip_fine_tune_of_a_chat_target(chat_target, chat_files, tmp_path):
-    """experiment=zoo_layerskip: the target fine-tuned from its own weights, exported with its tokenizer, the cost
+    """training=zoo_layerskip: the target fine-tuned from its own weights, exported with its tokenizer, the cost
     (next-token loss) and the exits' agreement measured before and after; early_exit decodes plain greedy on it."""
     from experiments import train_layerskip
     from framework.zoo.checkpoints import load_causal_lm
     from harness.real import greedy_identity
     from proposers import EarlyExitProposer
 
-    cfg = configured("zoo_layerskip", chat_target, chat_files, tmp_path, "experiment.objective.exits=[1,2]",
-                     "experiment.objective.layer_dropout=0.5", f"experiment.export={tmp_path / 'tuned'}")
+    cfg = configured("zoo_layerskip", chat_target, chat_files, tmp_path, "training.objective.exits=[1,2]",
+                     "training.objective.layer_dropout=0.5", f"training.export={tmp_path / 'tuned'}")
     out = train_layerskip.run(cfg)
     measured = json.loads((out / "measurements.json").read_text())
     assert out == tmp_path / "tuned" and measured["steps"] == 4

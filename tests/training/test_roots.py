@@ -54,13 +54,24 @@ def test_numbers_of_a_training_are_checked_before_anything_loads(config, setting
 
 
 def test_the_command_lines_train_settings_win_over_a_models_own_and_say_so(capsys):
-    """`experiment.train.steps=20` reaches every model, the zoo's drafts with their own steps too (issue 58, case 5)."""
+    """`training.train.steps=20` reaches every model, the zoo's drafts with their own steps too (issue 58, case 5)."""
     from omegaconf import OmegaConf
 
     from experiments.train import own_settings
 
     spec = OmegaConf.create({"train": {"steps": 2000, "batch_size": 16}})
     assert own_settings("draft", spec, {"steps"}) == {"batch_size": 16}
-    assert ("draft: experiment.train.steps from the command line replaces its own train.steps=2000"
+    assert ("draft: training.train.steps from the command line replaces its own train.steps=2000"
             in capsys.readouterr().out)
     assert own_settings("draft", spec, set()) == {"steps": 2000, "batch_size": 16}
+
+
+def test_the_old_experiment_spelling_of_a_training_names_the_new_one():
+    """Training settings moved from conf/experiment to conf/training: `experiment=zoo_mtp` says `training=zoo_mtp`."""
+    from experiments.train import refuse_old_spelling
+
+    with pytest.raises(SystemExit, match="`experiment=zoo_mtp` is now `training=zoo_mtp`"):
+        refuse_old_spelling(["experiment=zoo_mtp", "loss=lk"])
+    with pytest.raises(SystemExit, match="is now `training.train.steps=4`"):
+        refuse_old_spelling(["training=zoo", "experiment.train.steps=4"])
+    refuse_old_spelling(["training=zoo_mtp", "training.train.steps=4", "loss=lk"])

@@ -26,8 +26,8 @@ def test_sizes_match_the_issue():
 
 
 def test_the_cpu_sized_draft_recipe_is_within_an_eighth_of_the_target():
-    """conf/experiment/zoo.yaml's draft_small (issue 13: at most 1/8 of the target's per-token compute)."""
-    models = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "experiment" / "zoo.yaml").models
+    """conf/training/zoo.yaml's draft_small (issue 13: at most 1/8 of the target's per-token compute)."""
+    models = OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "training" / "zoo.yaml").models
     target = multiply_adds_per_token(target_config(6144))
     small = multiply_adds_per_token(instantiate(models.draft_small.config)(6144))
     assert small <= target / 8 < multiply_adds_per_token(draft_config(6144))  # the committed draft is 1/6.5

@@ -19,13 +19,13 @@ from framework.zoo.tokenizer import train_tokenizer
 from tests.test_configs import CONF
 
 FILES = ["textwrap.py", "string.py", "keyword.py", "colorsys.py", "bisect.py", "heapq.py", "glob.py", "fnmatch.py"]
-OWN = "experiment.models.draft_bpe"
-TINY = ["experiment.only=[draft_bpe]", "experiment.vocab_size=320", f"{OWN}.tokenizer_vocab_size=300",
+OWN = "training.models.draft_bpe"
+TINY = ["training.only=[draft_bpe]", "training.vocab_size=320", f"{OWN}.tokenizer_vocab_size=300",
         f"{OWN}.tokenizer_sample=0.5",
-        "experiment.num_threads=1", "experiment.calibrate=false", "experiment.corpus.heldout_fraction=0.3",
-        "experiment.corpus.valid_every=3", f"{OWN}.train.steps=2", f"{OWN}.train.batch_size=2",
-        "experiment.train.block_size=32", "experiment.train.long_block_size=null", "experiment.train.eval_tokens=64",
-        "experiment.train.warmup=1", f"+{OWN}.config.hidden_size=32", f"+{OWN}.config.intermediate_size=64"]
+        "training.num_threads=1", "training.calibrate=false", "training.corpus.heldout_fraction=0.3",
+        "training.corpus.valid_every=3", f"{OWN}.train.steps=2", f"{OWN}.train.batch_size=2",
+        "training.train.block_size=32", "training.train.long_block_size=null", "training.train.eval_tokens=64",
+        "training.train.warmup=1", f"+{OWN}.config.hidden_size=32", f"+{OWN}.config.intermediate_size=64"]
 
 
 def configured(tmp_path: Path, *more: str):
@@ -36,7 +36,7 @@ def configured(tmp_path: Path, *more: str):
         shutil.copy(stdlib / name, corpus / name)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name="config", overrides=[
-            "experiment=zoo", f"experiment.root={tmp_path / 'root'}", f"experiment.corpus.root={corpus}", *TINY, *more])
+            "training=zoo", f"training.root={tmp_path / 'root'}", f"training.corpus.root={corpus}", *TINY, *more])
 
 
 def test_a_model_with_its_own_tokenizer_trains_on_it(tmp_path):
