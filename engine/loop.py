@@ -139,7 +139,7 @@ class Decoder:
         if top_logprobs is not None and top_logprobs > target.vocab_size:
             raise ValueError(f"top_logprobs={top_logprobs} asks for more alternatives than the vocabulary's "
                              f"{target.vocab_size} tokens")
-        self.target, self.proposer, self.sampling, self.rng, self.options = target, proposer, sampling, rng, options
+        self.target, self.proposer, self.sampling, self.rng = target, proposer, sampling, rng
         self.eos_token_id, self.verifier = options.eos_token_id, options.verifier
         self.constraint, self.top_logprobs = options.constraint, top_logprobs
         self.logprobs: TokenLogprobs | None = None  # of the tokens the last prefill or step emitted
