@@ -4,9 +4,10 @@
     python -m experiments.train training=zoo training.only=[draft]  # one model (its teacher must exist)
     python -m experiments.train training=zoo training.train.steps=20 training.root=/tmp/zoo
     python -m experiments.train training=zoo training.export=experiments/zoo  # refresh the embedded zoo
-    python -m experiments.train training=zoo_medusa                   # Medusa heads (experiments/train_medusa.py)
+    python -m experiments.train training=zoo_medusa                   # Medusa heads (recipes/medusa.py)
 
-Each option of conf/training names its `job` (the function that trains it); this file holds the zoo's.
+Each option of conf/training names its `job` (the function that trains it): the zoo's is here, the drafters'
+are in recipes/.
 The training group was once part of conf/experiment: `experiment=zoo_mtp` is refused, naming `training=zoo_mtp`.
 
 Everything lands in `training.root` (a fixed folder, not Hydra's dated one, so that a second
@@ -117,7 +118,7 @@ def main(cfg: DictConfig) -> None:
     if cfg.get("training") is None:
         options = ", ".join(sorted(p.stem for p in TRAININGS.glob("*.yaml")))
         raise SystemExit(f"experiments.train needs training=<name>, one of conf/training: {options}")
-    instantiate(cfg.training.job)(cfg)  # the training's own trainer: train_zoo, train_medusa.run, ...
+    instantiate(cfg.training.job)(cfg)  # the training's own trainer: train_zoo here, recipes.medusa.run, ...
 
 
 if __name__ == "__main__":

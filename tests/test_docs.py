@@ -26,7 +26,7 @@ def test_readme_is_short_and_keeps_two_quick_start_commands():
 
 def cited_sections(root: Path) -> list[tuple[str, int]]:
     cited = []
-    for path in [*root.glob("[fpvehm]*/**/*.py"), *root.glob("conf/**/*.yaml")]:
+    for path in [*root.glob("[fpvehmr]*/**/*.py"), *root.glob("conf/**/*.yaml")]:
         for match in CITATION.finditer(path.read_text()):
             cited += [(str(path.relative_to(root)), int(n)) for n in match.groups() if n]
     return cited

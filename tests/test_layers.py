@@ -1,11 +1,11 @@
 """The layers are packages and the imports say so: a module imports only its own layer and those below.
 
 core < data < training < lm, zoo, control, constraints (framework/) < verifiers < engine, proposers < serving
-(engine/) < harness < measurement < experiments, and the top-level folders in that order (FOLDERS). The engine and
-the proposers never import each other, and the engine imports no model runtime: it knows targets and proposers by
-their Protocols in framework.core. Imports sit at module level, so
+(engine/) < harness < measurement < recipes < experiments, and the top-level folders in that order
+(FOLDERS). The engine and the proposers never import each other, and the engine imports no model runtime: it knows
+targets and proposers by their Protocols in framework.core. Imports sit at module level, so
 a module's dependencies are its first lines; the one exception is an optional back end (Triton). experiments/ holds
-apps only (their library is measurement/).
+apps only (their library is measurement/, the train app's recipes are recipes/).
 """
 
 from __future__ import annotations
@@ -39,14 +39,18 @@ LAYERS = {
     # the measurement library of the apps: compare's cells and reports, workloads, runners, first-token tables, peers
     "measurement": (("measurement",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "harness",
                                        "data", "training", "workloads", "metrics", "constraints", "serving"}),
+    # the train app's recipes, one per drafter family: they run measurement's tree search
+    "recipes": (("recipes",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "harness",
+                               "data", "training", "workloads", "metrics", "constraints", "serving", "measurement"}),
     "experiments": (("experiments",), {"core", "verifiers", "lm", "zoo", "control", "engine", "proposers", "harness",
                                        "data", "training", "workloads", "metrics", "constraints", "serving",
-                                       "measurement"}),
+                                       "measurement", "recipes"}),
 }
 OPTIONAL_BACKENDS = ("framework.lm.tree_attention_triton", "verifiers.triton_chain", "verifiers.triton_rules")
 # The third-party packages each layer may import directly (the standard library and torch aside). The core is torch
-# and numpy (path_tree's trie); the engine imports no model runtime; only lm, zoo, proposers, harness, measurement and
-# experiments may import transformers; xgrammar only through constraints (and experiments' grammar benchmark).
+# and numpy (path_tree's trie); the engine imports no model runtime; only lm, zoo, proposers, harness, measurement,
+# recipes and experiments may import transformers; xgrammar only through constraints (and experiments' grammar
+# benchmark).
 THIRD_PARTY = {
     "core": {"numpy"},
     "verifiers": {"triton"},
@@ -64,13 +68,14 @@ THIRD_PARTY = {
     "harness": {"transformers", "numpy", "scipy"},
     # vllm: the worker script measurement.peers.engine runs under vLLM's own environment, never imported here
     "measurement": {"transformers", "hydra", "omegaconf", "numpy", "tqdm", "matplotlib", "yaml", "vllm"},
+    "recipes": {"transformers", "hydra", "omegaconf"},
     "experiments": {"transformers", "hydra", "omegaconf", "xgrammar", "llguidance", "outlines_core"},
 }
 KNOWN_THIRD_PARTY = set().union(*THIRD_PARTY.values()) | {"accelerate", "datasets", "jinja2"}
 DYNAMIC_IMPORT_SHIMS = ("framework",)  # the package's lazy re-exports of the names scripts use
 REEXPORTS = ("framework", "engine")  # package inits that only re-export their own modules' public names
 # The top-level folders, bottom first: a folder's layers import only from folders at or below it
-FOLDERS = ("framework", "verifiers", "proposers", "engine", "harness", "measurement", "experiments")
+FOLDERS = ("framework", "verifiers", "proposers", "engine", "harness", "measurement", "recipes", "experiments")
 PEERS = {("proposers", "engine")}  # side by side: neither imports the other
 
 
@@ -260,9 +265,6 @@ SUBFOLDERS = {
     "peers": "the peer engines' apps (setup, law, profile_plain); their library is measurement/peers",
 }
 NOT_HYDRA = {"experiments.peers.setup": "builds a peer's virtual environment by name (argparse): no config"}
-# the train app's recipes, reached by name from conf/experiment (job: experiments.train_<name>.run): they import
-# experiments.search_tree's tree search, an app, so they stay beside it until that search has a library of its own
-RECIPES = tuple(f"experiments.train_{name}" for name in ("draft", "eagle", "layerskip", "medusa", "mtp", "parallel"))
 
 
 def is_app(tree: ast.Module, hydra_app: bool = True) -> bool:
@@ -280,7 +282,7 @@ def not_apps(root: Path = ROOT) -> list[str]:
              if path.is_dir() and path.name not in SUBFOLDERS and path.name != "__pycache__"]
     for path in sorted([*(root / "experiments").glob("*.py"), *(root / "experiments" / "peers").glob("*.py")]):
         module = module_name(path, root)
-        if path.name == "__init__.py" or module in RECIPES:
+        if path.name == "__init__.py":
             continue
         if not is_app(ast.parse(path.read_text()), module not in NOT_HYDRA):
             found.append(f"{path.relative_to(root)}: not an app (a Hydra main() and a __main__ guard); "
@@ -290,7 +292,7 @@ def not_apps(root: Path = ROOT) -> list[str]:
 
 def test_experiments_holds_apps_only(tmp_path):
     assert not_apps() == []
-    assert all((ROOT / (m.replace(".", "/") + ".py")).is_file() for m in [*RECIPES, *NOT_HYDRA])  # none stale
+    assert all((ROOT / (m.replace(".", "/") + ".py")).is_file() for m in NOT_HYDRA)  # none stale
     (tmp_path / "experiments" / "peers").mkdir(parents=True)
     (tmp_path / "experiments" / "library.py").write_text("def helper():\n    pass\n")
     (tmp_path / "experiments" / "app.py").write_text("import hydra\n\n\n@hydra.main(config_path=None)\n"

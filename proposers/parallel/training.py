@@ -171,7 +171,7 @@ class PardObjective(ParallelObjective):
         tokens = {getattr(d.config, "pard_token", None) for d in drafters.values()}
         if len(tokens) != 1 or None in tokens:
             raise ValueError("a PARD draft names its mask token in its config (pard_token): "
-                             "see experiments/train_parallel.py")
+                             "see recipes/parallel.py")
         self.mask_token = tokens.pop()
 
     def anchor_range(self, T):

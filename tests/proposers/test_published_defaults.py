@@ -89,7 +89,7 @@ def test_search_tree_writes_a_measured_tree_beside_a_published_head_and_auto_rea
     import json
     import warnings
 
-    from experiments.search_tree import search
+    from measurement.tree_search import search
 
     tiny_random_model("llama", vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                       seed=0, init_std=0.3).save_pretrained(tmp_path / "target")
@@ -113,7 +113,7 @@ def test_search_tree_writes_a_measured_tree_beside_a_published_head_and_auto_rea
 def test_search_tree_for_published_medusa_heads(tmp_path):
     import json
 
-    from experiments.search_tree import search
+    from measurement.tree_search import search
     from tests.proposers.test_published_medusa import TARGET, medusa_folder
 
     TARGET.save_pretrained(tmp_path / "target")
@@ -127,7 +127,7 @@ def test_search_tree_for_published_medusa_heads(tmp_path):
 
 
 def test_search_tree_refuses_a_head_it_cannot_search(tmp_path):
-    from experiments.search_tree import search
+    from measurement.tree_search import search
 
     tiny_random_model("llama", vocab_size=64, hidden_size=32, num_layers=2, seed=0).save_pretrained(tmp_path / "target")
     with pytest.raises(FileNotFoundError, match="no head at"):

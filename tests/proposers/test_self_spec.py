@@ -211,7 +211,7 @@ def test_the_layerskip_objective_scores_each_exit_with_the_law_early_exit_drafts
 
 
 def test_the_fine_tunes_exit_agreement_is_each_views_top1_against_the_targets(model):
-    from experiments.train_layerskip import exit_agreement
+    from recipes.layerskip import exit_agreement
 
     blocks = torch.cat([PROMPT, PROMPT.flip(1)])[:, :12]  # [2, 12]
     measured = exit_agreement(model, blocks, batch_size=1)

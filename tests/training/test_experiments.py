@@ -7,7 +7,10 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from experiments import train_draft, train_eagle, train_medusa, train_mtp
+from recipes import draft as train_draft
+from recipes import eagle as train_eagle
+from recipes import medusa as train_medusa
+from recipes import mtp as train_mtp
 from tests.test_configs import CONF
 
 SMALL = ["training.train.steps=4", "training.train.batch_size=2", "training.train.block_size=48",
@@ -90,13 +93,13 @@ def test_distilled_draft_for_a_chat_target(chat_target, chat_files, tmp_path):
 
 
 def test_dflash_drafter_for_a_chat_target(chat_target, chat_files, tmp_path):
-    """Trained through experiments/train_parallel.py, exported in z-lab's layout, decoding exactly what plain greedy
+    """Trained through recipes/parallel.py, exported in z-lab's layout, decoding exactly what plain greedy
     does."""
-    from experiments import train_parallel
     from framework.zoo.checkpoints import load_causal_lm
     from harness.real import greedy_identity
     from proposers import DFlashProposer, load_head
     from proposers.common.position_tree import load_choices
+    from recipes import parallel as train_parallel
 
     cfg = configured("zoo_dflash", chat_target, chat_files, tmp_path, *CONTINUATIONS,
                      f"training.export={tmp_path / 'dflash'}", "training.tree.cost_sizes=[0,4]",
@@ -120,8 +123,8 @@ def test_dflash_drafter_for_a_chat_target(chat_target, chat_files, tmp_path):
 def test_a_mask_token_without_an_embedding_is_refused(chat_target):
     import pytest
 
-    from experiments.train_parallel import fresh_dflash
     from framework.zoo.checkpoints import load_causal_lm
+    from recipes.parallel import fresh_dflash
 
     target = load_causal_lm(chat_target)
     with torch.no_grad():
@@ -134,10 +137,10 @@ def test_a_mask_token_without_an_embedding_is_refused(chat_target):
 def test_a_layerskip_fine_tune_of_a_chat_target(chat_target, chat_files, tmp_path):
     """training=zoo_layerskip: the target fine-tuned from its own weights, exported with its tokenizer, the cost
     (next-token loss) and the exits' agreement measured before and after; early_exit decodes plain greedy on it."""
-    from experiments import train_layerskip
     from framework.zoo.checkpoints import load_causal_lm
     from harness.real import greedy_identity
     from proposers import EarlyExitProposer
+    from recipes import layerskip as train_layerskip
 
     cfg = configured("zoo_layerskip", chat_target, chat_files, tmp_path, "training.objective.exits=[1,2]",
                      "training.objective.layer_dropout=0.5", f"training.export={tmp_path / 'tuned'}")

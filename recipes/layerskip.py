@@ -23,7 +23,7 @@ from framework.lm.layer_view import decoder_stack
 from framework.lm.text import tokenizer_of
 from framework.zoo.checkpoints import export_checkpoint, load_causal_lm
 from framework.zoo.train import eval_loss, train
-from measurement.common import training_data
+from recipes.common import training_data
 
 
 @torch.no_grad()

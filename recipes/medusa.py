@@ -22,14 +22,14 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from experiments.search_tree import medusa_tree
 from framework.core import files
 from framework.zoo.checkpoints import resolve_checkpoint
 from framework.zoo.continuations import cached_continuations
-from measurement.common import evaluation_sets, head_setup, measures_here
+from measurement.tree_search import medusa_tree
 from proposers.medusa.heads import TREE_FILE
 from proposers.medusa.training import accuracy, train_heads
 from proposers.search.tree_cost import forward_tree_cost
+from recipes.common import evaluation_sets, head_setup, measures_here
 
 
 def run(cfg: DictConfig) -> Path | None:

@@ -26,16 +26,16 @@ import torch
 from omegaconf import DictConfig
 
 from engine.loop import generate
-from experiments.search_tree import eagle_trees
 from framework.core import files
 from framework.core.sampling import SamplingConfig
 from framework.lm.target import HFTarget
 from framework.zoo.checkpoints import resolve_checkpoint
-from measurement.common import evaluation_sets, head_setup, measures_here
+from measurement.tree_search import eagle_trees
 from proposers.eagle.head import TREE_FILE, EagleHead
 from proposers.eagle.proposer import EagleProposer
 from proposers.eagle.training import accuracy, draft_vocabulary, train_head
 from proposers.search.tree_cost import forward_tree_cost
+from recipes.common import evaluation_sets, head_setup, measures_here
 
 
 def chain_length(table: dict) -> float:

@@ -23,19 +23,19 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.search_tree import score_settings
 from framework.core import files
 from framework.lm.text import tokenizer_of
 from framework.training.loop import resolve_device, train
 from framework.zoo.checkpoints import load_causal_lm
 from framework.zoo.train import save_model
-from measurement.common import evaluation_sets, head_setup, measures_here
+from measurement.tree_search import score_settings
 from proposers.common.position_tree import TREE_FILE
 from proposers.eagle.head import HEADS, EagleHead, config_from
 from proposers.heads import load_head
 from proposers.parallel.dflash import DFlashConfig, DFlashDrafter, spread_layers
 from proposers.search.tree_cost import forward_tree_cost
 from proposers.search.tree_search import grow_tree
+from recipes.common import evaluation_sets, head_setup, measures_here
 
 
 # ---- builders: (frozen target, settings) -> a drafter ----------------------------------------------

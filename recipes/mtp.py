@@ -2,7 +2,7 @@
 of the target's own decoder-layer class, trained against the frozen target through the EAGLE pipeline
 (proposers/eagle/training.py): the same data, loop, loss and training-time test, the module reading the target's
 last hidden state at step 0 and its own output deeper, one shared module for every depth with step j weighed
-decay**j. Then the same measurements and tree search as the EAGLE heads (experiments/train_eagle.py), plus
+decay**j. Then the same measurements and tree search as the EAGLE heads (recipes/eagle.py), plus
 chains of 1..max depth (how engines deploy MTP), and the module written in the speculators MTP layout with
 eagle_tree.json and measurements.json beside it (what proposer=mtp loads with models=zoo).
 """
@@ -15,14 +15,14 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from experiments.search_tree import score_settings
-from experiments.train_eagle import train_and_search
 from framework.core import files
-from measurement.common import head_setup
+from measurement.tree_search import score_settings
 from proposers.eagle.head import TREE_FILE
 from proposers.mtp.head import MtpConfig, MtpHead
 from proposers.mtp.layouts import write_speculators
 from proposers.mtp.proposer import MtpProposer
+from recipes.common import head_setup
+from recipes.eagle import train_and_search
 
 
 def fresh_modules(target, num_modules: int, seed: int) -> MtpHead:

@@ -22,8 +22,8 @@ from framework.core import files
 from framework.lm.text import tokenizer_of
 from framework.zoo.checkpoints import load_causal_lm
 from framework.zoo.train import save_model
-from measurement.common import head_setup, measures_here
 from proposers.draft_training import draft_acceptance, train_drafts
+from recipes.common import head_setup, measures_here
 
 
 def fresh_draft(target, sizes: dict) -> torch.nn.Module:
