@@ -18,7 +18,8 @@ import hydra
 import torch
 from omegaconf import DictConfig
 
-from engine.loop import generate
+from engine.loop import DecodeOptions, generate
+from framework.control.adaptive import AdaptiveDepth
 from framework.core import files
 from framework.core.sampling import SamplingConfig
 from framework.lm.target import HFTarget
@@ -34,13 +35,15 @@ def main(args: DictConfig) -> None:
     targets = {"eager": HFTarget(load_causal_lm(args.target)),
                "compiled": HFTarget(load_causal_lm(args.target), compile=True)}
     prompt = heldout_prompt(targets["eager"].model, args.prompt)
-    settings = {"plain": lambda: None,
-                "draft": lambda: DraftModelProposer(draft, depth=4, stop_below=0.3, adaptive_depth=8)}
+    # setting -> (a fresh proposer, a fresh policy): the draft chain as it ran before its schedule became a policy
+    settings = {"plain": lambda: (None, None),
+                "draft": lambda: (DraftModelProposer(draft, depth=8, stop_below=0.3), AdaptiveDepth(8, first_depth=4))}
     greedy = SamplingConfig(temperature=0.0)
 
     def run(name: str, setting: str):
         start = time.perf_counter()
-        out = generate(targets[name], settings[setting](), prompt, args.new_tokens, greedy)
+        proposer, policy = settings[setting]()
+        out = generate(targets[name], proposer, prompt, args.new_tokens, greedy, options=DecodeOptions(policy=policy))
         return time.perf_counter() - start, out.tokens
 
     first = {name: run(name, "plain")[0] for name in targets}

@@ -140,7 +140,7 @@ def exact_setup(cfg: DictConfig):
     """The exact checks' toy target, the proposer built on the toy family, and the policy (or None)."""
     e, toy = cfg.experiment.exact, on_the_toy(cfg)
     target, make = instantiate(toy.target), instantiate(toy.proposer)
-    policy = policy_factory_of(cfg, **OmegaConf.to_container(e.policy_costs)) if cfg.get("policy") is not None else None
+    policy = policy_factory_of(cfg, instantiate(e.policy_costs)) if cfg.get("policy") is not None else None
     return target, make, policy
 
 

@@ -27,7 +27,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from engine.loop import DecodeOptions, GenerationOutput, generate
 from framework.constraints.grammar import GrammarConstraint
+from framework.control.costs import StepCosts
 from framework.core import files
+from framework.core.policy import CostSized
 from framework.core.sampling import SamplingConfig
 from framework.lm.sharding import launched_processes, shared_clock, writes_results
 from framework.lm.target import HFTarget
@@ -36,14 +38,24 @@ from framework.zoo.corpus import build_corpus, stdlib_files
 from verifiers import LOSSLESS
 
 
-def policy_factory_of(cfg: DictConfig, **given):
+def policy_factory_of(cfg: DictConfig, costs: StepCosts | None = None):
     """The configured speculation policy as a factory (a fresh policy per generation or world), or None (fixed).
-    given: settings for it (the exact check hands the goodput policy its costs: no clock in enumerated worlds)."""
+    costs: what a policy sized by costs (CostSized: goodput) decides by instead of a clock (the exact check hands
+    them: a clock would decide differently in each replay of a world); a policy that reads no cost ignores them."""
     node = cfg.get("policy")
     if node is None:
         return None
     make = instantiate(node)
-    return (lambda: make(**given)) if given else make
+    if costs is None:
+        return make
+
+    def made():
+        policy = make()
+        if isinstance(policy, CostSized):
+            policy.use_costs(costs)
+        return policy
+
+    return made
 
 
 def verifier_of(cfg: DictConfig):

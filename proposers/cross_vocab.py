@@ -25,7 +25,7 @@ from framework.core.sampling import SamplingConfig, process_logits
 from framework.core.verification import Verification
 from framework.zoo.checkpoints import find_folder
 from framework.zoo.tokenizer import load_tokenizer
-from proposers.draft_model import DraftModelProposer
+from proposers.draft_model import DraftModelProposer, adaptive_depth_moved
 
 
 class VocabularyMap:
@@ -127,6 +127,7 @@ class CrossVocabularyProposer(DraftModelProposer):
     """DraftModelProposer over a draft of another vocabulary (settings as there; kind iid / wor / point)."""
 
     @renamed(gamma="depth")  # refused here too, under this class's name (settings pass on unread)
+    @adaptive_depth_moved
     def __init__(self, draft_model, vocabulary: VocabularyMap, **settings):
         super().__init__(draft_model, **settings)
         if vocabulary.draft_size != self.lm.vocab_size:

@@ -20,8 +20,8 @@ unsure token is proposed) but become the last level. The decision reads only the
 logits, so it is blind to the verifier's coins: every node still has its children drawn from its
 exact law q, or none, and the output law is unchanged.
 
-`adaptive_depth` (DepthSchedule) sets how many levels to draft from the acceptance of the steps
-before: a function of the past only, so the same argument holds.
+How many levels to draft from the acceptance of the steps before is a policy's to say (policy=adaptive,
+framework/control/adaptive.py): the plan's depth, below this proposer's own.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import torch
 from framework.core.drafting import draw_children
 from framework.core.prompts import prompt_rows
 from framework.core.proposer import DecodeState
-from framework.core.renamed import renamed
+from framework.core.renamed import moved, renamed
 from framework.core.sampling import SamplingConfig, process_logits, seen_along_tree
 from framework.core.tree import CandidateTree
 from framework.core.tree_shape import TreeShape
@@ -42,7 +42,6 @@ from framework.data.token_data import tokenizer_hash
 from framework.lm import tree_attention
 from framework.lm.cached_lm import CachedLM, LMOutput
 from framework.lm.text import tokenizer_at
-from proposers.common.depth_schedule import DepthSchedule
 from proposers.common.ragged_read import read_ragged
 
 
@@ -58,10 +57,16 @@ def tokenizer_fingerprint(model) -> str | None:
     return fingerprint_at(str(path)) if path else None
 
 
+# refused by name in every proposer built on this one (the self-speculative views, a cross-vocabulary draft)
+adaptive_depth_moved = moved(adaptive_depth="the policy policy=adaptive (framework.control.adaptive.AdaptiveDepth: "
+                                            "max_depth, first_depth), which schedules any proposer's depth")
+
+
 class DraftModelProposer:
     hidden_layers = ()  # reads no target hidden state
 
     @renamed(gamma="depth")  # one name for the levels drafted, in every proposer
+    @adaptive_depth_moved
     def __init__(
         self,
         draft_model,
@@ -71,25 +76,19 @@ class DraftModelProposer:
         sampling: SamplingConfig | None = None,
         backend: str | None = "auto",
         stop_below: float = 0.0,
-        adaptive_depth: int = 0,
     ):
         """depth: the levels drafted: a chain's length (branching=1), else a full tree of `branching` children
         per node that deep. sampling: the draft's own law (default: the target's).
-        stop_below: stop drafting deeper once a level's draft top-1 probabilities are all below it.
-        adaptive_depth: 0 drafts every level; k > 0 adapts the depth within [1, k] from the
-        acceptance history (DepthSchedule), starting at depth."""
+        stop_below: stop drafting deeper once a level's draft top-1 probabilities are all below it."""
         if depth < 1 or branching < 1:
             raise ValueError(f"need depth >= 1 and branching >= 1, got {depth}, {branching}")
         if not 0.0 <= stop_below <= 1.0:
             raise ValueError(f"stop_below must lie in [0, 1], got {stop_below}")
         if kind not in ("iid", "wor", "point"):
             raise ValueError(f"kind must be iid, wor or point, got {kind!r}")
-        levels = max(depth, adaptive_depth)
-        self.shape = TreeShape.chain(levels) if branching == 1 else TreeShape.full(branching, levels)
-        self.schedule = DepthSchedule(depth, adaptive_depth) if adaptive_depth else None
+        self.shape = TreeShape.chain(depth) if branching == 1 else TreeShape.full(branching, depth)
         self.kind, self.sampling, self.stop_below = kind, sampling, stop_below
-        # One shape for the batch: the cut reads every row's draft, the schedule every row's acceptance.
-        self.couples_rows = stop_below > 0 or self.schedule is not None
+        self.couples_rows = stop_below > 0  # one shape for the batch: the cut reads every row's draft
         tree_attention.use_tree_attention(draft_model, backend)
         self.lm = CachedLM(draft_model, tree_backend=backend)
         node_depth = self.shape.depth
@@ -97,7 +96,6 @@ class DraftModelProposer:
         if not bool((node_depth[1:] >= node_depth[:-1]).all()):
             raise ValueError("the tree's nodes must come in level order (a cut keeps a prefix of them)")
         self.unread = self.levels[-1]  # nodes of the last proposed tree that have no draft KV yet
-        self.drafted_depth = len(self.levels)  # levels in the last proposed tree
         self.deferred: torch.Tensor | None = None  # [B, K] accepted tokens the next root forward reads first
         self.skipped: torch.Tensor | None = None  # [B, K] the same, held over a plain step (until its commit)
         self.mask = self.shape.ancestors  # [N+1, N+1]; slot of node i is i + 1 (level order)
@@ -151,8 +149,7 @@ class DraftModelProposer:
         if self.exhausted:
             return CandidateTree.empty(B, state.root.device)
         cfg = self.sampling or state.sampling
-        depth = self.schedule.depth if self.schedule is not None else len(self.levels)
-        depth = min(depth, state.plan.depth) if state.plan.depth is not None else depth
+        depth = len(self.levels) if state.plan.depth is None else min(len(self.levels), state.plan.depth)
         depth = depth if room is None else min(depth, room)
         N = int(self.levels[depth - 1].max()) + 1  # the nodes of the levels this step may draft (level order)
         tokens = torch.zeros(B, N, dtype=torch.long, device=state.root.device)
@@ -187,7 +184,6 @@ class DraftModelProposer:
             if self.unsure(out.logits):  # the children just drawn are the last level
                 break
         self.unread = self.levels[level]  # the last level drawn: leaves, never read by the draft
-        self.drafted_depth = level + 1
         kept = int(self.unread.max()) + 1
         q[:, self.unread + 1] = 1.0 / q.shape[-1]  # leaves draw no children: a placeholder law, never read
         draft_probs = q[:, : kept + 1] if self.kind != "point" else None
@@ -198,7 +194,6 @@ class DraftModelProposer:
         lead = self.deferred
         self.skipped = root[:, None] if lead is None else torch.cat([lead, root[:, None].to(lead.device)], dim=1)
         self.deferred = None
-        self.drafted_depth = 0
         return CandidateTree.empty(root.shape[0], root.device)
 
     # Hooks, one decision each, so that the harness can plant a bug in exactly one place.
@@ -284,8 +279,6 @@ class DraftModelProposer:
             self.deferred, self.skipped = self.skipped, None
             return
         path, accepted = result.path, result.num_accepted  # [B, D] node indices (-1 padded), [B]
-        if self.schedule is not None:
-            self.schedule.update(accepted, self.drafted_depth)
         in_draft = (path >= 0) & ~torch.isin(path, self.unread.to(path.device))  # [B, D] nodes with a slot
         kept = torch.minimum(in_draft.long().cumprod(1).sum(1), accepted)  # [B] leading nodes with a slot
         self.lm.keep_path(path.masked_fill(~in_draft, -1), kept)

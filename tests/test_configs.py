@@ -249,10 +249,10 @@ def check_end_to_end(proposer: str, models: str, checks: str, tmp_path: Path, qu
         node, depth = proposer_node(proposer, models), check_exact_settings().depth
         chain = node is not None and node.get("_target_") in LEVEL_DRAFTERS and not small_tree
         short_chain = [f"proposer.depth={depth}"] if chain and node.depth > depth else []
-        # The draft's confidence cut and depth schedule couple the rows, so their worlds run one at a
-        # time (~80 s here): tests/harness/test_configured_proposers checks both exactly; -m slow runs them here.
-        if node is not None and node.get("adaptive_depth", 0):
-            short_chain += ["proposer.adaptive_depth=0", "proposer.stop_below=0"]
+        # The draft's confidence cut couples the rows, so its worlds run one at a time (~80 s here):
+        # tests/harness/test_configured_proposers checks it exactly; -m slow runs it here.
+        if node is not None and node.get("stop_below", 0):
+            short_chain += ["proposer.stop_below=0"]
         quick_settings = ["experiment.greedy.prompts=[[40,3,9,1,0,22,5,5]]", "experiment.greedy.max_new_tokens=8",
                           *short_chain]
     else:
@@ -287,7 +287,7 @@ def test_every_verifier_runs_and_says_whether_it_is_lossless(verifier, proposer,
 
 def test_the_check_runs_the_configured_verifier(tmp_path):
     """experiments.check with verifier=typical fails its exact rows: the lossy rule reaches the harness."""
-    quick = ["proposer.depth=2", "proposer.adaptive_depth=0", "proposer.stop_below=0", "experiment.exact.depth=2",
+    quick = ["proposer.depth=2", "proposer.stop_below=0", "experiment.exact.depth=2",
              "~experiment.exact.samplings.t07_topk2", "~experiment.exact.samplings.penalty15", f"output_dir={tmp_path}"]
     rows = check_exact(load(*TINY, "verifier=typical", *quick, config_name="check"))
     assert rows and not any(row["passed"] for row in rows)

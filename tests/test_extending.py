@@ -71,7 +71,7 @@ def test_the_model_free_recipe_adds_a_method_the_contract_tests_pick_up(tmp_path
                           "or tables_list_every"], cwd=copy, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     for picked in (f"test_the_loop_law_is_the_targets[{NAME}-t1]",  # the exact law, found by the config alone
-                   f"test_the_loop_law_is_the_targets_under_the_goodput_policy[{NAME}]",
+                   f"test_the_loop_law_is_the_targets_under_a_sizing_policy[{NAME}-goodput]",
                    f"test_greedy_is_plain_greedy[{NAME}]", f"test_rows_of_a_batch_decode_as_each_alone[{NAME}]",
                    f"test_every_method_builds_with_every_model_family[{NAME}-zoo]",
                    f"test_run_end_to_end[{NAME}-tiny]"):

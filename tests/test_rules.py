@@ -16,7 +16,7 @@ def test_every_cell_is_measured_and_kept(tmp_path):
     cfg = load("experiment.proposers=[draft]", "experiment.samplings=[t1]", "experiment.verifiers=[token,typical]",
                "experiment.prompts=1", "experiment.max_new_tokens=4",
                "~experiment.variants",
-               "+experiment.variants={short: {config: draft, set: {depth: 2, adaptive_depth: 0}}}")
+               "+experiment.variants={short: {config: draft, set: {depth: 2, stop_below: 0}}}")
     rows = measure(cfg, tmp_path / "rules.jsonl")
     assert [(r["proposer"], r["verifier"]) for r in rows] == [
         ("draft", "token"), ("draft", "typical"), ("short", "token"), ("short", "typical")]

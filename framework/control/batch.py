@@ -11,51 +11,37 @@ policy through start, select (rows leaving) and admit (requests joining): no clo
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
-from framework.core.policy import FixedPolicy, Plan, Policy
-from framework.core.tree import CandidateTree
+from framework.control.capped import Capped
+from framework.core.policy import Policy
 
 
-class BatchSized:
+class BatchSized(Capped):
     """A policy that caps another's plan by the number of rows decoding."""
 
     def __init__(self, inner: Policy | None = None):
-        self.inner = inner if inner is not None else FixedPolicy()
+        super().__init__(inner)
         self.batch = 0
 
-    def cap(self, batch: int) -> int | None:
+    def cap_at(self, batch: int) -> int | None:
         """The most levels a batch of this size may draft (None: no cap)."""
         raise NotImplementedError
 
+    def cap(self) -> int | None:
+        return self.cap_at(self.batch)
+
     def start(self, target, batch_size: int) -> None:
         self.batch = batch_size
-        self.inner.start(target, batch_size)
-
-    def plan(self) -> Plan:
-        cap = self.cap(self.batch)
-        if cap == 0:
-            return Plan(0)
-        inner = self.inner.plan()
-        if cap is None or (inner.depth is not None and inner.depth <= cap):
-            return inner
-        return replace(inner, depth=cap)
-
-    def trim(self, tree: CandidateTree) -> CandidateTree:
-        return self.inner.trim(tree)
-
-    def observe(self, tree: CandidateTree, result, step) -> None:
-        self.inner.observe(tree, result, step)
+        super().start(target, batch_size)
 
     def select(self, rows: torch.Tensor) -> None:
         self.batch = int(rows.numel())
-        self.inner.select(rows)
+        super().select(rows)
 
     def admit(self, count: int) -> None:
         self.batch += count
-        self.inner.admit(count)
+        super().admit(count)
 
 
 class DepthByBatch(BatchSized):
@@ -67,7 +53,7 @@ class DepthByBatch(BatchSized):
         super().__init__(inner)
         self.depths = dict(sorted(table.items()))
 
-    def cap(self, batch: int) -> int | None:
+    def cap_at(self, batch: int) -> int | None:
         return [depth for size, depth in self.depths.items() if size <= max(batch, 1)][-1]
 
 
@@ -79,5 +65,5 @@ class OffAbove(BatchSized):
         super().__init__(inner)
         self.concurrency = concurrency
 
-    def cap(self, batch: int) -> int | None:
+    def cap_at(self, batch: int) -> int | None:
         return 0 if batch > self.concurrency else None

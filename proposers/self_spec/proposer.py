@@ -20,7 +20,7 @@ import torch
 from framework.core.prompts import is_ragged, prompt_lengths
 from framework.core.renamed import renamed
 from framework.lm.layer_view import decoder_stack, layer_subset
-from proposers.draft_model import DraftModelProposer
+from proposers.draft_model import DraftModelProposer, adaptive_depth_moved
 from proposers.self_spec.choose import Calibration, best_exit, best_skip_set
 from proposers.self_spec.saved import saved_layers
 
@@ -34,13 +34,14 @@ class SelfSpeculationProposer(DraftModelProposer):
     """A draft model that is a view of the target. Subclasses say which layers the view runs."""
 
     @renamed(gamma="depth")  # one name for the levels drafted, in every proposer
+    @adaptive_depth_moved  # refused now, not at the first prefill that builds the view
     def __init__(self, depth: int = 4, **draft_settings):
         if depth < 1:
             raise ValueError(f"need depth >= 1, got {depth}")
         self.depth, self.settings = depth, draft_settings
         self.view_of = None  # the target model the current view was built from
         self.layers: tuple[int, ...] = ()
-        self.couples_rows = draft_settings.get("stop_below", 0.0) > 0 or draft_settings.get("adaptive_depth", 0) > 0
+        self.couples_rows = draft_settings.get("stop_below", 0.0) > 0
 
     def view_layers(self, model, prompt: torch.Tensor) -> tuple[int, ...]:
         raise NotImplementedError
@@ -92,6 +93,7 @@ class SelfSpeculationProposer(DraftModelProposer):
 
 class EarlyExitProposer(SelfSpeculationProposer):
     @renamed(gamma="depth")
+    @adaptive_depth_moved
     def __init__(self, exit_layer: int | str = "auto", depth: int = 4, **draft_settings):
         """exit_layer: E, the view runs the target's layers 0..E-1 (1..L-1), or "auto" (measured)."""
         if exit_layer != "auto" and (isinstance(exit_layer, bool) or not isinstance(exit_layer, int)):
@@ -115,6 +117,7 @@ class EarlyExitProposer(SelfSpeculationProposer):
 
 class LayerSkipProposer(SelfSpeculationProposer):
     @renamed(gamma="depth")
+    @adaptive_depth_moved
     def __init__(self, skip: Sequence[int] | str = "auto", depth: int = 4, **draft_settings):
         """skip: the target's layers the view leaves out (a list of indices), or "auto" (measured)."""
         if skip != "auto" and (isinstance(skip, str) or not all(isinstance(i, int) for i in skip)):

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from framework.control.adaptive import AdaptiveDepth
 from framework.core.sampling import SamplingConfig
 from framework.lm.models import tiny_random_model
 from framework.lm.target import HFTarget
@@ -24,10 +25,12 @@ PROPOSERS = {"chain2-iid": dict(depth=2, kind="iid"), "chain2-wor": dict(depth=2
 STOPPED = dict(depth=3, kind="iid", stop_below=STOP)
 
 
-def tv_of(sampling, verifier=None, target_factory=HFTarget, law_depth=3, **proposer):
+def tv_of(sampling, verifier=None, target_factory=HFTarget, law_depth=3, policy=None, **proposer):
     """The exact loop law's TV from the target's, over the first `law_depth` tokens; `proposer`: DraftModelProposer's
-    settings (its own `depth` among them: the two were one keyword, so a tree's depth set the law's)."""
+    settings (its own `depth` among them: the two were one keyword, so a tree's depth set the law's); `policy`: a
+    factory of the speculation policy."""
     extra = {} if verifier is None else {"verifier": verifier}
+    extra |= {} if policy is None else {"policy_factory": policy}
     spec = exact_loop_law(TARGET, lambda: DraftModelProposer(DRAFT, **proposer), PROMPT, law_depth, sampling,
                           target_factory=target_factory, **extra)
     return compare(spec, teacher_forced_law(TARGET, PROMPT, law_depth, sampling))
@@ -48,9 +51,10 @@ def test_exact_law_with_confidence_stop(sname):
 
 
 def test_exact_law_with_adaptive_depth():
-    """Starting at one level, a step that accepted it drafts three: the depth of every step but the
-    first follows the acceptance before it."""
-    assert tv_of(SAMPLINGS["T1"], law_depth=3, depth=1, adaptive_depth=3, kind="iid").passes(1e-9)
+    """Under the depth schedule (policy=adaptive), starting at one level, a step that accepted it drafts three: the
+    depth of every step but the first follows the acceptance before it."""
+    schedule = lambda: AdaptiveDepth(max_depth=3, first_depth=1)  # noqa: E731
+    assert tv_of(SAMPLINGS["T1"], law_depth=3, depth=3, kind="iid", policy=schedule).passes(1e-9)
 
 
 def test_confidence_stop_cuts_some_trees():

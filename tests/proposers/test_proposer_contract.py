@@ -27,6 +27,7 @@ from hydra.utils import instantiate
 from engine.loop import DecodeOptions, generate
 from engine.scheduler import Request, Scheduler
 from experiments.check import check_exact, check_greedy, check_ragged
+from framework.control.adaptive import AdaptiveDepth
 from framework.control.goodput import GoodputPolicy
 from framework.core.policy import FixedPolicy, Plan
 from framework.core.sampling import SamplingConfig
@@ -84,20 +85,20 @@ def configured(proposer: str):
 
 def shrunk(proposer: str, depth: int) -> list[str]:
     """Overrides that keep the default tier's enumeration small: a chain cut to the law's depth, no
-    depth schedule or confidence cut (they couple the rows: worlds run one at a time; the harness's
+    confidence cut (it couples the rows: worlds run one at a time; the harness's
     configured-proposer tests check them exactly), one level of a tree."""
     node = configured(proposer)
     if node is None:
         return []
     chain = node.get("_target_") in LEVEL_DRAFTERS and not proposer.endswith("_tree")
     out = [f"proposer.depth={depth}"] if chain and node.depth > depth else []
-    out += ["proposer.adaptive_depth=0", "proposer.stop_below=0"] if node.get("adaptive_depth", 0) else []
+    out += ["proposer.stop_below=0"] if node.get("stop_below", 0) else []
     # A mix runs its worlds one at a time (one merged shape for the rows): a drafting part's own coins would multiply
     # them, so its draft model drafts its top-ranked chain (kind point), cut likewise.
     for name, part in (node.get("parts") or {}).items():
         if part.get("_target_") in LEVEL_DRAFTERS:
             out += [f"proposer.parts.{name}.{setting}" for setting in (
-                f"depth={min(depth, part.depth)}", "kind=point", "adaptive_depth=0", "stop_below=0")]
+                f"depth={min(depth, part.depth)}", "kind=point", "stop_below=0")]
     return out + (["proposer.depth=1"] if proposer.endswith("_tree") else [])
 
 
@@ -119,15 +120,21 @@ def test_the_loop_law_is_the_targets(setting, tmp_path):
 GOODPUT_DEFAULT = {"medusa", "eagle2", "eagle3", "mtp", "prompt_lookup", "lookahead", "dflash"}
 
 
-@pytest.mark.parametrize("proposer", [pytest.param(p, marks=() if p in GOODPUT_DEFAULT else pytest.mark.slow)
-                                      for p in PROPOSERS if p not in REPEATS])
-def test_the_loop_law_is_the_targets_under_the_goodput_policy(proposer, tmp_path):
+# Under the depth schedule by default: a draft model's chain and a text match (the schedule caps any proposer's plan)
+ADAPTIVE_DEFAULT = {"draft_chain", "prompt_lookup"}
+
+
+@pytest.mark.parametrize("policy, proposer", [
+    pytest.param(policy, p, id=f"{p}-{policy}", marks=() if p in default else pytest.mark.slow)
+    for policy, default in (("goodput", GOODPUT_DEFAULT), ("adaptive", ADAPTIVE_DEFAULT))
+    for p in PROPOSERS if p not in REPEATS])
+def test_the_loop_law_is_the_targets_under_a_sizing_policy(policy, proposer, tmp_path):
     """Every method with its steps planned and trimmed by the goodput policy (given costs: a clock would decide
-    differently in each replay of a world), at T = 1. The policy sizes one tree for the batch, so worlds run one
-    at a time: the draft model's chain takes half a minute (-m slow; tests/harness/test_policy_exact.py has a
-    shorter one)."""
+    differently in each replay of a world), and with its depth scheduled by the acceptance before (adaptive), at
+    T = 1. Each policy sizes one tree for the batch, so worlds run one at a time: the draft model's chain under
+    goodput takes half a minute (-m slow; tests/harness/test_policy_exact.py has a shorter one)."""
     others = [f"~experiment.exact.samplings.{s}" for s in SAMPLINGS if s != "t1"]
-    rows = check_exact(load(f"proposer={proposer}", "policy=goodput", *others, *shrunk(proposer, exact_depth()),
+    rows = check_exact(load(f"proposer={proposer}", f"policy={policy}", *others, *shrunk(proposer, exact_depth()),
                             *OWN_TARGET.get(proposer, ()),
                             f"output_dir={tmp_path}"))
     assert [r["setting"] for r in rows] == ["t1"] and rows[0]["passed"], rows
@@ -208,11 +215,11 @@ class Scripted(FixedPolicy):
     pytest.param(policy, p, id=f"{p}-{policy.__name__}",
                  marks=pytest.mark.slow if p in REPEATS or (policy is not Scripted and p not in REPRESENTATIVES)
                  else ())
-    for policy in (Scripted, GoodputPolicy, TakingTurns) for p in PROPOSERS if p != "none"])
+    for policy in (Scripted, GoodputPolicy, AdaptiveDepth, TakingTurns) for p in PROPOSERS if p != "none"])
 def test_rows_decode_as_each_alone_under_a_policy(proposer, policy):
     """Greedy, three rows: with plain steps between drafting ones (the script), with the goodput
-    policy's plans and trims (its costs measured on this machine), and with rows taking turns to draft (a packed
-    forward: the others' roots alone), each row emits plain greedy decoding's tokens."""
+    policy's plans and trims (its costs measured on this machine), under the depth schedule, and with rows taking
+    turns to draft (a packed forward: the others' roots alone), each row emits plain greedy decoding's tokens."""
     cfg = load(f"proposer={proposer}", "target.dtype=float64", config_name="config")
     model, make, greedy = instantiate(cfg.target), instantiate(cfg.proposer), SamplingConfig(temperature=0)
     batch = generate(HFTarget(model), make(), PROMPTS, 24, greedy, options=DecodeOptions(policy=policy())).tokens

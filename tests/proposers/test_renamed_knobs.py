@@ -1,6 +1,7 @@
 """One name per knob: the levels a proposer drafts are its `depth`. The draft models' `gamma` and prompt lookup's and
 REST's `num_tokens` are refused by name, pointing to `depth` (framework/core/renamed.py), from code and from configs
-written for the old names, never accepted silently."""
+written for the old names, never accepted silently. The draft model's `adaptive_depth` left the proposers: the
+depth schedule is the policy `policy=adaptive` (any proposer gets it), and the old knob is refused naming it."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from proposers.self_spec import SelfSpeculationProposer
 from tests.composed import composed
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
-OLD_NAMES = {"gamma", "gammas", "num_tokens"}
+OLD_NAMES = {"gamma", "gammas", "num_tokens", "adaptive_depth"}
 
 # class -> (the positional arguments before its settings: placeholders, the refusal comes first; its old name)
 RENAMED = {
@@ -63,13 +64,11 @@ def test_the_rest_datastore_refuses_the_old_name_it_was_passed_as(method, call):
 
 
 def test_depth_is_the_levels_drafted():
-    """A chain of `depth` tokens (branching 1), else a full tree that deep; the schedule starts at depth."""
+    """A chain of `depth` tokens (branching 1), else a full tree that deep."""
     draft = tiny_random_model()
     assert len(DraftModelProposer(draft, depth=3).levels) == 3
     tree = DraftModelProposer(draft, depth=2, branching=2)
     assert len(tree.levels) == 2 and tree.shape.num_nodes == 6
-    scheduled = DraftModelProposer(draft, depth=2, adaptive_depth=5)
-    assert scheduled.schedule.depth == 2 and len(scheduled.levels) == 5
     assert PromptLookupProposer(depth=3).depth == 3 and EarlyExitProposer(depth=3).depth == 3
     assert RestProposer(Datastore.from_token_ids([[1, 2]]), depth=3).depth == 3
 
@@ -105,4 +104,21 @@ def test_a_config_written_for_the_old_name_fails_naming_the_new(config, old):
     cfg = composed("config", "models=tiny", f"proposer={config}", f"+proposer.{old}=2")
     make = instantiate(cfg.proposer)  # a factory (_partial_): the constructor runs on the call
     with pytest.raises(TypeError, match=rf"`{old}` is now called `depth`"):
+        make()
+
+
+SCHEDULED = {DraftModelProposer: (None,), CrossVocabularyProposer: (None, None), EarlyExitProposer: (),
+             LayerSkipProposer: ()}
+
+
+@pytest.mark.parametrize("cls", list(SCHEDULED), ids=lambda cls: cls.__name__)
+def test_the_depth_schedule_is_refused_naming_the_policy(cls):
+    with pytest.raises(TypeError, match=rf"^{cls.__name__}: `adaptive_depth` .*policy=adaptive"):
+        cls(*SCHEDULED[cls], adaptive_depth=8)
+
+
+@pytest.mark.parametrize("config", ["draft", "early_exit", "cross_vocab"])
+def test_a_config_that_schedules_the_depth_in_the_proposer_fails_naming_the_policy(config):
+    make = instantiate(composed("config", "models=tiny", f"proposer={config}", "+proposer.adaptive_depth=8").proposer)
+    with pytest.raises(TypeError, match="`adaptive_depth` .*policy=adaptive"):
         make()

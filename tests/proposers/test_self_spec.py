@@ -57,7 +57,7 @@ def test_a_view_shares_the_targets_modules_and_computes_what_a_model_of_those_la
 
 @pytest.mark.parametrize("make", [lambda: EarlyExitProposer(exit_layer=2, depth=3),
                                   lambda: EarlyExitProposer(exit_layer=1, branching=2, depth=2, kind="wor"),
-                                  lambda: LayerSkipProposer(skip=[1, 2], depth=3, stop_below=0.0, adaptive_depth=0)],
+                                  lambda: LayerSkipProposer(skip=[1, 2], depth=3, stop_below=0.0)],
                          ids=["early_exit_chain", "early_exit_tree", "layer_skip"])
 def test_greedy_is_plain_greedy(model, make):
     report = greedy_identity(model, make, PROMPT, 24)
@@ -66,13 +66,13 @@ def test_greedy_is_plain_greedy(model, make):
 
 def test_the_drafts_come_from_the_view_and_some_are_accepted(model):
     """Exit after 3 of 4 layers of a peaked random target: its drafts agree often; a view from other layers less."""
-    out = generate(HFTarget(model), EarlyExitProposer(exit_layer=3, depth=3, stop_below=0.0, adaptive_depth=0),
+    out = generate(HFTarget(model), EarlyExitProposer(exit_layer=3, depth=3, stop_below=0.0),
                    PROMPT, 24, SamplingConfig(temperature=0))
     assert out.stats.accepted_total > 0
 
 
 @pytest.mark.parametrize("make, tokens", [
-    (lambda: EarlyExitProposer(exit_layer=1, depth=2, stop_below=0.0, adaptive_depth=0), 3),
+    (lambda: EarlyExitProposer(exit_layer=1, depth=2, stop_below=0.0), 3),
     (lambda: LayerSkipProposer(skip=[0], branching=2, kind="wor", depth=2), 2),  # a tree's coins: 2 tokens
 ], ids=["early_exit", "layer_skip_tree"])
 def test_the_law_is_the_targets_exactly(make, tokens):
