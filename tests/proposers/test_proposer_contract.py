@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from engine.loop import DecodeOptions, generate
 from engine.scheduler import Request, Scheduler
@@ -42,6 +43,20 @@ SAMPLINGS = ("t1", "t07_topk2", "penalty15")  # experiment.exact.samplings
 
 def load(*overrides: str, config_name: str = "check"):
     return composed(config_name, "models=tiny", *overrides)
+
+
+def alone(cfg, prompt: list[int], budget: int) -> list[int]:
+    """Plain greedy decoding of one prompt on cfg's target: the reference the rows tests compare against."""
+    return list(_alone(OmegaConf.to_yaml(cfg.target, resolve=True), tuple(prompt), budget))
+
+
+@cache
+def _alone(target: str, prompt: tuple[int, ...], budget: int) -> tuple[int, ...]:
+    """Once per target config, prompt and budget (many methods share one target): a target config builds the same
+    model every time (tiny_random_model is seeded), so its plain decoding is the same too."""
+    model = instantiate(OmegaConf.create(target))
+    decoded = generate(HFTarget(model), None, [list(prompt)], budget, SamplingConfig(temperature=0)).tokens[0]
+    return tuple(decoded.tolist())
 
 
 @dataclass(frozen=True)
@@ -173,18 +188,15 @@ def test_rows_of_a_batch_decode_as_each_alone(proposer):
     model, make, greedy = instantiate(cfg.target), instantiate(cfg.proposer), SamplingConfig(temperature=0)
     batch = generate(HFTarget(model), make(), PROMPTS, 24, greedy).tokens
     for row in range(len(PROMPTS)):
-        alone = generate(HFTarget(model), None, [PROMPTS[row]], 24, greedy).tokens[0]
-        assert batch[row].tolist() == alone.tolist(), (proposer, row)
+        assert batch[row].tolist() == alone(cfg, PROMPTS[row], 24), (proposer, row)
 
 
 # 32 requests, prompts of 3 to 30 tokens (10x apart), for the issue's goal: any row = alone at batch sizes up to 32.
 MANY = [[(7 * row + 3 * i) % 60 + 1 for i in range(3 + (27 * row) // 31)] for row in range(32)]
 
 
-@cache
-def many_alone(model) -> list[list[int]]:
-    return [generate(HFTarget(model), None, [prompt], 12, SamplingConfig(temperature=0)).tokens[0].tolist()
-            for prompt in MANY]
+def many_alone(cfg) -> list[list[int]]:
+    return [alone(cfg, prompt, 12) for prompt in MANY]
 
 
 @pytest.mark.slow
@@ -193,9 +205,9 @@ def test_32_rows_10x_apart_decode_as_alone(proposer):
     """Greedy: one batch of all 32, and the scheduler serving them 32 at a time (and 8 at a time, so they join)."""
     cfg = load(f"proposer={proposer}", "target.dtype=float64", config_name="config")
     model, make, greedy = instantiate(cfg.target), instantiate(cfg.proposer), SamplingConfig(temperature=0)
-    assert generate(HFTarget(model), make(), MANY, 12, greedy).tokens.tolist() == many_alone(model), proposer
+    assert generate(HFTarget(model), make(), MANY, 12, greedy).tokens.tolist() == many_alone(cfg), proposer
     done = Scheduler(model, make, greedy, max_batch=8).run([Request(p, 12) for p in MANY])
-    assert [f.tokens for f in done] == many_alone(model), proposer
+    assert [f.tokens for f in done] == many_alone(cfg), proposer
 
 
 class Scripted(FixedPolicy):
@@ -224,8 +236,7 @@ def test_rows_decode_as_each_alone_under_a_policy(proposer, policy):
     model, make, greedy = instantiate(cfg.target), instantiate(cfg.proposer), SamplingConfig(temperature=0)
     batch = generate(HFTarget(model), make(), PROMPTS, 24, greedy, options=DecodeOptions(policy=policy())).tokens
     for row in range(len(PROMPTS)):
-        alone = generate(HFTarget(model), None, [PROMPTS[row]], 24, greedy).tokens[0]
-        assert batch[row].tolist() == alone.tolist(), (proposer, row)
+        assert batch[row].tolist() == alone(cfg, PROMPTS[row], 24), (proposer, row)
 
 
 # The joint law of a batch of prompts of different lengths, and of requests the scheduler admits as others end,
@@ -251,10 +262,8 @@ def test_rows_of_different_lengths_decode_as_alone_in_law(proposer, tmp_path):
 REQUESTS = [(PROMPTS[0], 20), (PROMPTS[1], 7), (PROMPTS[2], 15), ([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 11), ([3], 25)]
 
 
-@cache
-def plain_alone(model) -> list[list[int]]:
-    return [generate(HFTarget(model), None, [prompt], budget, SamplingConfig(temperature=0)).tokens[0].tolist()
-            for prompt, budget in REQUESTS]
+def plain_alone(cfg) -> list[list[int]]:
+    return [alone(cfg, prompt, budget) for prompt, budget in REQUESTS]
 
 
 @pytest.mark.parametrize("proposer, policy", [  # every method by default (each under a second); with plain steps too
@@ -268,7 +277,7 @@ def test_requests_admitted_as_others_end_decode_as_alone(proposer, policy):
     model, make, greedy = instantiate(cfg.target), instantiate(cfg.proposer), SamplingConfig(temperature=0)
     runner = Scheduler(model, make, greedy, max_batch=2, policy=policy() if policy else None)
     done = runner.run([Request(prompt, budget) for prompt, budget in REQUESTS])
-    assert [f.tokens for f in done] == plain_alone(model), proposer
+    assert [f.tokens for f in done] == plain_alone(cfg), proposer
     assert max(step.decoding for step in runner.steps) == 2 and sum(step.admitted for step in runner.steps) == 5
     assert any(0 < step.admitted < step.decoding for step in runner.steps)  # a newcomer joined a running request
 
