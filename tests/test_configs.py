@@ -275,8 +275,10 @@ def test_every_verifier_runs_and_says_whether_it_is_lossless(verifier, proposer,
     lossy ones are shown failing in tests/verifiers/test_verifier_contract.py), a lossless rule keeps greedy text;
     sampled decoding runs too (empty trees and all)."""
     models = [*TINY, f"proposer={proposer}", f"verifier={verifier}", "max_new_tokens=12", *FAST]
-    greedy = run(load(*models, "sampling=greedy", f"output_dir={tmp_path / 'greedy'}"))
-    assert greedy["lossless"] is instantiate(load(*models).verifier).lossless
+    cfg = load(*models, "sampling=greedy", f"output_dir={tmp_path / 'greedy'}")
+    lossless = instantiate(cfg.verifier).lossless  # the rule as configured (the sampling is no part of it)
+    greedy = run(cfg)
+    assert greedy["lossless"] is lossless
     if verifier in ("token", "typical"):  # known answers: the reference rule and the lossy baseline
         assert greedy["lossless"] is (verifier == "token")
     if greedy["lossless"]:
