@@ -42,6 +42,9 @@ PROBE_CAP = 2.0  # a probe is priced at most this many plain steps: a one-off co
 # seen in one must not stop the probes that would show it was one
 TRIES = 3.0  # steps that drafted a level (decayed counts) before its guessed worth is trusted: the level past the best
 # is drafted once in ~30 drafting steps
+PLAIN_FLOOR = 0.1  # a plain step is priced at least this share of the table's forward of no nodes: a clock's fit can
+# put its intercept at zero (steps faster than the table they are fitted to, none of them plain), and the plain rate
+# divides by it
 REDECIDE = 8  # plain steps a decision that nothing pays is kept for: only drafting steps teach acceptance, and the
 # costs a plain step refines drift slowly, so an idle step costs a few float operations, not a decision
 
@@ -139,9 +142,13 @@ class GoodputPolicy:
         cost = self.given_draft[0] + self.given_draft[1] * levels
         return torch.where(levels > 0, cost, 0.0) if isinstance(levels, torch.Tensor) else (cost if levels else 0.0)
 
+    def plain_s(self) -> float:
+        """Seconds of a plain step at this batch size: the target's forward of no nodes and the rest."""
+        return max(self.target_s(0) + self.rest_s, PLAIN_FLOOR * self.table(0))
+
     def goodput(self) -> float:
         """g: tokens per second to beat (the run's own, and never below plain decoding's)."""
-        plain = self.batch / (self.target_s(0) + self.rest_s)
+        plain = self.batch / self.plain_s()
         return max(plain, self.rates.get(self.started, 0.0))
 
     # ---- the decisions ----------------------------------------------------------------------------
@@ -153,7 +160,7 @@ class GoodputPolicy:
         self.resumed = not self.planned.drafts  # the step before planned none
         if best is not None:
             self.planned = Plan(best + 1, rows=chosen)
-        elif self.explore * self.idle_s >= min(probe_s, PROBE_CAP * (self.target_s(0) + self.rest_s)):
+        elif self.explore * self.idle_s >= min(probe_s, PROBE_CAP * self.plain_s()):
             # a probe keeps the estimates current while nothing pays
             self.planned = Plan(1, probe=True)
         else:
@@ -161,7 +168,7 @@ class GoodputPolicy:
         if self.planned.drafts:
             self.idle_s = 0.0
         else:
-            self.idle_s += self.target_s(0) + self.rest_s
+            self.idle_s += self.plain_s()
             self.idle_steps += 1
         return self.planned
 
@@ -245,10 +252,9 @@ class GoodputPolicy:
             self.observe_costs(tree, step)
             seconds = step.draft_s + step.target_s + step.verify_s + step.other_s
         else:
-            seconds = (self.draft_s(self.planned.depth) + self.target_s(0) + self.rest_s
-                       + self.extra_s(tree.num_nodes) * self.share())
+            seconds = self.draft_s(self.planned.depth) + self.plain_s() + self.extra_s(tree.num_nodes) * self.share()
         # slow, from plain decoding's rate: the long-run rate is the bar (Dinkelbach), not the last steps'
-        old = self.rates.get(self.started, self.batch / (self.target_s(0) + self.rest_s))
+        old = self.rates.get(self.started, self.batch / self.plain_s())
         self.rates[self.started] = old + 0.1 * r * (tokens / seconds - old)
 
     def observe_costs(self, tree: CandidateTree, step) -> None:

@@ -361,3 +361,18 @@ def test_the_level_past_the_best_is_tried_before_its_guess_is_trusted():
         run(p.planned, i)
     depths = [run(p.plan(), i) for i in range(300)]
     assert sum(d == 2 for d in depths[100:]) > 150
+
+
+def test_a_plain_step_is_never_priced_at_nothing():
+    """Steps far faster than the cost table they are fitted to (a table measured under load), every one drafting: the
+    fit's forward of no nodes falls to zero and no plain step ever priced the rest; the plain rate must stay finite
+    (it divided by zero) and the plans go on."""
+    p = GoodputPolicy(target_costs=COSTS)  # the proposer's costs from the clock: the fits run
+    p.start(None, 1)
+    tree = point_tree(torch.tensor([[0.9]]))
+    for _ in range(400):
+        p.planned = p.plan()
+        p.observe(tree, Verification(torch.zeros(1, 2, dtype=torch.long), torch.tensor([1]), torch.tensor([[0]])),
+                  StepStats(torch.tensor([1]), 0.0001, 0.001, 0.0, 0.0, 1, drafted=torch.tensor([1])))
+    assert p.target_s(0) == 0.0 and p.rest_s == 0.0  # the collapse this guards against did happen
+    assert 0.0 < p.plain_s() and torch.isfinite(torch.tensor(p.goodput())) and p.plan().depth is not None
