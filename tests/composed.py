@@ -7,11 +7,17 @@ from functools import cache
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
+
+try:  # Hydra's private step that sets the value overrides after the groups; a Hydra without it: plain composes
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    apply_values = ConfigLoaderImpl._apply_overrides_to_config
+except (ImportError, AttributeError):
+    apply_values = None
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -21,12 +27,14 @@ def composed(config_name: str, *overrides: str) -> DictConfig:
     groups over and over (every case of a grid, each with its own values), so the groups' config is composed once
     and copied (~5 ms; conf/ does not change while tests run), and the value overrides are applied to the copy by
     Hydra's own code, as compose applies them after composing the groups. The copy keeps a test's edits its own."""
+    if apply_values is None:
+        return _composed.__wrapped__(config_name, overrides)
     parsed = OverridesParser.create().parse_overrides(list(overrides))
     values = [o for o in parsed if is_value_override(o)]
     groups = tuple(o.input_line for o in parsed if not is_value_override(o))
     cfg = copy.deepcopy(_composed(config_name, groups))
     try:
-        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        apply_values(values, cfg)
     except OmegaConfBaseException as error:  # as compose raises it
         raise ConfigCompositionException().with_traceback(sys.exc_info()[2]) from error
     return cfg
