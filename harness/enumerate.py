@@ -48,16 +48,29 @@ class EnumeratingSource:
         if len(weights) == 1:
             self.weights[row] *= weights[0]
             return 0
+        pick = self.next_pick(row, len(weights))
+        self.weights[row] *= weights[pick]
+        return pick
+
+    def choose_many(self, rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """The option each of many draws takes among its `counts` (> 1) options, in order (a row may draw several
+        times), unweighed: the caller weighs what was taken. -1: a retired world's draw (it takes the first option
+        and weighs nothing)."""
+        picks = np.full(len(rows), -1, dtype=np.int64)
+        live = np.flatnonzero(~np.asarray(self.retired)[rows])
+        for j, row, n in zip(live.tolist(), rows[live].tolist(), counts[live].tolist()):
+            picks[j] = self.next_pick(row, n)
+        return picks
+
+    def next_pick(self, row: int, count: int) -> int:
+        """World `row`'s next branch point of `count` options: its given choice, or at a new point the first."""
         k = self.cursor[row]
         self.cursor[row] += 1
         if k < len(self.given[row]):
-            pick = self.given[row][k]
-        else:
-            pick = 0
-            self.trails[row].append(0)
-            self.fanout[row].append(len(weights))
-        self.weights[row] *= weights[pick]
-        return pick
+            return self.given[row][k]
+        self.trails[row].append(0)
+        self.fanout[row].append(count)
+        return 0
 
     def branches(self) -> list[list[int]]:
         """Trails of the worlds this run opened but did not take."""
@@ -87,11 +100,17 @@ class EnumeratingSource:
         totals = flat.sum(-1)
         if not np.isfinite(totals).all() or (totals <= 0).any() or (flat < 0).any():
             raise ValueError("categorical: a law is not a distribution (NaN, negative or all zero)")
-        out = (flat > 0).argmax(-1)
-        branching = np.flatnonzero((flat > 0).sum(-1) > 1)
-        for i, law, total in zip(branching.tolist(), flat[branching].tolist(), totals[branching].tolist()):
-            support = [v for v, w in enumerate(law) if w > 0]
-            out[i] = support[self.choose(i // per_row, [law[v] / total for v in support])]
+        positive = flat > 0
+        out = positive.argmax(-1)
+        branching = np.flatnonzero(positive.sum(-1) > 1)
+        if branching.size:
+            picks = self.choose_many(branching // per_row, positive[branching].sum(-1))  # [M] in each support
+            ranks = positive[branching].cumsum(-1)  # [M, V] 1 at the first token of the support, 2 at the second...
+            chosen = (ranks == (picks.clip(0) + 1)[:, None]).argmax(-1)
+            out[branching] = chosen
+            taken = picks >= 0
+            np.multiply.at(self.weights, branching[taken] // per_row,
+                           flat[branching[taken], chosen[taken]] / totals[branching[taken]])
         return torch.from_numpy(out.reshape(probs.shape[:-1])).to(probs.device)
 
 
