@@ -41,18 +41,7 @@ class EnumeratingSource:
         for row in rows:
             self.retired[row] = True
 
-    def choose(self, row: int, weights: Sequence[float]) -> int:
-        """Index of the option world `row` takes among options of positive weight."""
-        if self.retired[row]:
-            return 0
-        if len(weights) == 1:
-            self.weights[row] *= weights[0]
-            return 0
-        pick = self.next_pick(row, len(weights))
-        self.weights[row] *= weights[pick]
-        return pick
-
-    def choose_many(self, rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    def choose(self, rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """The option each of many draws takes among its `counts` (> 1) options, in order (a row may draw several
         times), unweighed: the caller weighs what was taken. -1: a retired world's draw (it takes the first option
         and weighs nothing)."""
@@ -104,7 +93,7 @@ class EnumeratingSource:
         out = positive.argmax(-1)
         branching = np.flatnonzero(positive.sum(-1) > 1)
         if branching.size:
-            picks = self.choose_many(branching // per_row, positive[branching].sum(-1))  # [M] in each support
+            picks = self.choose(branching // per_row, positive[branching].sum(-1))  # [M] in each support
             ranks = positive[branching].cumsum(-1)  # [M, V] 1 at the first token of the support, 2 at the second...
             chosen = (ranks == (picks.clip(0) + 1)[:, None]).argmax(-1)
             out[branching] = chosen
@@ -148,18 +137,21 @@ class LazyUniform:
         zero_atom = ~strict & ~self.atom & (t == 0.0) & (self.lo == 0.0)
         at_atom = self.atom & ((self.lo < t) if strict else (self.lo <= t))
         out = np.where(self.atom, at_atom, out)
-        branching = ~self.atom & (((p_true > 0) & (p_true < 1)) | zero_atom)
-        for idx in zip(*np.nonzero(branching)):
-            lo, hi, tt = self.lo[idx], self.hi[idx], float(t[idx])
-            if zero_atom[idx]:  # u <= 0: only the generator's exact 0.0 passes
-                # u > 0 once False: the smallest positive lower end, so a second `u <= 0` does not branch again
-                options = [(True, ZERO_ATOM, (0.0, 0.0, True)),
-                           (False, 1.0 - ZERO_ATOM, (np.nextafter(0.0, 1.0), hi, False))]
-            else:
-                pt = float(p_true[idx])
-                options = [(True, pt, (lo, tt, False)), (False, 1.0 - pt, (tt, hi, False))]
-            pick = self.source.choose(int(self.rows[idx]), [w for _, w, _ in options])
-            out[idx], _, (self.lo[idx], self.hi[idx], self.atom[idx]) = options[pick]
+        branching = np.nonzero(~self.atom & (((p_true > 0) & (p_true < 1)) | zero_atom))
+        if branching[0].size:  # each a coin of two options, True first, drawn in order (a row may draw several)
+            rows = self.rows[branching]
+            picks = self.source.choose(rows, np.full(rows.size, 2))
+            true = picks <= 0  # -1: a retired world takes the first option, unweighed
+            zero = zero_atom[branching]  # u <= 0: only the generator's exact 0.0 passes
+            p = np.where(zero, ZERO_ATOM, p_true[branching])
+            np.multiply.at(self.source.weights, rows[picks >= 0], np.where(true, p, 1.0 - p)[picks >= 0])
+            lo, hi, tt = self.lo[branching], self.hi[branching], t[branching]
+            out[branching] = true
+            # True: u in [lo, t), or at the atom 0.0; False: u in [t, hi), or, once u > 0 is known, from the smallest
+            # positive lower end (so a second `u <= 0` does not branch again)
+            self.lo[branching] = np.where(true, np.where(zero, 0.0, lo), np.where(zero, np.nextafter(0.0, 1.0), tt))
+            self.hi[branching] = np.where(true, np.where(zero, 0.0, tt), hi)
+            self.atom[branching] = true & zero
         # Deterministic outcomes still narrow nothing: u already lies wholly on one side.
         return torch.from_numpy(np.ascontiguousarray(out))
 
