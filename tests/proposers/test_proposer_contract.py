@@ -8,8 +8,9 @@
 
 An exact Setting is a method, overrides for what its config does not name (Medusa's iid and wor
 children), and one sampling of the check, with a `tier`: the default run takes "default", -m slow
-takes every setting, as configured (the default tier cuts chains to the law's depth and skips the
-depth schedule, which only multiply the enumeration). A new conf/proposer file joins 1-3 by itself;
+takes every setting, as configured (the default tier cuts chains to the law's depth and drops the
+confidence cut, which only multiply the enumeration, and checks the method's own law, policy=fixed; the laws under
+the sizing policies follow in their own test). A new conf/proposer file joins 1-3 by itself;
 4 fails until BAD_SETTINGS names a bad setting of it.
 """
 
@@ -120,8 +121,11 @@ def shrunk(proposer: str, depth: int) -> list[str]:
 @pytest.mark.parametrize("setting", [pytest.param(s, id=s.id, marks=() if s.tier == "default" else pytest.mark.slow)
                                      for s in SETTINGS])
 def test_the_loop_law_is_the_targets(setting, tmp_path):
+    """The default tier checks the method's own law (policy=fixed: speculation as configured, the worlds side by side
+    in one batch where the method's rows are independent); the law under the sizing policies is the next test's (by
+    default for a method of each kind). -m slow checks each setting as configured, under the default policy."""
     others = [f"~experiment.exact.samplings.{s}" for s in SAMPLINGS if s != setting.sampling]
-    small = shrunk(setting.proposer, exact_depth()) if setting.tier == "default" else \
+    small = ["policy=fixed", *shrunk(setting.proposer, exact_depth())] if setting.tier == "default" else \
         (["proposer.depth=1"] if setting.proposer.endswith("_tree") else [])  # a wider tree's enumeration is hours
     rows = check_exact(load(f"proposer={setting.proposer}", *setting.overrides, *OWN_TARGET.get(setting.proposer, ()),
                             *others, *small, f"output_dir={tmp_path}"))
