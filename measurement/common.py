@@ -30,7 +30,7 @@ from engine.loop import DecodeOptions, GenerationOutput, generate
 from framework.constraints.grammar import GrammarConstraint
 from framework.control.costs import StepCosts
 from framework.core import files
-from framework.core.policy import CostSized
+from framework.core.policy import with_costs
 from framework.core.sampling import SamplingConfig
 from framework.lm.sharding import launched_processes, shared_clock, writes_results
 from framework.lm.target import HFTarget
@@ -47,16 +47,7 @@ def policy_factory_of(cfg: DictConfig, costs: StepCosts | None = None):
     if node is None:
         return None
     make = instantiate(node)
-    if costs is None:
-        return make
-
-    def made():
-        policy = make()
-        if isinstance(policy, CostSized):
-            policy.use_costs(costs)
-        return policy
-
-    return made
+    return make if costs is None else (lambda: with_costs(make(), costs))
 
 
 def verifier_of(cfg: DictConfig):

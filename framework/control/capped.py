@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import torch
 
-from framework.core.policy import CostSized, FixedPolicy, Plan, Policy
+from framework.core.policy import FixedPolicy, Plan, Policy, with_costs
 from framework.core.tree import CandidateTree
 
 
@@ -49,5 +49,4 @@ class Capped:
 
     def use_costs(self, costs) -> None:
         """A device's costs reach the inner policy where it is sized by them (CostSized); the cap reads none."""
-        if isinstance(self.inner, CostSized):
-            self.inner.use_costs(costs)
+        with_costs(self.inner, costs)

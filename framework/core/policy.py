@@ -81,6 +81,13 @@ class CostSized(Protocol):
         ...
 
 
+def with_costs(policy, costs):
+    """`policy`, deciding by `costs` from now on where it is sized by them (CostSized); any other as it is."""
+    if isinstance(policy, CostSized):
+        policy.use_costs(costs)
+    return policy
+
+
 class FixedPolicy:
     """Speculate as the proposer is configured, every step."""
 
