@@ -64,13 +64,13 @@ train_heads(target, streams, OUT, cfg)
 
 
 def killed_then_resumed(body: str, tmp_path: Path, die_at_save: int) -> tuple[Path, Path]:
-    """`body` (writing to OUT) killed at its Nth save, then run again to the end; and run uninterrupted, here
-    (one process less). Returns the two output folders."""
+    """`body` (writing to OUT) killed at its Nth save, then run again to the end; and run uninterrupted. Only the
+    killed run needs a process of its own: the rerun reads nothing but the folder the kill left, so it and the
+    uninterrupted run go here (each a process start less: ~3 s of imports). Returns the two output folders."""
     killed_dir, clean_dir = tmp_path / "killed", tmp_path / "clean"
     killed = run_child(body.replace("OUT", repr(str(killed_dir))), die_at_save)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    resumed = run_child(body.replace("OUT", repr(str(killed_dir))))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    exec(body.replace("OUT", repr(str(killed_dir))), {})
     exec(body.replace("OUT", repr(str(clean_dir))), {})
     return killed_dir, clean_dir
 
