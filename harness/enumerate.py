@@ -25,11 +25,15 @@ ZERO_ATOM = 2.0**-53  # chance that torch.rand returns exactly 0.0 in float64, w
 class EnumeratingSource:
     def __init__(self, trails: Sequence[Sequence[int]]):
         self.given = [list(t) for t in trails]
-        self.trails = [list(t) for t in trails]
-        self.fanout: list[list[int]] = [[] for _ in trails]  # options at each new branch point
+        lengths = [len(t) for t in trails]
+        self.given_length = np.array(lengths, dtype=np.int64)  # [B]
+        self.given_table = np.zeros((len(trails), max(lengths, default=0) + 1), dtype=np.int64)  # [B, L + 1]
+        for row, trail in enumerate(trails):
+            self.given_table[row, : len(trail)] = trail
+        self.opened: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # new branch points: (rows, depths, counts)
         self.weights = np.ones(len(trails))
-        self.cursor = [0] * len(trails)
-        self.retired = [False] * len(trails)
+        self.cursor = np.zeros(len(trails), dtype=np.int64)  # [B] each world's branch points so far
+        self.retired = np.zeros(len(trails), dtype=bool)
 
     @property
     def batch_size(self) -> int:
@@ -38,36 +42,40 @@ class EnumeratingSource:
     def retire(self, rows: Sequence[int]) -> None:
         """These worlds' outcomes are settled: later draws no longer branch or weigh (their
         options sum to one, so taking the first without weighing marginalises them out)."""
-        for row in rows:
-            self.retired[row] = True
+        self.retired[np.asarray(rows, dtype=np.int64)] = True
 
     def choose(self, rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """The option each of many draws takes among its `counts` (> 1) options, in order (a row may draw several
-        times), unweighed: the caller weighs what was taken. -1: a retired world's draw (it takes the first option
-        and weighs nothing)."""
+        times), unweighed: the caller weighs what was taken. A world's branch point is its given choice, or at a
+        new point the first option. -1: a retired world's draw (it takes the first option and weighs nothing)."""
+        rows, counts = np.asarray(rows, dtype=np.int64), np.asarray(counts, dtype=np.int64)
         picks = np.full(len(rows), -1, dtype=np.int64)
-        live = np.flatnonzero(~np.asarray(self.retired)[rows])
-        for j, row, n in zip(live.tolist(), rows[live].tolist(), counts[live].tolist()):
-            picks[j] = self.next_pick(row, n)
+        live = np.flatnonzero(~self.retired[rows])
+        world = rows[live]
+        order = np.argsort(world, kind="stable")  # a world's draws in call order, its worlds side by side
+        ranked = world[order]
+        turn = np.empty_like(order)
+        turn[order] = np.arange(len(ranked)) - np.searchsorted(ranked, ranked)  # [M] the draw's turn in its world
+        depth = self.cursor[world] + turn
+        np.add.at(self.cursor, world, 1)
+        given = depth < self.given_length[world]
+        picks[live] = np.where(given, self.given_table[world, np.minimum(depth, self.given_table.shape[1] - 1)], 0)
+        new = ~given
+        if new.any():
+            self.opened.append((world[new], depth[new], counts[live][new]))
         return picks
 
-    def next_pick(self, row: int, count: int) -> int:
-        """World `row`'s next branch point of `count` options: its given choice, or at a new point the first."""
-        k = self.cursor[row]
-        self.cursor[row] += 1
-        if k < len(self.given[row]):
-            return self.given[row][k]
-        self.trails[row].append(0)
-        self.fanout[row].append(count)
-        return 0
-
     def branches(self) -> list[list[int]]:
-        """Trails of the worlds this run opened but did not take."""
+        """Trails of the worlds this run opened but did not take: a new point's other options, after the given
+        trail and the first options taken at the world's earlier new points."""
+        if not self.opened:
+            return []
+        rows, depths, counts = (np.concatenate(parts) for parts in zip(*self.opened))
         out = []
-        for given, trail, fanout in zip(self.given, self.trails, self.fanout):
-            for j, n in enumerate(fanout):
-                depth = len(given) + j
-                out.extend(trail[:depth] + [alt] for alt in range(1, n))
+        for k in np.lexsort((depths, rows)).tolist():  # world by world, each world's points in order
+            row, depth = int(rows[k]), int(depths[k])
+            prefix = self.given[row] + [0] * (depth - len(self.given[row]))
+            out.extend(prefix + [alt] for alt in range(1, int(counts[k])))
         return out
 
     def _check_batch(self, shape) -> None:

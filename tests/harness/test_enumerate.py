@@ -59,3 +59,19 @@ def test_the_zero_atom_is_the_default_sources():
     assert u.dtype == torch.float64 and torch.equal(u * 2**53, (u * 2**53).round())
     assert bool(((u * 2**24) != (u * 2**24).round()).any())  # finer than float32's grid
     assert ZERO_ATOM == 2.0**-53
+
+
+def test_draws_of_one_world_in_one_call_are_taken_in_order():
+    """A categorical of [B, 2, V] and a comparison of [B, 2] uniforms draw twice per world in one call: each
+    draw is its own branch point, replayed in its own place (a mix-up of the two gives a wrong law)."""
+    first, second = [0.2, 0.8, 0.0], [0.5, 0.25, 0.25]
+
+    def run(rng):
+        tokens = rng.categorical(torch.tensor([first, second], dtype=torch.float64).expand(rng.batch_size, 2, 3))
+        coins = rng.uniform((rng.batch_size, 2)) < torch.tensor([0.1, 0.7], dtype=torch.float64)
+        return [tuple(t) + tuple(c) for t, c in zip(tokens.tolist(), coins.tolist())]
+
+    law = enumerate_law(run, batch_size=3)
+    assert len(law) == 2 * 3 * 2 * 2 and math.isclose(sum(law.values()), 1.0)
+    for (a, b, c, d), weight in law.items():
+        assert math.isclose(weight, first[a] * second[b] * (0.1 if c else 0.9) * (0.7 if d else 0.3)), (a, b, c, d)
