@@ -14,6 +14,7 @@ from engine.loop import generate
 from framework.core.sampling import SamplingConfig
 from framework.core.tree import CandidateTree
 from framework.lm.target import HFTarget
+from tests.composed import REPRESENTATIVES
 from tests.framework.test_architectures import load, parts_of
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -39,11 +40,16 @@ def test_plain_decoding_is_transformers_own(target):
     assert generate(HFTarget(target), None, PROMPTS[:1], 24, GREEDY).tokens[0].tolist() == out
 
 
-def test_chains_decode_plain_greedy_row_by_row_and_trees_are_named(target):
+# The default tier: one method of each way of reading the target (tests/composed.py REPRESENTATIVES: two of them
+# chains, four named) and the draft model's chain; every method under -m slow.
+@pytest.mark.parametrize("methods", [(*REPRESENTATIVES, "draft"), pytest.param(tuple(METHODS), marks=pytest.mark.slow)],
+                         ids=["representatives", "every_method"])
+def test_chains_decode_plain_greedy_row_by_row_and_trees_are_named(target, methods):
     """Three rows that accept different counts each step (each row's state rolled back to its own depth)."""
+    assert set(methods) <= set(METHODS)
     alone = [generate(HFTarget(target), None, PROMPTS[r:r + 1], 24, GREEDY).tokens[0].tolist() for r in range(3)]
     differ, named, accepted = {}, set(), {}
-    for method in METHODS:
+    for method in methods:
         # every tiny stack has the same sizes, so parts composed once serve; self_draft's draft is the target itself
         parts = (load("target=tiny_qwen3_next", "proposer=self_draft").proposer if method == "self_draft"
                  else parts_of(method, "qwen3_next"))
@@ -58,7 +64,7 @@ def test_chains_decode_plain_greedy_row_by_row_and_trees_are_named(target):
         if out.tokens.tolist() != alone:
             differ[method] = out.tokens.tolist()
     assert not differ, differ
-    assert set(accepted) == CHAINS and named == set(METHODS) - CHAINS
+    assert set(accepted) == CHAINS & set(methods) and named == set(methods) - CHAINS
 
 
 class KnowsTheAnswer:
