@@ -2,6 +2,8 @@
 plans and trims change with what each world has drawn. (A policy that prunes drawn children by their own
 value is caught: harness/loop_mutants.py, "policy-prunes-drawn-children".)"""
 
+import pytest
+
 from framework.control.goodput import GoodputPolicy
 from framework.core.sampling import SamplingConfig
 from harness.loop_mutants import POLICY_COSTS as COSTS
@@ -30,6 +32,10 @@ def test_a_point_tree_sized_by_the_policy_is_exact_and_the_decisions_vary():
     assert len(depths) >= 2 and len(sizes) >= 2, Recording.decisions  # it decided differently in different worlds
 
 
+# ~8 s (801 worlds, one at a time: the policy sizes one tree per world): -m slow. The default tier keeps the point tree
+# above, whose decisions vary, and the i.i.d. chain under the policy at two tokens, where a policy that prunes drawn
+# children is caught (harness/loop_mutants.py POLICY_CHAIN).
+@pytest.mark.slow
 def test_an_iid_chain_planned_by_the_policy_is_exact():
     Recording.decisions = set()
     assert case(Recording, depth=2, kind="iid").tv() <= 1e-9
