@@ -25,6 +25,15 @@ def test_the_cached_compose_is_hydras(config_name, overrides):
     assert OmegaConf.is_struct(got) == OmegaConf.is_struct(want)
 
 
+def test_the_fixed_policy_is_no_policy_object():
+    """The proposer contract's exact law sets policy=fixed as `policy: null` on the groups' compose it shares with the
+    method's other tests: the same config as composing the option."""
+    swapped = composed("check", "models=tiny", "proposer=draft_tree")
+    swapped.policy = None
+    assert OmegaConf.to_yaml(swapped) == OmegaConf.to_yaml(composed("check", "models=tiny", "proposer=draft_tree",
+                                                                    "policy=fixed"))
+
+
 def test_each_call_gets_its_own_copy():
     first = composed("config", "models=tiny", "seed=3")
     first.seed = 99
