@@ -1,3 +1,4 @@
+import gc
 import os
 import subprocess
 from pathlib import Path
@@ -13,6 +14,10 @@ import torch  # noqa: E402
 # The test models are tiny: intra-op threads buy nothing and, on a shared machine, oversubscribed
 # OpenMP threads make the suite several times slower (experiments.check also runs at one thread).
 torch.set_num_threads(1)
+# The cyclic collector's default (a pass every 700 net allocations, the older generations' passes walking the heap
+# torch and transformers leave) took ~6% of a test process's time; tests make many short-lived objects, so rarer
+# passes cost little memory (measured in issue 57's note).
+gc.set_threshold(20_000, 20, 20)
 
 ROOT = Path(__file__).resolve().parents[1]
 # What a run leaves behind that is not a test's writing: bytecode, tool caches, the editable install.
